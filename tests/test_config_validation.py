@@ -1,0 +1,119 @@
+"""Plan-time validation: every bad option fails before anything runs, naming the option and what is allowed;
+names that become paths cannot leave results/; secrets never come from (or land in) the configuration."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from biasflow.errors import ConfigError
+from biasflow.plan import build_plan
+
+CROWS = ["metric=[crows_pairs]"]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("benchmark.crows_pairs.limit=0", r"benchmark\.crows_pairs\.limit=0: must be greater than or equal to 1"),
+    ("benchmark.crows_pairs.limit=-5", r"benchmark\.crows_pairs\.limit=-5"),
+    ("metric.crows_pairs.variants=[nope]", r"metric\.crows_pairs\.variants\.0='nope': must be 'pll' or 'fill_mask'"),
+    ("metric.crows_pairs.variants=[]", r"metric\.crows_pairs\.variants.*at least 1"),
+    ("stats.level=1.5", r"stats\.level=1\.5: must be less than 1"),
+    ("stats.n_boot=-3", r"stats\.n_boot=-3: must be greater than or equal to 0"),
+    ("metric.crows_pairs.diff_threshold=abc", r"metric\.crows_pairs\.diff_threshold='abc'"),
+    ("+metric.crows_pairs.diff_treshold=0.1", r"metric\.crows_pairs\.diff_treshold: unknown option(.|\n)*diff_threshold"),
+    ("model.dtype=float8", r"model\.dtype='float8'"),
+    ("model.device=gpu", r"model\.device='gpu'"),
+    ("run.mode=exact", r"run\.mode='exact': must be 'parity' or 'corrected'"),
+    ("benchmark.stereoset.split=train", r"benchmark\.stereoset\.split='train': must be one of \['dev', 'test'\]"),
+])
+def test_bad_options_fail_at_plan_time_naming_the_option(override, message):
+    with pytest.raises(ConfigError, match=message):
+        build_plan(CROWS + [override])
+
+
+def test_every_problem_is_reported_at_once():
+    with pytest.raises(ConfigError) as err:
+        build_plan(CROWS + ["stats.n_boot=-1", "benchmark.crows_pairs.limit=0"])
+    assert "stats.n_boot" in str(err.value) and "benchmark.crows_pairs.limit" in str(err.value)
+
+
+def test_a_bad_value_in_one_sweep_job_fails_the_whole_plan():
+    with pytest.raises(ConfigError, match=r"metric\.crows_pairs\.diff_threshold=1\.5"):
+        build_plan(CROWS + ["metric.crows_pairs.diff_threshold=0.1,1.5"], multirun=True)
+
+
+@pytest.mark.parametrize("name", ["../../../X", "a/b", "..", ".hidden", "x" * 200, "a b"])
+def test_names_that_become_paths_cannot_escape_results(name):
+    with pytest.raises(ConfigError, match=r"model\.name=.*not a valid name"):
+        build_plan(CROWS + [f"model.name={json.dumps(name)}"])
+
+
+def test_good_names_plan_under_results():
+    plan = build_plan(CROWS + ["model.name=my-bert_v1.2"])
+    assert all(Path(j.metric_dir).resolve().is_relative_to(Path("results").resolve()) for j in plan.jobs)
+
+
+def test_every_shipped_config_and_experiment_validates():
+    conf = Path("conf")
+    for exp in sorted((conf / "experiment").glob("*.yaml")):
+        build_plan([f"+experiment={exp.stem}"])
+    for model in sorted((conf / "model").glob("*.yaml")):
+        if "???" in model.read_text():
+            continue
+        build_plan([f"model={model.stem}", "metric=[crows_pairs,weat,seat,winobias_mc,crows_pairs_causal]"])
+
+
+@pytest.mark.parametrize("override", ["tracking.uri=postgresql://bob:hunter2hunter2@db/mlflow",
+                                      "+generator=openai_compatible generator.model=m +generator.api_key=sk-abcdefghijklmnop"])
+def test_secrets_on_the_command_line_are_refused(override):
+    with pytest.raises(ConfigError, match="password or key") as err:
+        build_plan(CROWS + override.split())
+    assert "hunter2" not in str(err.value) and "sk-abc" not in str(err.value)
+
+
+def test_api_key_option_is_refused_whatever_it_looks_like():
+    with pytest.raises(ConfigError, match="api_key_env"):
+        build_plan(["metric=[langfair_stereotype]", "+generator=openai_compatible", "generator.model=m",
+                    "+generator.api_key=plain"])
+
+
+def test_tracking_password_from_the_environment_is_never_written(monkeypatch, tmp_path):
+    uri = "postgresql://bob:hunter2hunter2@127.0.0.1:5432/mlflow"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    plan = build_plan(CROWS + ["tracking=server", f"paths.results={tmp_path}"])
+    assert plan.tracking["uri"] == "postgresql://bob:***@127.0.0.1:5432/mlflow"
+    text = Path(plan.write()).read_text()
+    assert "hunter2" not in text and "bob:***@" in text
+    from biasflow.secrets import tracking_uri
+
+    assert tracking_uri(plan.tracking["uri"]) == uri  # the stage reconnects with the environment's URI
+
+
+def test_user_files_are_keyed_by_content(tmp_path):
+    """A predictions file replaced in place gives a new score and metric job, never the old file's numbers."""
+    preds = tmp_path / "preds.json"
+    preds.write_text('{"intrasentence": [], "intersentence": []}')
+    args = ["metric=[stereoset]", f"metric.stereoset.predictions_file={preds}"]
+    first = build_plan(args).jobs[0]
+    assert first.user_files["metric.stereoset.predictions_file"]["path"] == str(preds.resolve())
+    preds.write_text('{"intrasentence": [{"id": "x", "score": 1}], "intersentence": []}')
+    second = build_plan(args).jobs[0]
+    assert first.metric_dir != second.metric_dir
+    assert first.score_hash(("predictions_file",)) != second.score_hash(("predictions_file",))
+
+
+def test_a_missing_user_file_fails_at_plan_time():
+    with pytest.raises(ConfigError, match=r"metric\.stereoset\.predictions_file='/no/such\.json': no such file"):
+        build_plan(["metric=[stereoset]", "metric.stereoset.predictions_file=/no/such.json"])
+
+
+@pytest.mark.parametrize("bench", ["benchmark=[stereoset]", "benchmark=stereoset", "benchmark=[winobias,stereoset]"])
+def test_any_benchmark_list_plans_with_every_description(bench):
+    plan = build_plan(["metric=[stereoset]", bench])
+    assert {"stereoset", "bold_wikipedia", "crows_pairs"} <= set(plan.benchmarks)
+
+
+def test_an_unknown_benchmark_in_the_list_is_named():
+    with pytest.raises(ConfigError, match=r"no dataset config \['nope'\]"):
+        build_plan(["metric=[stereoset]", "benchmark=[nope]"])
