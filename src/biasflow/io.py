@@ -88,3 +88,26 @@ def stable_hash(obj: Any, length: int = 12) -> str:
     """Hash of a JSON-able object that does not depend on dict order."""
     blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:length]
+
+
+def read_text_utf8(path: str | os.PathLike, what: str = "file") -> str:
+    """The text of a UTF-8 file (a BOM is dropped); any other encoding is an error naming the file and the place.
+
+    Loaders read through this, never ``open(..., encoding=...)`` directly, so a latin-1 or UTF-16 file says which
+    file it is and what to do, instead of a bare UnicodeDecodeError."""
+    from biasflow.errors import DataFormatError
+
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DataFormatError(f"{what} {path}: cannot read it ({exc.strerror})") from exc
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise DataFormatError(f"{what} {path} is UTF-16 text; save it as UTF-8 (e.g. iconv -f UTF-16 -t UTF-8)")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise DataFormatError(
+            f"{what} {path} is not UTF-8: byte 0x{data[exc.start]:02x} at offset {exc.start} (line {line}) cannot "
+            f"be decoded. Save it as UTF-8 (a latin-1 file: iconv -f latin1 -t UTF-8)") from None

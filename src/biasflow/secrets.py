@@ -42,17 +42,20 @@ def redact_uri(uri: Any) -> Any:
         parts = urlsplit(uri)
     except ValueError:
         return redact_text(uri)
-    netloc = parts.netloc
+    netloc, changed = parts.netloc, False
     if "@" in netloc:
         userinfo, host = netloc.rsplit("@", 1)
         if ":" in userinfo:
             user = userinfo.split(":", 1)[0]
-            netloc = f"{user}:{MASK}@{host}"
+            netloc, changed = f"{user}:{MASK}@{host}", True
     query = parts.query
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
         if any(k.lower() in _SECRET_QUERY_KEYS for k, _ in pairs):
-            query = urlencode([(k, MASK if k.lower() in _SECRET_QUERY_KEYS else v) for k, v in pairs], safe="*")
+            query, changed = urlencode([(k, MASK if k.lower() in _SECRET_QUERY_KEYS else v) for k, v in pairs],
+                                       safe="*"), True
+    if not changed:  # urlunsplit does not round-trip every URI (sqlite:////abs/path loses a slash)
+        return uri
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 

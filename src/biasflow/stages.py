@@ -18,13 +18,40 @@ from biasflow.stats.bootstrap import bootstrap_ci
 log = logging.getLogger(__name__)
 
 
+class RedactingFormatter(logging.Formatter):
+    """Every log line (tracebacks included) passes biasflow.secrets.redact_text before it reaches a file."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from biasflow.secrets import redact_text
+
+        return redact_text(super().format(record))
+
+
 def setup_logging(log_file: str | None = None) -> None:
+    """Log to stderr and the rule's log file; an uncaught exception's traceback goes to both, so the log Snakemake
+    points to after a failure says what failed."""
+    import sys
+
     handlers: list[logging.Handler] = [logging.StreamHandler()]
     if log_file:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
         handlers.append(logging.FileHandler(log_file))
-    logging.basicConfig(level=logging.INFO, handlers=handlers, force=True,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    formatter = RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for h in handlers:
+        h.setFormatter(formatter)
+    logging.basicConfig(level=logging.INFO, handlers=handlers, force=True)
+
+    def log_uncaught(exc_type, exc, tb):
+        if issubclass(exc_type, KeyboardInterrupt):
+            return sys.__excepthook__(exc_type, exc, tb)
+        from biasflow.errors import BiasflowError
+
+        if issubclass(exc_type, BiasflowError):  # the message is for the user; the traceback for the log only
+            logging.getLogger("biasflow").error("error: %s", exc, exc_info=(exc_type, exc, tb))
+        else:
+            logging.getLogger("biasflow").critical("stage failed", exc_info=(exc_type, exc, tb))
+
+    sys.excepthook = log_uncaught
 
 
 def set_threads(n: int) -> None:

@@ -7,6 +7,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from biasflow.io import read_text_utf8
 from biasflow.errors import DataFormatError
 from biasflow.registry import register_loader
 
@@ -14,7 +15,7 @@ from biasflow.registry import register_loader
 def read_bold_wikipedia(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        doc = json.loads(read_text_utf8(path, "BOLD file"))
     except json.JSONDecodeError as exc:
         raise DataFormatError(f"{path}: not valid JSON ({exc})") from exc
     rows = []

@@ -5,12 +5,15 @@ field with an embedded CRLF) give identical items.
 """
 from __future__ import annotations
 
+import io
+
 import csv
 from pathlib import Path
 from typing import Any, Mapping
 
 import pandas as pd
 
+from biasflow.io import read_text_utf8
 from biasflow.errors import DataFormatError
 from biasflow.registry import register_loader
 
@@ -23,7 +26,7 @@ BIAS_TYPES = ("race-color", "socioeconomic", "gender", "disability", "nationalit
 def read_crows_pairs(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     rows = []
-    with open(path, newline="", encoding="utf-8") as fh:
+    with io.StringIO(read_text_utf8(path, "CrowS-Pairs CSV"), newline="") as fh:
         reader = csv.DictReader(fh)
         header = reader.fieldnames or []
         missing = [c for c in REQUIRED_COLUMNS if c not in header]

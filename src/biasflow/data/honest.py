@@ -8,11 +8,14 @@ templates (neutral identities such as "the child" listed under both groups) coll
 """
 from __future__ import annotations
 
+import io
+
 from pathlib import Path
 from typing import Any, Mapping
 
 import pandas as pd
 
+from biasflow.io import read_text_utf8
 from biasflow.errors import DataFormatError
 from biasflow.registry import register_loader
 
@@ -23,7 +26,8 @@ MASK = "[M]"
 def read_honest_templates(path: str | Path, dedupe: bool = True) -> pd.DataFrame:
     path = Path(path)
     try:
-        df = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False)
+        df = pd.read_csv(io.StringIO(read_text_utf8(path, "HONEST templates")), sep="\t", dtype=str,
+                         keep_default_na=False)
     except Exception as exc:
         raise DataFormatError(f"{path}: not a readable TSV ({exc})") from exc
     df.columns = [c.strip() for c in df.columns]

@@ -10,12 +10,15 @@
 """
 from __future__ import annotations
 
+import io
+
 import json
 from pathlib import Path
 from typing import Any, Mapping
 
 import pandas as pd
 
+from biasflow.io import read_text_utf8
 from biasflow.errors import DataFormatError
 from biasflow.registry import register_loader
 
@@ -45,7 +48,7 @@ def load_langfair_prompts(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> 
 def read_bold_prompts(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(read_text_utf8(path, "BOLD prompts file"))
     except json.JSONDecodeError as exc:
         raise DataFormatError(f"{path}: not valid JSON ({exc})") from exc
     domain = path.stem.removesuffix("_prompt")
@@ -74,11 +77,12 @@ def read_prompts_file(path: str | Path) -> pd.DataFrame:
         raise DataFormatError(f"prompts file {path} does not exist")
     suffix = path.suffix.lower()
     if suffix == ".txt":
-        df = pd.DataFrame({"prompt": [l.strip() for l in path.read_text(encoding="utf-8").splitlines() if l.strip()]})
+        df = pd.DataFrame({"prompt": [l.strip() for l in read_text_utf8(path, "prompts file").splitlines() if l.strip()]})
     elif suffix == ".csv":
-        df = pd.read_csv(path, dtype={"prompt": str}, keep_default_na=False)
+        df = pd.read_csv(io.StringIO(read_text_utf8(path, "prompts file")), dtype={"prompt": str},
+                         keep_default_na=False)
     elif suffix in (".jsonl", ".ndjson"):
-        df = pd.read_json(path, lines=True, dtype={"prompt": str})
+        df = pd.read_json(io.StringIO(read_text_utf8(path, "prompts file")), lines=True, dtype={"prompt": str})
     elif suffix == ".parquet":
         df = pd.read_parquet(path)
     else:

@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from biasflow.io import read_text_utf8
 from biasflow.errors import DataFormatError
 from biasflow.registry import register_loader
 
@@ -52,8 +53,7 @@ def read_stereoset(path: str | Path, split: str = "dev") -> pd.DataFrame:
     """Parse a StereoSet JSON file into sentence rows; validate every example (labels, BLANK, ids)."""
     path = Path(path)
     try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
+        doc = json.loads(read_text_utf8(path, "StereoSet file"))
     except json.JSONDecodeError as exc:
         raise DataFormatError(f"{path}: not valid JSON ({exc})") from exc
     data = doc.get("data") if isinstance(doc, dict) else None

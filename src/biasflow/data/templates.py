@@ -14,6 +14,7 @@ from typing import Any, Mapping
 import pandas as pd
 import yaml
 
+from biasflow.io import read_text_utf8
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.registry import register_loader
 
@@ -29,7 +30,7 @@ def resource_path(*parts: str) -> Path:
 def _lines(path: Path) -> list[tuple[int, str]]:
     if not path.exists():
         raise ConfigError(f"{path}: file not found")
-    return [(n, ln.rstrip("\r\n")) for n, ln in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+    return [(n, ln.rstrip("\r\n")) for n, ln in enumerate(read_text_utf8(path, "template file").splitlines(), 1)
             if ln.strip() and not ln.lstrip().startswith("#")]
 
 

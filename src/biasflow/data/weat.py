@@ -18,6 +18,7 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
+from biasflow.io import read_text_utf8
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.registry import register_loader
 
@@ -36,7 +37,7 @@ def packaged_lists_dir() -> Path:
 
 def read_test_file(path: Path) -> dict[str, dict[str, Any]]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text_utf8(path, "WEAT word list"))
     except json.JSONDecodeError as exc:
         raise DataFormatError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from exc
     if not isinstance(data, dict):

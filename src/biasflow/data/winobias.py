@@ -22,6 +22,7 @@ from typing import Any, Iterable, Mapping
 
 import pandas as pd
 
+from biasflow.io import read_text_utf8
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.registry import register_loader
 from biasflow.scoring.fill_mask import MASK_PLACEHOLDER
@@ -112,8 +113,8 @@ def read_winobias_file(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     stereotype, wtype, split = file_key(path.name)
     rows = []
-    with open(path, encoding="utf-8", newline="") as fh:
-        for n, raw in enumerate(fh.read().splitlines(), start=1):
+    if True:  # one decode step that names the file on bad bytes
+        for n, raw in enumerate(read_text_utf8(path, "WinoBias file").splitlines(), start=1):
             if not raw.strip():
                 continue
             rec = parse_line(raw, f"{path}, line {n}")

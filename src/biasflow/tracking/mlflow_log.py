@@ -18,6 +18,8 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from biasflow.secrets import tracking_uri
+
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +96,7 @@ def log_plan(plan: Mapping[str, Any], run_dir: Path) -> dict[str, Any]:
     tracking = plan.get("tracking") or {}
     if not tracking.get("enabled", True):
         return {"logged": False}
-    mlflow.set_tracking_uri(tracking["uri"])
+    mlflow.set_tracking_uri(tracking_uri(tracking["uri"]))  # the password lives only in the environment
     client = MlflowClient()
     exp = client.get_experiment_by_name(tracking.get("experiment", "biasflow"))
     if exp is None:

@@ -1,0 +1,37 @@
+"""Redaction: passwords in URIs and keys in free text never survive; URIs without secrets are unchanged."""
+from __future__ import annotations
+
+import pytest
+
+from biasflow.secrets import redact_text, redact_uri, tracking_uri, uri_has_secret
+
+
+@pytest.mark.parametrize("uri", ["sqlite:////tmp/x/mlflow.db", "sqlite:///results/mlflow.db", "http://127.0.0.1:5000",
+                                 "postgresql://bob@db/mlflow", "file:///a/b", "https://host/path?x=1&y=2"])
+def test_uris_without_secrets_are_unchanged(uri):
+    assert redact_uri(uri) == uri and not uri_has_secret(uri)
+
+
+@pytest.mark.parametrize("uri, expected", [
+    ("postgresql://bob:hunter2@db:5432/mlflow", "postgresql://bob:***@db:5432/mlflow"),
+    ("http://u:p%40ss@host:5000", "http://u:***@host:5000"),
+    ("mysql://u:pw@h/db?password=pw2&sslmode=require", "mysql://u:***@h/db?password=***&sslmode=require"),
+])
+def test_passwords_are_masked(uri, expected):
+    assert redact_uri(uri) == expected and uri_has_secret(uri)
+
+
+def test_error_bodies_lose_keys(monkeypatch):
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-value-123456")
+    body = ('{"error": {"message": "Incorrect API key provided: sk-proj-abcdefghijklmnopqrstuvwx", '
+            '"api_key": "zzzzzzzzzz"}} Authorization: Bearer abcdefghijklmnop seen tok-value-123456')
+    out = redact_text(body)
+    for secret in ("sk-proj-abcdefghijklmnop", "zzzzzzzzzz", "abcdefghijklmnop", "tok-value-123456"):
+        assert secret not in out
+    assert "Incorrect API key provided" in out
+
+
+def test_tracking_uri_reconnects_with_the_environment(monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "postgresql://bob:hunter2@db/mlflow")
+    assert tracking_uri("postgresql://bob:***@db/mlflow") == "postgresql://bob:hunter2@db/mlflow"
+    assert tracking_uri("sqlite:///other.db") == "sqlite:///other.db"
