@@ -1,6 +1,6 @@
 """Snakemake stage: build the offline demo masked LM."""
-from biasflow.stages import build_demo_model, setup_logging
+from biasflow.stages import build_demo_model, start_stage
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-setup_logging(sm.log[0])
+start_stage(sm.log[0])
 build_demo_model(sm.params.model, list(sm.input.texts), sm.output[0], threads=sm.threads)

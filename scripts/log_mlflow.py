@@ -1,8 +1,8 @@
 """Snakemake stage: log the plan's results to MLflow (idempotent)."""
 from pathlib import Path
 
-from biasflow.stages import log_mlflow, setup_logging
+from biasflow.stages import log_mlflow, start_stage
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-setup_logging(sm.log[0])
+start_stage(sm.log[0])
 log_mlflow(sm.input.plan, str(Path(sm.input.table).parent), sm.output[0])

@@ -1,7 +1,7 @@
 """Snakemake stage: run the model for one (model, metric, score options); cached per request."""
-from biasflow.stages import score, setup_logging, set_threads
+from biasflow.stages import score, start_stage, set_threads
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-setup_logging(sm.log[0])
+start_stage(sm.log[0])
 set_threads(sm.threads)
 score(sm.params.job, sm.input.get("items_file"), sm.output[0], sm.params.cache_dir)

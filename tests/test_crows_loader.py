@@ -49,3 +49,21 @@ def test_malformed_rows_name_file_and_line(tmp_path):
     p = write(tmp_path, HEADER + '0,"  ","A c.",stereo,gender,[],a,[]\n')
     with pytest.raises(DataFormatError, match=r"line 2: empty sent_more"):
         read_crows_pairs(p)
+
+
+@pytest.mark.parametrize("encoding, message", [("latin-1", r"is not UTF-8: byte 0xe9 at offset \d+ \(line 2\)"),
+                                               ("utf-16", "is UTF-16 text")])
+def test_non_utf8_files_name_the_file(tmp_path, encoding, message):
+    from biasflow.data.crows_pairs import read_crows_pairs
+    from biasflow.data.prompts import read_prompts_file
+    from biasflow.errors import DataFormatError
+
+    text = ",sent_more,sent_less,stereo_antistereo,bias_type\n0,Le café est noir.,Le thé est noir.,stereo,race-color\n"
+    bad = tmp_path / "pairs.csv"
+    bad.write_bytes(text.encode(encoding))
+    with pytest.raises(DataFormatError, match=rf"CrowS-Pairs CSV {bad} {message}"):
+        read_crows_pairs(bad)
+    prompts = tmp_path / "prompts.csv"
+    prompts.write_bytes("prompt\nUn café\n".encode(encoding))
+    with pytest.raises(DataFormatError, match=rf"prompts file {prompts} "):
+        read_prompts_file(prompts)

@@ -39,3 +39,14 @@ def test_fingerprint_changes_when_weights_change_in_place(tmp_path):
     assert load_model(cfg).fingerprint == first
     build_tiny_bert(tmp_path / "m", seed=1)
     assert load_model(cfg).fingerprint != first
+
+
+@pytest.mark.parametrize("content", [{}, {"notes.txt": "hello"}, {"config.json": "{}"}])
+def test_a_folder_that_is_not_a_model_says_what_is_missing(tmp_path, content):
+    from biasflow.errors import ModelLoadError
+    from biasflow.models import load_model
+
+    for name, text in content.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(ModelLoadError, match=rf"{tmp_path} is not a model folder: no .*weights.*save_pretrained"):
+        load_model({"name": "x", "kind": "masked_lm", "path": str(tmp_path), "device": "cpu"})

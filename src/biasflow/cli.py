@@ -9,11 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 from biasflow.errors import BiasflowError
+from biasflow.secrets import redact_uri
 
 
 def _split(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -32,11 +34,29 @@ def project_root() -> Path:
 
 def snakemake_command(overrides: list[str], multirun: bool, cores: str, dry_run: bool, extra: list[str]) -> list[str]:
     root = project_root()
+    # Outputs are written atomically, so a job Snakemake marks incomplete (killed mid-run) is always safe to redo.
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(root / "Snakefile"), "--cores", str(cores),
-           "--config", f"overrides={json.dumps(overrides)}", f"multirun={str(multirun).lower()}"]
+           "--rerun-incomplete"]
     if dry_run:
         cmd.append("--dry-run")
-    return cmd + extra
+    # --config takes every following word, so it goes last: extra arguments (targets, --unlock) come before it
+    return cmd + extra + ["--config", f"overrides={json.dumps(overrides)}", f"multirun={str(multirun).lower()}"]
+
+
+def _die_with_parent() -> None:
+    """In the Snakemake child: get SIGTERM when biasflow dies (kill -9 included), so Snakemake stops its jobs."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: nothing to arrange
+        pass
+
+
+LOCK_HINT = ("Snakemake found the directory locked. If no other biasflow/snakemake run is active here (one was "
+             "killed), unlock it with:\n  biasflow run {args} -- --unlock\nthen run the same command again; "
+             "finished work is kept and interrupted jobs are redone.")
 
 
 def cmd_plan(args) -> int:
@@ -62,12 +82,28 @@ def cmd_run(args, extra: list[str]) -> int:
     print("+", " ".join(cmd), flush=True)
     env = dict(os.environ)
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see docs/performance.md: spinning threads hurt shared machines
-    rc = subprocess.call(cmd, cwd=project_root(), env=env)
-    if rc == 0 and not args.dry_run:
+    proc = subprocess.Popen(cmd, cwd=project_root(), env=env, stderr=subprocess.PIPE, text=True, bufsize=1,
+                            preexec_fn=_die_with_parent if os.name == "posix" else None)
+    locked = False
+    for line in proc.stderr:  # pass Snakemake's output through, watching for what needs a hint
+        sys.stderr.write(line)
+        locked = locked or "Directory cannot be locked" in line
+    rc = proc.wait()
+    root = project_root()
+    report = root / plan.run_dir / "report.md"
+    if rc == 0 and not args.dry_run and report.exists():
         print(f"\nresults: {plan.run_dir}/report.md (tables: aggregate.csv, per_item.parquet, plots/)")
         uri = (plan.tracking or {}).get("uri")
         if uri and (plan.tracking or {}).get("enabled", True):
-            print(f"MLflow:  mlflow ui --backend-store-uri {uri}")
+            print(f"MLflow:  mlflow ui --backend-store-uri {redact_uri(uri)}")
+    elif rc != 0:
+        shown = " ".join((["-m"] if args.multirun else []) + [shlex.quote(o) for o in args.overrides])
+        if locked:
+            print("\n" + LOCK_HINT.format(args=shown), file=sys.stderr)
+        else:
+            print(f"\nbiasflow: Snakemake failed (exit {rc}); the log of the failed job (named above) holds its "
+                  f"traceback. Finished work is kept: fix the cause and run the same command again.",
+                  file=sys.stderr)
     return rc
 
 

@@ -65,3 +65,15 @@ def test_rules_dry_run(tmp_path):
     for rule in ("lmc_fetch", "lmc_prepare", "lmc_run_shard", "lmc_concat", "lmc_stats", "lmc_summary", "lmc_mlflow"):
         assert rule in text
     assert "ngram3/wc.shard1.log" in text
+
+
+def test_names_that_become_folders_are_checked(tmp_path):
+    from biasflow.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"name='\.\./\.\./escape' is not a valid name"):
+        pipeline.load_config("default", ["name=../../escape"])
+    (tmp_path / "lmchallenge").mkdir()
+    (tmp_path / "lmchallenge" / "evil.yaml").write_text(
+        'name: ok\nmodels:\n  "../../x": {command: "true", games: [wc]}\ntracking: {enabled: false}\n')
+    with pytest.raises(ConfigError, match=r"models\.\.\./\.\./x="):
+        pipeline.load_config("evil", [], conf_dir=tmp_path)

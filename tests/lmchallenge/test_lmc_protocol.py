@@ -103,7 +103,9 @@ def _dies(pid, within=5.0):
     return False
 
 
-@pytest.mark.parametrize("answer, why", [("a\\t0\\tb", "odd number"), ("a\\tbig", "not a number")])
+@pytest.mark.parametrize("answer, why", [("a\\t0\\tb", "odd number"), ("a\\tbig", "not a number"),
+                                         ("a\\tinf\\tb\\t-inf", "not a log-probability"),
+                                         ("a\\tnan", "not a log-probability")])
 def test_garbage_answer(tmp_path, answer, why):
     bad = script(tmp_path, "bad.sh", f"while read -r line; do printf '{answer}\\n'; done\n")
     with ProcessModel(["bash", bad], timeout=10) as m:

@@ -27,7 +27,13 @@ def load_config(name: str = "default", overrides: Sequence[str] = (), conf_dir: 
     with initialize_config_dir(config_dir=str(cdir), version_base="1.3"):
         cfg = compose(f"lmchallenge/{name}", overrides=scoped)
     cfg = OmegaConf.to_container(cfg, resolve=True)
-    return cfg.get("lmchallenge", cfg)
+    cfg = cfg.get("lmchallenge", cfg)
+    from biasflow.schema import check_slug
+
+    check_slug(str(cfg.get("name")), "name")  # names become folders under results/lmchallenge/
+    for model in cfg.get("models") or {}:
+        check_slug(str(model), f"models.{model}")
+    return cfg
 
 
 def fetch_file(data_cfg: Mapping[str, Any], filename: str, dest: str | Path, wheel_dir: str | Path) -> dict:

@@ -85,8 +85,9 @@ def parse_response(line: str) -> list[Prediction]:
             score = float(fields[i + 1])
         except ValueError:
             raise ValueError(f"score {fields[i + 1]!r} of continuation {fields[i]!r} is not a number") from None
-        if math.isnan(score):
-            raise ValueError(f"score of continuation {fields[i]!r} is NaN")
+        if math.isnan(score) or score == math.inf:  # scores are log-probabilities: -inf (impossible) is the limit
+            raise ValueError(f"score {fields[i + 1]!r} of continuation {fields[i]!r} is not a log-probability "
+                             f"(NaN or +inf)")
         out.append((fields[i], score))
     return out
 

@@ -52,6 +52,30 @@ def local_weights_digest(path: Path) -> str:
     return h.hexdigest()[:16]
 
 
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "sentencepiece.bpe.model",
+                   "tokenizer.model")
+
+
+def check_model_folder(folder: Path, name: str) -> None:
+    """A local model folder must be what ``save_pretrained`` writes; otherwise say what is missing (transformers'
+    own message for an empty or wrong folder talks about sentencepiece and tiktoken)."""
+    if not folder.is_dir():
+        raise ModelLoadError(f"model {name!r}: {folder} is a file, not a model folder (save_pretrained output)")
+    missing = []
+    if not (folder / "config.json").exists():
+        missing.append("config.json")
+    if not any((folder / f).exists() for f in WEIGHT_FILES):
+        missing.append("weights (" + " or ".join(WEIGHT_FILES[::2]) + ")")
+    if not any((folder / f).exists() for f in TOKENIZER_FILES):
+        missing.append("tokenizer files (" + ", ".join(TOKENIZER_FILES[:3]) + ", ...)")
+    if missing:
+        found = sorted(p.name for p in folder.iterdir())[:8]
+        raise ModelLoadError(f"model {name!r}: {folder} is not a model folder: no {'; no '.join(missing)} "
+                             f"(found {found or 'nothing'}). Point model.path at the output of save_pretrained.")
+
+
 def resolve_device(name: str | None) -> torch.device:
     if name in (None, "auto"):
         if torch.cuda.is_available():
@@ -85,6 +109,8 @@ class HFAdapter:
         is_local = local.exists()
         if cfg.get("path") and not is_local:
             raise ModelLoadError(f"model.path={self.source!r} does not exist")
+        if is_local:
+            check_model_folder(local, self.name)
         kwargs: dict[str, Any] = {}
         if not is_local and self.revision:
             kwargs["revision"] = self.revision
@@ -94,7 +120,7 @@ class HFAdapter:
             if cfg.get("attn_implementation"):
                 model_kwargs["attn_implementation"] = cfg["attn_implementation"]
             self.model = self.auto_class.from_pretrained(str(local) if is_local else self.source, **model_kwargs)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, ImportError) as exc:
             where = f"local folder {local}" if is_local else f"hub id {self.source!r} (revision {self.revision})"
             raise ModelLoadError(f"could not load model {self.name!r} from {where}: {exc}") from exc
         self.model.to(self.device).eval()
