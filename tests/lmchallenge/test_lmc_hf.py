@@ -38,16 +38,31 @@ def masked(tokenizer):
     return HFMaskedLM(transformers.BertForMaskedLM(cfg), tokenizer, n_predictions=5)
 
 
-def test_causal_candidate_score_is_the_token_logprob(causal, tokenizer):
+def continuation_mask(tokenizer, size):
+    """Independent of the wrapper: WordPiece continuation pieces are '##' + letters/digits."""
+    toks = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    m = torch.zeros(size, dtype=torch.bool)
+    for i, t in enumerate(toks):
+        m[i] = bool(t) and t.startswith("##") and t[2:].isalnum()
+    return m
+
+
+def test_causal_candidate_score_is_pieces_plus_word_boundary(causal, tokenizer):
     ids = tokenizer("the cat", add_special_tokens=False)["input_ids"]
     word = tokenizer("sat", add_special_tokens=False)["input_ids"]
     assert len(word) == 1
     with torch.no_grad():
-        logits = causal.model(input_ids=torch.tensor([[tokenizer.cls_token_id] + ids])).logits[0, -1]
-    want = float(logits.log_softmax(-1)[word[0]])
+        lp = causal.model(input_ids=torch.tensor([[tokenizer.cls_token_id] + ids + word])).logits[0].log_softmax(-1)
+    cont = continuation_mask(tokenizer, lp.shape[-1])
+    piece, boundary = float(lp[-2, word[0]]), float(torch.log(1 - lp[-1][cont].exp().sum()))
     (cand, got), = causal.predict("the cat ", ["sat"])
-    assert cand == "sat" and got == pytest.approx(want, abs=1e-5)
-    # a multi-piece word adds its pieces' log-probabilities, so it scores below each piece alone
+    assert cand == "sat" and got == pytest.approx(piece + boundary, abs=1e-5)
+    causal.word_boundary = False  # the earlier convention: the pieces only
+    try:
+        assert causal.predict("the cat ", ["sat"])[0][1] == pytest.approx(piece, abs=1e-5)
+    finally:
+        causal.word_boundary = True
+    # a multi-piece word adds its pieces' log-probabilities
     (_, multi), = causal.predict("the cat ", ["unbelievably"])
     assert len(tokenizer("unbelievably", add_special_tokens=False)["input_ids"]) > 1 and multi < 0
 
@@ -58,12 +73,27 @@ def test_causal_predictions_are_ranked_words_and_completions(causal, tokenizer):
     scores = [s for _, s in preds]
     assert scores == sorted(scores, reverse=True) and all(s < 0 for s in scores)
     assert all(not w.startswith("##") and w for w, _ in preds)
-    vocab = tokenizer.get_vocab()
     comps = causal.predict("the cat s")
-    assert comps and all(("s" + c) in vocab for c, _ in comps)
-    # the completion of a typed prefix keeps the score the full word has as a candidate
-    c, s = comps[0]
-    assert causal.predict("the cat ", ["s" + c])[0][1] == pytest.approx(s, abs=1e-5)
+    assert comps and all(c for c, _ in comps)
+    # a predicted completion has exactly the score the full word gets as a candidate
+    for c, s in comps[:3]:
+        assert causal.predict("the cat ", ["s" + c])[0][1] == pytest.approx(s, abs=1e-4)
+
+
+@pytest.mark.parametrize("which", ["causal", "masked"])
+def test_words_spanning_several_pieces_are_predicted(which, request, tokenizer):
+    model = request.getfixturevalue(which)
+    vocab = tokenizer.get_vocab()
+    # a typed prefix that only multi-piece words can complete: a word start + the first letter of a continuation
+    start = next(w for w in ("play", "walk", "talk", "jump") if w in vocab)
+    conts = [t[2:] for t in vocab if t.startswith("##") and t[2:].isalpha() and start + t[2:] not in vocab]
+    prefix = start + conts[0][0]
+    preds = model.predict("the dog " + prefix)
+    assert preds, "no completion of a prefix only multi-piece words complete"
+    for c, s in preds[:3]:
+        pieces = tokenizer(prefix + c, add_special_tokens=False)["input_ids"]
+        assert len(pieces) >= 2
+        assert model.predict("the dog ", [prefix + c])[0][1] == pytest.approx(s, abs=1e-4)
 
 
 def test_masked_lm_scores_and_games(masked, tokenizer):
@@ -75,7 +105,11 @@ def test_masked_lm_scores_and_games(masked, tokenizer):
     with torch.no_grad():
         lp = masked.model(input_ids=torch.tensor([ids])).logits[0, 2].log_softmax(-1)
     dog = tokenizer.convert_tokens_to_ids("dog")
-    assert masked.predict("the ", ["dog"])[0][1] == pytest.approx(float(lp[dog]), abs=1e-5)
+    with torch.no_grad():  # the word boundary: one more mask after the word
+        after = masked.model(input_ids=torch.tensor([ids[:2] + [dog, tokenizer.mask_token_id, tokenizer.sep_token_id]]))
+    after = after.logits[0, 3].log_softmax(-1)
+    boundary = float(torch.log(1 - after[continuation_mask(tokenizer, after.shape[-1])].exp().sum()))
+    assert masked.predict("the ", ["dog"])[0][1] == pytest.approx(float(lp[dog]) + boundary, abs=1e-5)
     s = stats(run_game(masked, [Message(None, "the dog ran.")], "we"))
     assert s["entropy"]["hit"] == 1.0 and s["entropy"]["mean"] > 0
     # a random model over ~30k tokens: about ln(30522) nats per single-piece word
