@@ -53,3 +53,28 @@ def test_higher_order_fits_repetitive_text_better():
     e = {n: stats(run_game(NgramModel(order=n).fit(lines), test, "we"))["entropy"] for n in (1, 3)}
     assert e[3]["fingerprint"] == e[1]["fingerprint"]  # same vocabulary: comparable
     assert e[3]["mean"] < e[1]["mean"] - 0.5
+
+
+@pytest.mark.parametrize("level, order", [("word", 3), ("char", 3), ("word", 1)])
+def test_a_saved_model_answers_exactly_as_the_trained_one(tmp_path, level, order):
+    from biasflow.lmchallenge.ngram import NgramModel
+
+    lines = ["the cat sat on the mat.", "the dog sat on the log!", "a cat, a dog; the end", "café ☕ ok"]
+    trained = NgramModel(order=order, level=level, n_predictions=7).fit(lines)
+    trained.save(str(tmp_path / "m.json"))
+    loaded = NgramModel.load(str(tmp_path / "m.json"), n_predictions=7)
+    for ctx in ("the ", "the c", "a cat, a ", "", "caf"):
+        assert loaded.predict(ctx) == trained.predict(ctx)
+        assert loaded.predict(ctx, ["cat", "dog", "zebra", "é"]) == trained.predict(ctx, ["cat", "dog", "zebra", "é"])
+    loaded.train("the zebra sat")  # adaptation still works on a loaded model, and clear() undoes it
+    loaded.clear()
+    assert loaded.predict("the ") == trained.predict("the ")
+
+
+def test_a_damaged_model_file_is_named(tmp_path):
+    from biasflow.lmchallenge.ngram import NgramModel
+
+    bad = tmp_path / "m.json"
+    bad.write_text('{"format": "biasflow-ngram/1", "order": 2, "fol')
+    with pytest.raises(ValueError, match=f"n-gram model {bad} is damaged"):
+        NgramModel.load(str(bad))

@@ -82,6 +82,45 @@ class NgramModel(Model):
             self.counts.add(self.tokenize(line))
         return self
 
+    # -- persistence: train once, serve from every game shard -----------------------------------------------
+    FORMAT = "biasflow-ngram/1"
+
+    def save(self, path: str) -> None:
+        """Write the counts as JSON (no pickle: a model file is data, never code), atomically."""
+        import json
+
+        from biasflow.io import write_text
+
+        if self._trained:
+            raise ValueError("save() after train(): the adapted counts are session state, not the model")
+        doc = {"format": self.FORMAT, "order": self.order, "level": self.level,
+               "followers": [{h: dict(c) for h, c in level.items()} for level in self.counts.followers]}
+        write_text(json.dumps(doc, ensure_ascii=False, separators=(",", ":")), path)
+
+    @classmethod
+    def load(cls, path: str, n_predictions: int = 20) -> "NgramModel":
+        import json
+
+        try:
+            with open(path, encoding="utf-8") as fh:
+                doc = json.load(fh)
+        except OSError as e:
+            raise ValueError(f"n-gram model {path}: {e.strerror}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"n-gram model {path} is damaged ({e}); delete it and re-run to retrain") from None
+        if not isinstance(doc, dict) or doc.get("format") != cls.FORMAT:
+            raise ValueError(f"n-gram model {path}: not a {cls.FORMAT} file")
+        model = cls(order=int(doc["order"]), level=doc["level"], n_predictions=n_predictions)
+        if len(doc["followers"]) != model.order:
+            raise ValueError(f"n-gram model {path}: {len(doc['followers'])} levels for order {model.order}")
+        for k, level in enumerate(doc["followers"]):
+            fol, tot = model.counts.followers[k], model.counts.totals[k]
+            for h, c in level.items():
+                fol[h] = Counter(c)
+                tot[h] = sum(c.values())
+        model.counts.version += 1
+        return model
+
     @property
     def vocabulary(self) -> set[str]:
         return set(self.counts.followers[0].get("", {}))
@@ -213,7 +252,10 @@ def load_training_lines(path: str, fmt: str = "auto") -> list[str]:
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     p = parser or argparse.ArgumentParser(prog="python -m biasflow.lmchallenge.ngram",
                                           description="Serve the sample n-gram model over the LM Challenge protocol.")
-    p.add_argument("--train", required=True, metavar="FILE", help="training text (plain lines or JSON lines)")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--train", metavar="FILE", help="training text (plain lines or JSON lines)")
+    src.add_argument("--load", metavar="MODEL", help="a model saved with --save (no retraining)")
+    p.add_argument("--save", metavar="MODEL", help="train, write the model to this file and exit")
     p.add_argument("--order", type=int, default=3, help="n-gram order (default 3)")
     p.add_argument("--level", choices=["word", "char"], default="word", help="word or character model")
     p.add_argument("--predictions", type=int, default=20, help="how many predictions to return (default 20)")
@@ -222,6 +264,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
 
 
 def model_from_args(args: argparse.Namespace) -> NgramModel:
+    if args.load:
+        return NgramModel.load(args.load, n_predictions=args.predictions)
     if args.order < 1:
         raise ValueError(f"--order must be >= 1, got {args.order}")
     model = NgramModel(order=args.order, level=args.level, n_predictions=args.predictions)
@@ -232,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         model = model_from_args(args)
+        if args.save:
+            model.save(args.save)
+            return 0
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
