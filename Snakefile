@@ -33,4 +33,3 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/metrics.smk"
 include: "workflow/rules/run.smk"
-include: "workflow/rules/lmchallenge.smk"  # its own target: snakemake --cores 2 lmchallenge

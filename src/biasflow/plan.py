@@ -325,6 +325,12 @@ def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
             except KeyError as exc:
                 raise ConfigError(f"metric.{name}: {exc.args[0]}") from exc
             model = cfg["model"]
+            reason = spec.model_check(model) if spec.model_check and model.get("kind") in spec.model_kinds else None
+            if reason:
+                msg = f"metric {name} skipped for model {model.get('name')}: {reason}"
+                log.warning(msg)
+                skipped.append(msg)
+                continue
             if model.get("kind") not in spec.model_kinds:
                 fallback = mcfg.get("default_model")
                 if not fallback:

