@@ -11,7 +11,7 @@ import os
 import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from biasflow.errors import ConfigError
 
@@ -53,7 +53,10 @@ def redact_uri(uri: Any) -> Any:
         pairs = parse_qsl(query, keep_blank_values=True)
         if any(k.lower() in _SECRET_QUERY_KEYS for k, _ in pairs):
             query = urlencode([(k, MASK if k.lower() in _SECRET_QUERY_KEYS else v) for k, v in pairs], safe="*")
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    if netloc == parts.netloc and query == parts.query:
+        return uri  # nothing secret: unchanged (urlunsplit would turn sqlite:////abs/path into sqlite://abs/path)
+    rebuilt = f"{uri.split('://', 1)[0]}://{netloc}{parts.path}"
+    return rebuilt + (f"?{query}" if query else "") + (f"#{parts.fragment}" if parts.fragment else "")
 
 
 def uri_has_secret(uri: Any) -> bool:
