@@ -168,6 +168,17 @@ def test_changing_a_threshold_never_reruns_the_model(project, swept):
     assert jobs.get("metric") == 1 and "score" not in jobs
 
 
+def test_rerun_with_reordered_overrides_logs_to_the_same_mlflow_runs(project, swept):
+    """The same plan asked for with the overrides in another order re-logs (plan.json changed) without conflict."""
+    _, rdir = swept
+    first = json.loads((rdir / "mlflow.json").read_text())
+    reordered = list(reversed(SWEEP))
+    assert run_dir(project, reordered, True) == rdir
+    snakemake(project, reordered, multirun=True)  # before: log_mlflow failed, "Changing param values is not allowed"
+    record = json.loads((rdir / "mlflow.json").read_text())
+    assert record["parent_run_id"] == first["parent_run_id"] and record["children"] == first["children"]
+
+
 def test_interrupted_scoring_resumes_without_redoing_finished_work(project, tiny_bert_dir):
     """A killed score job leaves its finished cache chunks; the restart computes only the rest."""
     from biasflow.models import load_model

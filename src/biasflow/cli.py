@@ -2,6 +2,7 @@
 
   biasflow run [-m] [overrides ...] [--cores N] [-n] [-- more snakemake args]
   biasflow plan [-m] [overrides ...]          show the jobs and output folders without running anything
+  biasflow log <run folder or plan hash>       log a finished run to MLflow (after the store was unreachable)
   biasflow ui                                  the command that opens the MLflow UI on the local store
 """
 from __future__ import annotations
@@ -107,12 +108,39 @@ def cmd_run(args, extra: list[str]) -> int:
     return rc
 
 
+def cmd_log(args) -> int:
+    """Log a finished run's results to MLflow: a run folder or a plan hash (looked up under paths.results)."""
+    from biasflow.secrets import redact_uri, uri_has_secret
+    from biasflow.stages import log_mlflow
+
+    if uri_has_secret(args.tracking_uri):
+        raise BiasflowError(f"--tracking-uri {redact_uri(args.tracking_uri)}: a password on the command line ends up "
+                            f"in shell histories; put the URI in MLFLOW_TRACKING_URI and pass its redacted form")
+    run_dir = Path(args.run)
+    if not run_dir.is_dir():
+        from biasflow.plan import compose
+
+        run_dir = Path(compose([])["paths"]["results"]) / "runs" / args.run
+    plan_path = run_dir / "plan.json"
+    if not plan_path.exists():
+        raise BiasflowError(f"{args.run}: no run folder with a plan.json (looked for {plan_path}); give a run folder "
+                            f"(results/runs/<plan hash>) or a plan hash")
+    record = log_mlflow(str(plan_path), str(run_dir), str(run_dir / "mlflow.json"), uri=args.tracking_uri)
+    if not record.get("logged", True):
+        print(f"tracking is disabled in {plan_path}: give --tracking-uri to log it anyway")
+        return 0
+    print(f"logged {run_dir} to MLflow {redact_uri(record['tracking_uri'])} (parent run {record['parent_run_id']}, "
+          f"{len(record['children'])} job run(s))")
+    return 0
+
+
 def cmd_ui(args) -> int:
     from biasflow.plan import compose
+    from biasflow.secrets import redact_uri, tracking_uri
 
     uri = compose([])["tracking"]["uri"]
-    cmd = ["mlflow", "ui", "--backend-store-uri", uri, "--port", str(args.port)]
-    print("+", " ".join(cmd), flush=True)
+    cmd = ["mlflow", "ui", "--backend-store-uri", tracking_uri(uri), "--port", str(args.port)]
+    print("+", " ".join(cmd[:3] + [redact_uri(uri)] + cmd[4:]), flush=True)
     return subprocess.call(cmd)
 
 
@@ -128,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
         if name == "run":
             p.add_argument("--cores", default="all", help="Snakemake --cores (default: all)")
             p.add_argument("-n", "--dry-run", action="store_true", help="show the jobs Snakemake would run")
+    lg = sub.add_parser("log", help="log a finished run to MLflow (e.g. after the store was unreachable)")
+    lg.add_argument("run", help="the run folder (results/runs/<plan hash>) or the plan hash")
+    lg.add_argument("--tracking-uri", default=None, help="log to this store instead of the plan's")
     ui = sub.add_parser("ui", help="open the MLflow UI on the configured store")
     ui.add_argument("--port", type=int, default=5000)
     args = parser.parse_args(argv)
@@ -136,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args, extra)
         if args.command == "plan":
             return cmd_plan(args)
+        if args.command == "log":
+            return cmd_log(args)
         return cmd_ui(args)
     except BiasflowError as exc:
         print(f"biasflow: error: {exc}", file=sys.stderr)

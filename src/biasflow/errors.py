@@ -23,3 +23,7 @@ class ConfigError(BiasflowError):
 
 class ModelLoadError(BiasflowError):
     pass
+
+
+class TrackingError(BiasflowError):
+    """The MLflow store is unreachable, broken or refused the results (the results on disk are unaffected)."""

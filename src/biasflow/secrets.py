@@ -11,7 +11,7 @@ import os
 import re
 from pathlib import Path
 from typing import Any, Iterable, Mapping
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from biasflow.errors import ConfigError
 
@@ -42,21 +42,21 @@ def redact_uri(uri: Any) -> Any:
         parts = urlsplit(uri)
     except ValueError:
         return redact_text(uri)
-    netloc, changed = parts.netloc, False
+    netloc = parts.netloc
     if "@" in netloc:
         userinfo, host = netloc.rsplit("@", 1)
         if ":" in userinfo:
             user = userinfo.split(":", 1)[0]
-            netloc, changed = f"{user}:{MASK}@{host}", True
+            netloc = f"{user}:{MASK}@{host}"
     query = parts.query
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
         if any(k.lower() in _SECRET_QUERY_KEYS for k, _ in pairs):
-            query, changed = urlencode([(k, MASK if k.lower() in _SECRET_QUERY_KEYS else v) for k, v in pairs],
-                                       safe="*"), True
-    if not changed:  # urlunsplit does not round-trip every URI (sqlite:////abs/path loses a slash)
-        return uri
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+            query = urlencode([(k, MASK if k.lower() in _SECRET_QUERY_KEYS else v) for k, v in pairs], safe="*")
+    if netloc == parts.netloc and query == parts.query:
+        return uri  # nothing secret: unchanged (urlunsplit would turn sqlite:////abs/path into sqlite://abs/path)
+    rebuilt = f"{uri.split('://', 1)[0]}://{netloc}{parts.path}"
+    return rebuilt + (f"?{query}" if query else "") + (f"#{parts.fragment}" if parts.fragment else "")
 
 
 def uri_has_secret(uri: Any) -> bool:

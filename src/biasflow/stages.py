@@ -210,9 +210,9 @@ def aggregate_run(plan_path: str, out_dir: str) -> pd.DataFrame:
     return agg
 
 
-def log_mlflow(plan_path: str, run_dir: str, out: str) -> dict:
+def log_mlflow(plan_path: str, run_dir: str, out: str, uri: str | None = None) -> dict:
     from biasflow.tracking.mlflow_log import log_plan
 
-    record = log_plan(json.loads(Path(plan_path).read_text()), Path(run_dir))
+    record = log_plan(json.loads(Path(plan_path).read_text()), Path(run_dir), uri=uri)
     write_json(record, out)
     return record

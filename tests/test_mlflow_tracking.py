@@ -1,0 +1,334 @@
+"""MLflow logging under hostile conditions: unreachable store, interrupted store creation, equivalent re-runs,
+a password in the tracking URI. Plans are written by hand (two tiny jobs), so no model runs here."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from biasflow import cli
+from biasflow.errors import TrackingError
+from biasflow.secrets import redact_uri
+from biasflow.stages import log_mlflow
+from biasflow.tracking.mlflow_log import log_plan
+
+from conftest import ROOT
+
+PASSWORD = "hunter2-s3cret"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_plan(root: Path, uri: str, overrides=("stats.n_boot=0", "benchmark.crows_pairs.limit=200"),
+               device: str = "cpu") -> Path:
+    """A finished two-job plan on disk (metric folders, run folder, plan.json); returns the run folder."""
+    results = root / "results"
+    jobs = []
+    for metric in ("crows_pairs_aul", "crows_pairs_biasbench"):
+        cfg_hash = f"{metric[-3:]}000000000"
+        mdir = results / "metrics" / "tiny-0123abcd" / metric / cfg_hash
+        mdir.mkdir(parents=True, exist_ok=True)
+        agg = pd.DataFrame({"model": ["tiny"] * 2, "benchmark": ["crows_pairs"] * 2, "metric": ["metric_score"] * 2,
+                            "category": ["overall", "gender"], "value": [55.0, 60.0], "ci_low": [None, None],
+                            "ci_high": [None, None], "n": [200, 80], "config_hash": [cfg_hash] * 2})
+        agg.to_parquet(mdir / "aggregate.parquet")
+        pd.DataFrame({"item_id": [1, 2], "score": [0.1, 0.2]}).to_parquet(mdir / "per_item.parquet")
+        (mdir / "config.yaml").write_text(f"metric: {metric}\n")
+        jobs.append({"metric": metric, "model_key": "tiny-0123abcd", "cfg_hash": cfg_hash, "metric_dir": str(mdir),
+                     "model": {"name": "tiny", "kind": "masked_lm", "path": str(root / "model"), "lowercase": True,
+                               "dtype": "float32", "device": device, "batch_tokens": 2048},
+                     "metric_cfg": {"variant": metric}, "benchmark": "crows_pairs",
+                     "benchmark_cfg": {"limit": 200, "files": {}}, "stats": {"n_boot": 0, "seed": 0, "level": 0.95},
+                     "mode": "parity"})
+    run_dir = results / "runs" / "abcdef123456"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    pd.concat([pd.read_parquet(Path(j["metric_dir"]) / "aggregate.parquet") for j in jobs]).to_csv(
+        run_dir / "aggregate.csv", index=False)
+    (run_dir / "report.md").write_text("# report\n")
+    plan = {"plan_hash": run_dir.name, "paths": {"results": str(results), "resources": str(root / "resources")},
+            "tracking": {"uri": redact_uri(uri), "experiment": "biasflow", "enabled": True,
+                         "artifact_location": str(root / "mlartifacts")},
+            "sweep": [{"overrides": list(overrides), "config": {}}], "skipped": [], "jobs": jobs}
+    (run_dir / "plan.json").write_text(json.dumps(plan, indent=2))
+    return run_dir
+
+
+def sqlite_uri(root: Path, query: str = "") -> str:
+    return f"sqlite:///{root / 'mlflow.db'}{query}"
+
+
+@pytest.fixture(scope="module")
+def empty_store(tmp_path_factory) -> Path:
+    """An empty, complete store built once (MLflow's migrations take seconds); tests copy it."""
+    from biasflow.tracking.store import ensure_sqlite_store
+
+    root = tmp_path_factory.mktemp("template")
+    ensure_sqlite_store(sqlite_uri(root))
+    return root / "mlflow.db"
+
+
+def store_in(root: Path, empty_store: Path, query: str = "") -> str:
+    root.mkdir(parents=True, exist_ok=True)
+    shutil.copy(empty_store, root / "mlflow.db")
+    return sqlite_uri(root, query)
+
+
+def runs_of(uri: str, plan_hash: str):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("biasflow")
+    return client, client.search_runs([exp.experiment_id], filter_string=f"tags.`biasflow.plan_hash` = '{plan_hash}'")
+
+
+# --- item 15: equivalent plans log to the same parent ---------------------------------------------------------------
+
+def test_equivalent_invocations_log_to_the_same_runs(tmp_path, empty_store):
+    uri = store_in(tmp_path, empty_store)
+    run_dir = write_plan(tmp_path, uri)
+    first = log_mlflow(str(run_dir / "plan.json"), str(run_dir), str(run_dir / "mlflow.json"))
+    # the same plan asked for differently: overrides reordered, a device setting that does not change the numbers
+    write_plan(tmp_path, uri, overrides=("benchmark.crows_pairs.limit=200", "stats.n_boot=0"), device="auto")
+    again = log_mlflow(str(run_dir / "plan.json"), str(run_dir), str(run_dir / "mlflow.json"))
+    assert again["parent_run_id"] == first["parent_run_id"] and again["children"] == first["children"]
+    client, runs = runs_of(uri, run_dir.name)
+    assert len(runs) == 3  # one parent, two jobs: nothing duplicated
+    parent = client.get_run(first["parent_run_id"])
+    assert parent.data.params["plan.jobs"] == "2"
+    assert json.loads(parent.data.tags["biasflow.overrides"]) == ["benchmark.crows_pairs.limit=200 stats.n_boot=0"]
+    child = client.get_run(next(iter(first["children"].values())))
+    assert child.data.params["benchmark.limit"] == "200" and "model.device" not in child.data.params
+    assert child.data.tags["model.device"] == "auto"  # the latest invocation's setting, as a tag
+
+
+# --- item 7: unreachable store ------------------------------------------------------------------------------------
+
+def test_unreachable_server_fails_in_seconds_saying_where_the_results_are(tmp_path, monkeypatch, empty_store):
+    dead = f"http://bob:{PASSWORD}@127.0.0.1:{free_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", dead)
+    run_dir = write_plan(tmp_path, dead)
+    start = time.monotonic()
+    with pytest.raises(TrackingError) as err:
+        log_mlflow(str(run_dir / "plan.json"), str(run_dir), str(run_dir / "mlflow.json"))
+    assert time.monotonic() - start < 10
+    msg = str(err.value)
+    assert redact_uri(dead) in msg and "unreachable" in msg and PASSWORD not in msg
+    assert str(run_dir) in msg and f"biasflow log {run_dir}" in msg
+    assert not (run_dir / "mlflow.json").exists() and (run_dir / "aggregate.csv").exists()
+    # later, against a store that works
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    store = store_in(tmp_path / "store", empty_store)
+    assert cli.main(["log", str(run_dir), "--tracking-uri", store]) == 0
+    record = json.loads((run_dir / "mlflow.json").read_text())
+    assert record["tracking_uri"] == store and len(record["children"]) == 2
+    _, runs = runs_of(store, run_dir.name)
+    assert len(runs) == 3
+
+
+def test_biasflow_log_names_a_missing_run(tmp_path, capsys):
+    assert cli.main(["log", str(tmp_path / "nope")]) == 2
+    assert "no run folder with a plan.json" in capsys.readouterr().err
+
+
+def test_log_refuses_incomplete_results(tmp_path):
+    run_dir = write_plan(tmp_path, sqlite_uri(tmp_path))
+    victim = Path(json.loads((run_dir / "plan.json").read_text())["jobs"][0]["metric_dir"]) / "aggregate.parquet"
+    victim.unlink()
+    with pytest.raises(TrackingError, match="results are incomplete"):
+        log_plan(json.loads((run_dir / "plan.json").read_text()), run_dir)
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+# --- item 8: interrupted creation of the sqlite store -------------------------------------------------------------
+
+def fail_after(monkeypatch, n_tables: int):
+    """Make MLflow's schema migration fail (as on a full disk) after creating ``n_tables`` tables."""
+    from alembic.operations import Operations
+
+    original = Operations.create_table
+    calls = {"n": 0}
+
+    def create_table(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] > n_tables:
+            raise sqlite3.OperationalError("database or disk is full")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Operations, "create_table", create_table)
+
+
+def test_failed_store_creation_leaves_nothing_and_the_next_run_works(tmp_path, monkeypatch):
+    uri = sqlite_uri(tmp_path)
+    run_dir = write_plan(tmp_path, uri)
+    with monkeypatch.context() as m:
+        fail_after(m, 9)
+        with pytest.raises(TrackingError, match=r"could not create the MLflow store .*disk is full"):
+            log_plan(json.loads((run_dir / "plan.json").read_text()), run_dir)
+    assert not (tmp_path / "mlflow.db").exists() and not list(tmp_path.glob(".mlflow.db*"))
+    record = log_plan(json.loads((run_dir / "plan.json").read_text()), run_dir)
+    assert len(record["children"]) == 2
+
+
+def half_created_store(path: Path, monkeypatch) -> None:
+    """What MLflow itself leaves when its first use fails half way through the migrations (as on a full disk)."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    with monkeypatch.context() as m:
+        fail_after(m, 9)
+        with pytest.raises(sqlite3.OperationalError):
+            SqlAlchemyStore(f"sqlite:///{path}", str(path.parent / "artifacts"))
+    SqlAlchemyStore._engine_map.pop(f"sqlite:///{path}").dispose()  # as if that process had ended
+    assert path.exists()
+
+
+def test_half_created_store_without_runs_is_replaced(tmp_path, caplog, monkeypatch):
+    db = tmp_path / "mlflow.db"
+    half_created_store(db, monkeypatch)
+    run_dir = write_plan(tmp_path, sqlite_uri(tmp_path))
+    record = log_plan(json.loads((run_dir / "plan.json").read_text()), run_dir)  # before: "table ... already exists"
+    assert len(record["children"]) == 2
+    assert len(list(tmp_path.glob("mlflow.db.incomplete-*"))) == 1
+    assert "was incomplete" in caplog.text
+
+
+def test_store_with_runs_and_a_wrong_schema_is_refused_with_the_way_out(tmp_path, empty_store):
+    uri = store_in(tmp_path, empty_store)
+    run_dir = write_plan(tmp_path, uri)
+    log_plan(json.loads((run_dir / "plan.json").read_text()), run_dir)
+    with sqlite3.connect(tmp_path / "mlflow.db") as con:  # as if an upgrade had been interrupted
+        con.execute("update alembic_version set version_num = '3500859a5d39'")
+    with pytest.raises(TrackingError) as err:
+        log_plan(json.loads((run_dir / "plan.json").read_text()), run_dir)
+    msg = str(err.value)
+    assert str(tmp_path / "mlflow.db") in msg and "3 runs, 1 experiments" in msg and "mlflow db upgrade" in msg
+    assert "move it away" in msg and "biasflow log" in msg
+
+
+# --- item 4: a password in the tracking URI is never written ------------------------------------------------------
+
+def assert_nowhere(root: Path, client, run_ids, secret: str, planted=()) -> None:
+    for f in root.rglob("*"):
+        if f.is_file() and f.suffix != ".db" and f not in planted:  # the store is checked through MLflow below
+            assert secret.encode() not in f.read_bytes(), f
+    for run_id in run_ids:
+        run = client.get_run(run_id)
+        for key, value in {**run.data.params, **run.data.tags}.items():
+            assert secret not in value, key
+        for art in client.list_artifacts(run_id):
+            if not art.is_dir:
+                local = client.download_artifacts(run_id, art.path, str(root.parent / "dl"))
+                assert secret.encode() not in Path(local).read_bytes(), art.path
+
+
+def test_password_in_the_tracking_uri_is_written_nowhere(tmp_path, monkeypatch, capsys, empty_store):
+    real = store_in(tmp_path / "store", empty_store, f"?password={PASSWORD}")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", real)
+    project = tmp_path / "project"
+    run_dir = write_plan(project, real)
+    (run_dir / "report.md").write_text(f"# report\nstore: {real}\n")  # a file quoting the URI is redacted on upload
+    assert PASSWORD not in (run_dir / "plan.json").read_text()
+    record = log_mlflow(str(run_dir / "plan.json"), str(run_dir), str(run_dir / "mlflow.json"))
+    assert record["tracking_uri"] == redact_uri(real)
+    from mlflow.tracking import MlflowClient
+
+    assert_nowhere(project, MlflowClient(tracking_uri=real), [record["parent_run_id"], *record["children"].values()],
+                   PASSWORD, planted=[run_dir / "report.md"])
+    assert PASSWORD not in capsys.readouterr().out
+
+
+# --- items 4 and 7 against a real tracking server -----------------------------------------------------------------
+
+@pytest.mark.slow
+def test_server_unreachable_then_back_biasflow_log_logs_without_leaking(tmp_path, monkeypatch, capsys):
+    port = free_port()
+    real = f"http://bob:{PASSWORD}@127.0.0.1:{port}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", real)
+    project = tmp_path / "project"
+    run_dir = write_plan(project, real)
+    start = time.monotonic()
+    assert cli.main(["log", str(run_dir)]) == 2
+    assert time.monotonic() - start < 10
+    down = capsys.readouterr()
+    assert "unreachable" in down.err and f"biasflow log {run_dir}" in down.err
+    store = tmp_path / "server"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{store / 'mlflow.db'}",
+         "--artifacts-destination", str(store / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        import requests
+
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/health", timeout=2).ok:
+                    break
+            except requests.RequestException:  # not listening yet, or busy starting
+                pass
+            assert time.monotonic() < deadline and server.poll() is None, "mlflow server did not start"
+            time.sleep(0.3)
+        assert cli.main(["log", str(run_dir)]) == 0
+        up = capsys.readouterr()
+        assert PASSWORD not in up.out + up.err + down.out + down.err  # MLflow's "View run at <URI>" lines included
+        record = json.loads((run_dir / "mlflow.json").read_text())
+        from mlflow.tracking import MlflowClient
+
+        assert_nowhere(project, MlflowClient(tracking_uri=real),
+                       [record["parent_run_id"], *record["children"].values()], PASSWORD)
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)
+
+
+@pytest.mark.parametrize("uri,shown", [
+    ("sqlite:///results/mlflow.db", "sqlite:///results/mlflow.db"),
+    ("sqlite:////abs/mlflow.db", "sqlite:////abs/mlflow.db"),
+    ("sqlite:////abs/mlflow.db?password=pw123&timeout=5", "sqlite:////abs/mlflow.db?password=***&timeout=5"),
+    ("http://bob:pw123@host:5000/prefix", "http://bob:***@host:5000/prefix"),
+])
+def test_redacted_uri_still_names_the_same_store(uri, shown):
+    assert redact_uri(uri) == shown
+
+
+def test_lm_challenge_runs_connect_through_the_environment_and_leak_nothing(tmp_path, monkeypatch, empty_store):
+    from mlflow.tracking import MlflowClient
+
+    from biasflow.lmchallenge.tracking import log_run
+
+    real = store_in(tmp_path / "store", empty_store, f"?password={PASSWORD}")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", real)
+    page = tmp_path / "out" / "ngram.wc.html"
+    page.parent.mkdir()
+    page.write_text(f"<p>logged to {real}</p>")
+    run_id = log_run({"fingerprint": "f1", "prediction": {"hit1": 0.5}}, model="ngram", game="wc", data="wiki",
+                     params={"command": "lm --api-key sk-abcdefghijklmnop"}, artifacts=[page],
+                     tracking_uri=redact_uri(real), experiment="lmchallenge")
+    client = MlflowClient(tracking_uri=real)
+    assert_nowhere(tmp_path / "none", client, [run_id], PASSWORD)
+    assert "sk-abcdefghijklmnop" not in client.get_run(run_id).data.params["command"]
+    assert client.get_run(run_id).data.metrics == {"prediction.hit1": 0.5}
+    dead = f"http://bob:{PASSWORD}@127.0.0.1:{free_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", dead)
+    start = time.monotonic()
+    with pytest.raises(TrackingError, match="unreachable") as err:
+        log_run({}, model="ngram", game="wc", data="wiki", tracking_uri=redact_uri(dead))
+    assert time.monotonic() - start < 10 and PASSWORD not in str(err.value)
+
+
+def test_biasflow_log_refuses_a_password_on_the_command_line(tmp_path, capsys):
+    assert cli.main(["log", str(tmp_path), "--tracking-uri", f"http://bob:{PASSWORD}@host:5000"]) == 2
+    err = capsys.readouterr().err
+    assert "MLFLOW_TRACKING_URI" in err and PASSWORD not in err
