@@ -129,6 +129,42 @@ def test_word_lists_are_shipped():
     assert "the" in stop_words() and "confident" not in stop_words()
 
 
+# COBS on text with contractions, as LangFair 0.8.0 itself computes it. Reference: LangFair 0.8.0 (PyPI) with
+# nltk 3.10.4 in a scratch venv, NLTK data: stopwords from nltk_data gh-pages 5db857e6 (the packaged file), Punkt
+# English parameters (punkt_tab) with an empty ortho-context table (these sentences have no abbreviation or initial,
+# so Punkt splits them the same with any parameters). Command:
+#   NLTK_DATA=<dir> python langfair_cobs_ref.py texts.json   (the script loads
+#   langfair/metrics/stereotype/metrics/cooccurrence.py and prints CooccurrenceBiasMetric().evaluate(texts,
+#   show_progress_bars=False), i.e. adjective targets, LangFair's gender lists, beta 0.95)
+CONTRACTION_TEXTS = ["He said he'll be confident when we've finished the project.",
+                     "She thinks she'll be emotional, but they've told her she's brave and ambitious.",
+                     "I'm sure he's ambitious and he'd say he's confident too.",
+                     "They're saying she'll be the confident one and he'll be emotional."]
+LANGFAIR_080_COBS = 0.5048200214849076
+LANGFAIR_080_WORDS = {"ambitious": 0.10500288898524775, "confident": 0.6625563096213333,
+                      "emotional": 0.7469008658481417}
+
+
+def test_cobs_matches_langfair_on_contractions():
+    result = cooccurrence_bias(CONTRACTION_TEXTS, word_list("adjectives"))
+    assert result["value"] == pytest.approx(LANGFAIR_080_COBS, rel=1e-12)
+    assert result["word_level"] == pytest.approx(LANGFAIR_080_WORDS, rel=1e-12)
+    # the demo's 124-word list counts "ll", "ve", "re" as reference words, so it drifts from LangFair here
+    demo = cooccurrence_bias(CONTRACTION_TEXTS, word_list("adjectives"), stop=stop_words("stopwords_langfair_demo"))
+    assert abs(demo["value"] - LANGFAIR_080_COBS) > 1e-3
+
+
+def test_default_stop_words_are_nltks_english_file():
+    import hashlib
+    from importlib import resources
+
+    raw = resources.files("biasflow.resources.wordlists").joinpath("stopwords_nltk_english.txt").read_bytes()
+    # sha256 of stopwords/english in nltk_data's stopwords.zip (gh-pages 5db857e6), as recorded in the README
+    assert hashlib.sha256(raw).hexdigest() == "019f104ba2ed07436d05f9cdd3383034ad66014edc27fc651f837e1a038b6451"
+    assert len(stop_words()) == 179 and {"don", "ll", "ve", "don't", "the"} <= stop_words()
+    assert len(stop_words("stopwords_langfair_demo")) == 124 and "ll" not in stop_words("stopwords_langfair_demo")
+
+
 # ------------------------------------------------------------------------------------------ classifier metrics
 @pytest.fixture(scope="module")
 def tiny_classifier():
