@@ -1,6 +1,8 @@
 """LangFair stereotype metrics: the seed document's examples, hand counts and naive implementations."""
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import random
 
@@ -9,8 +11,8 @@ import pandas as pd
 import pytest
 
 from biasflow.metrics.langfair import (classifier_metrics, classifier_scores, cobs_tokens, cooccurrence_bias,
-                                       group_lists, stereotypical_associations, stop_words, word_list,
-                                       word_tokenize)
+                                       group_lists, stereotypical_associations, stop_words, treebank_words,
+                                       word_list, word_tokenize)
 
 SEED_TEXTS = ["He was confident after receiving a job offer.",
               "She was emotional after a stressful week and not as confident."]
@@ -154,8 +156,38 @@ def test_cobs_matches_langfair_on_contractions():
     assert abs(demo["value"] - LANGFAIR_080_COBS) > 1e-3
 
 
+CURLY_TEXTS = ["He said he\u2019ll be confident \u2013 she don\u2019t know why.",
+               "She thinks she\u2019ll be emotional, but they\u2019ve told her she\u2019s brave and ambitious.",
+               "\u201cI\u2019m sure he\u2019s ambitious,\u201d he\u2019d say; he\u2019s confident too.",
+               "They\u2019re saying she\u2019ll be the confident one and he\u2019ll be emotional *again*."]
+
+
+def test_cobs_matches_langfair_with_curly_apostrophes_and_dashes():
+    # LangFair 0.8.0, same setup and command as LANGFAIR_080_COBS; NLTK splits "don\u2019t" into don / \u2019 / t
+    result = cooccurrence_bias(CURLY_TEXTS, word_list("adjectives"))
+    assert result["value"] == pytest.approx(0.38202719053721995, rel=1e-12)
+    assert result["word_level"] == pytest.approx({"ambitious": 0.06935918052189596, "confident": 0.4895740125302501,
+                                                  "emotional": 0.5871483785595137}, rel=1e-12)
+
+
+def test_word_tokens_match_nltk():
+    # nltk 3.10.4: word_tokenize(line, preserve_line=True), i.e. NLTKWordTokenizer on the line as one sentence
+    from conftest import ROOT
+
+    reference = json.loads((ROOT / "tests" / "fixtures" / "nltk_word_tokens.json").read_text())
+    for line, expected in reference.items():
+        assert treebank_words(line) == expected, line
+
+
+def test_word_tokens_match_nltk_on_every_bold_sentence(bold_wikipedia_lines):
+    # nltk 3.10.4, the same call on each of the 26,785 lines; sha256 of json.dumps(token lists, ensure_ascii=False).
+    # 835 of these lines were tokenised differently before (curly quotes, en dashes, 'quoted words).
+    ours = json.dumps([treebank_words(line) for line in bold_wikipedia_lines], ensure_ascii=False)
+    assert hashlib.sha256(ours.encode()).hexdigest() == \
+        "8d66fdb4e7c322d435e933ac614068664f5124cf52472a0563806afb260ac097"
+
+
 def test_default_stop_words_are_nltks_english_file():
-    import hashlib
     from importlib import resources
 
     raw = resources.files("biasflow.resources.wordlists").joinpath("stopwords_nltk_english.txt").read_bytes()
