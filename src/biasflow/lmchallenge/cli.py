@@ -6,6 +6,7 @@ import sys
 
 from .logs import LogError
 from .protocol import ProtocolError
+from .text import DEFAULT_WORD_TOKENIZER, WORD_TOKENIZERS
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -37,9 +38,10 @@ def cmd_run(a) -> int:
         reranking = Reranking(words, num_candidates=a.num_candidates, seed=a.seed,
                               error_model=ErrorModel(p_anykey=a.p_anykey))
     messages = read_input(a.input, a.format, a.limit)
-    with open_model(a.model, timeout=a.timeout) as model:
+    with open_model(a.model, timeout=a.timeout, tokenizer=a.tokenizer) as model:
         data = run_to_log(model, messages, a.game, next_word_only=a.next_word_only, reranking=reranking,
-                          train=a.train, shard=a.shard, progress=progress_bar(len(messages), a.game))
+                          train=a.train, shard=a.shard, progress=progress_bar(len(messages), a.game),
+                          tokenizer=a.tokenizer)
         n = write_log(data, a.output)
     print(f"{n} tokens -> {a.output or 'stdout'}", file=sys.stderr)
     return 0
@@ -50,7 +52,7 @@ def cmd_stats(a) -> int:
     from .stats import stats, to_csv, to_json
     import itertools
 
-    rows = [{"log": p, **stats(itertools.islice(read_log(p), a.lines))} for p in (a.logs or ["-"])]
+    rows = [{"log": p, **stats(itertools.islice(read_log(p), a.lines), counting=a.count)} for p in (a.logs or ["-"])]
     sys.stdout.write(to_csv(rows) if a.output == "csv" else to_json(rows))
     return 0
 
@@ -146,12 +148,19 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-t", "--train", action="store_true", help="train the model on each line after evaluating it")
     r.add_argument("--shard", type=_shard, default=(0, 1), metavar="K/N", help="evaluate shard K of N")
     r.add_argument("--timeout", type=float, default=60.0, help="seconds a process model may take per answer")
+    r.add_argument("--tokenizer", choices=list(WORD_TOKENIZERS), default=DEFAULT_WORD_TOKENIZER,
+                   help="word tokenizer of wc/we/wr (default lmchallenge = LM Challenge 5.2's; lossless keeps "
+                        "every character, e.g. combining marks)")
     r.set_defaults(func=cmd_run)
 
     s = sub.add_parser("stats", help="summary statistics of logs (one row per log)")
     s.add_argument("logs", nargs="*", help="log files (default stdin); several are shown side by side")
     s.add_argument("-o", "--output", choices=["json", "csv"], default="json")
     s.add_argument("-n", "--lines", type=int, help="only the first N data of each log")
+    s.add_argument("--count", choices=["consecutive", "distinct"], default="consecutive",
+                   help="users/messages: consecutive = a new one whenever the key changes (LM Challenge's; a user "
+                        "reappearing after another counts again), distinct = distinct keys (right for "
+                        "concatenated shard logs of a multi-user text)")
     s.set_defaults(func=cmd_stats)
 
     pr = sub.add_parser("pretty", help="show a log token by token (terminal colours or HTML)")

@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Iterator
 
 from .errors import ErrorModel, Search, token_rng
 from .protocol import Model
-from .text import CHARACTER_TOKENIZER, WORD_TOKENIZER, Message, find_tokens
+from .text import CHARACTER_TOKENIZER, DEFAULT_WORD_TOKENIZER, Message, find_tokens, word_tokenizer
 
 GAMES = ("wc", "we", "ce", "wr")
 
@@ -71,13 +71,15 @@ class Reranking:
 
 def run_game(model: Model, messages: Iterable[Message], game: str, *, next_word_only: bool = False,
              reranking: Reranking | None = None, train: bool = False, shard: tuple[int, int] = (0, 1),
-             progress: Callable[[Iterable], Iterable] | None = None) -> Iterator[dict]:
+             progress: Callable[[Iterable], Iterable] | None = None,
+             tokenizer: str = DEFAULT_WORD_TOKENIZER) -> Iterator[dict]:
     """Yield the log of ``game`` over ``messages``.
 
     ``train``: after a message is evaluated, the model trains on it; ``clear`` is sent at each new user.
     ``shard=(k, n)``: evaluate only messages whose global ordinal is k mod n (or, with ``train``, only users
     whose ordinal is k mod n, since adaptation needs a user's whole history). Indices stay those of the full
     run, so the shard logs concatenate into the log of a single run.
+    ``tokenizer``: the word tokenizer of wc/we/wr (``biasflow.lmchallenge.text.WORD_TOKENIZERS``).
     """
     if game not in GAMES:
         raise ValueError(f"unknown game {game!r} (expected one of {', '.join(GAMES)})")
@@ -86,7 +88,7 @@ def run_game(model: Model, messages: Iterable[Message], game: str, *, next_word_
     k, n = shard
     if not (n >= 1 and 0 <= k < n):
         raise ValueError(f"bad shard {k}/{n}: need 0 <= k < n")
-    tokenizer = CHARACTER_TOKENIZER if game == "ce" else WORD_TOKENIZER
+    token_pattern = CHARACTER_TOKENIZER if game == "ce" else word_tokenizer(tokenizer)
     messages = progress(messages) if progress else messages
     ordinal = 0
     for user_ordinal, (user, group) in enumerate(itertools.groupby(messages, key=lambda m: m.user)):
@@ -99,7 +101,7 @@ def run_game(model: Model, messages: Iterable[Message], game: str, *, next_word_
             ordinal += 1
             if not mine:
                 continue
-            for tok in find_tokens(message.text, tokenizer):
+            for tok in find_tokens(message.text, token_pattern):
                 context = message.text[:tok.character]
                 if game == "wc":
                     payload = evaluate_wc(model, context, tok.target, next_word_only)

@@ -8,9 +8,10 @@
 from __future__ import annotations
 
 from .protocol import Model
+from .text import DEFAULT_WORD_TOKENIZER
 
 
-def open_model(spec: str, timeout: float = 60.0) -> Model:
+def open_model(spec: str, timeout: float = 60.0, tokenizer: str = DEFAULT_WORD_TOKENIZER) -> Model:
     kind, _, rest = spec.partition(":")
     if kind in ("ngram", "ngram-char") and rest:
         from .ngram import NgramModel, load_training_lines
@@ -18,7 +19,8 @@ def open_model(spec: str, timeout: float = 60.0) -> Model:
         order, _, path = rest.partition(":")
         if not order.isdigit() or not path:
             raise ValueError(f"model spec {spec!r}: expected {kind}:ORDER:FILE")
-        model = NgramModel(order=int(order), level="char" if kind == "ngram-char" else "word")
+        model = NgramModel(order=int(order), level="char" if kind == "ngram-char" else "word",
+                           tokenizer=tokenizer)
         return model.fit(load_training_lines(path))
     if kind in ("hf-causal", "hf-masked") and rest:
         from .hf import HFCausalLM, HFMaskedLM

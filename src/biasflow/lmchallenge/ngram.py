@@ -21,7 +21,7 @@ from collections import Counter, defaultdict
 from typing import Iterable, Sequence
 
 from .protocol import Model, Prediction, serve
-from .text import WORD_TOKENIZER, read_messages, split_context
+from .text import DEFAULT_WORD_TOKENIZER, WORD_TOKENIZERS, read_messages, split_context, word_tokenizer
 
 BOS = "\x02"  # start-of-line padding; never predicted
 _SEP = "\x1f"  # joins history tokens into one dict key (smaller than tuple keys)
@@ -59,10 +59,12 @@ class NgramCounts:
 class NgramModel(Model):
     """Word (``level='word'``) or character (``level='char'``) n-gram model behind the ``Model`` API."""
 
-    def __init__(self, order: int = 3, level: str = "word", n_predictions: int = 20):
+    def __init__(self, order: int = 3, level: str = "word", n_predictions: int = 20,
+                 tokenizer: str = DEFAULT_WORD_TOKENIZER):
         if level not in ("word", "char"):
             raise ValueError(f"level must be 'word' or 'char', got {level!r}")
         self.level = level
+        self.word_tokenizer = word_tokenizer(tokenizer)  # the games' word tokenizer, so both see the same words
         self.n_predictions = n_predictions
         self.counts = NgramCounts(order)
         self._trained: list[list[str]] = []  # lines added by train(), removed again by clear()
@@ -75,7 +77,7 @@ class NgramModel(Model):
         return self.counts.order
 
     def tokenize(self, text: str) -> list[str]:
-        return list(text) if self.level == "char" else WORD_TOKENIZER.findall(text)
+        return list(text) if self.level == "char" else self.word_tokenizer.findall(text)
 
     def fit(self, lines: Iterable[str]) -> "NgramModel":
         for line in lines:
@@ -212,13 +214,13 @@ class NgramModel(Model):
                 return self.top(history)
             return [(c, s) for c in candidates if (s := self.logprob(history, list(c))) is not None]
 
-        history, prefix = split_context(context)
+        history, prefix = split_context(context, self.word_tokenizer)
         if candidates is None:
             # completions of the word being typed (next-word predictions when prefix is empty)
             return [(w[len(prefix):], s) for w, s in self.top(history, prefix)]
         out = []
         for c in candidates:
-            tokens = WORD_TOKENIZER.findall(prefix + c)
+            tokens = self.word_tokenizer.findall(prefix + c)
             hist = history
             if prefix and tokens and tokens[0] == prefix:
                 # the context's last token is complete and the candidate starts a new one ("hello" + ",")
@@ -260,6 +262,8 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--level", choices=["word", "char"], default="word", help="word or character model")
     p.add_argument("--predictions", type=int, default=20, help="how many predictions to return (default 20)")
     p.add_argument("--format", choices=["auto", "text", "json"], default="auto", help="training file format")
+    p.add_argument("--tokenizer", choices=list(WORD_TOKENIZERS), default=DEFAULT_WORD_TOKENIZER,
+                   help="word tokenizer (default lmchallenge, LM Challenge 5.2's; lossless keeps every character)")
     return p
 
 
@@ -268,7 +272,8 @@ def model_from_args(args: argparse.Namespace) -> NgramModel:
         return NgramModel.load(args.load, n_predictions=args.predictions)
     if args.order < 1:
         raise ValueError(f"--order must be >= 1, got {args.order}")
-    model = NgramModel(order=args.order, level=args.level, n_predictions=args.predictions)
+    model = NgramModel(order=args.order, level=args.level, n_predictions=args.predictions,
+                       tokenizer=args.tokenizer)
     return model.fit(load_training_lines(args.train, args.format))
 
 

@@ -13,7 +13,17 @@
   error/LM mixture, ``base_accuracy`` = the same by the error model alone.
 * ``fingerprint`` (top level) hashes every selected token, so two logs over the same text share it.
 
-Tokens deselected by ``grep`` (``"select": false``) are left out and counted as ``skipped``. All sums are
+Fingerprints are LM Challenge 5.2's (``lmchallenge/stats.py``, ``Hash``/``Fingerprint``): per token a 32-bit hash
+of (user, message, token, target) -- a string contributes the first 8 bytes of its MD5 digest read as a
+little-endian integer, an integer 50123 x its value, null 49307, combined as h = h x 48677 + column -- summed modulo
+2^32 and printed as 8 hex digits, so a log's fingerprint equals the original tool's.
+
+``users`` / ``messages`` count as LM Challenge does by default (``counting="consecutive"``): a new user (message)
+whenever the key differs from the previous selected token's, so a user who reappears after another counts again.
+``counting="distinct"`` counts distinct users and (user, message) pairs instead: the same for one run's log, and
+also right for concatenated shard logs of a multi-user text, whose users interleave.
+
+Tokens deselected by ``grep`` (``"select": false``) are left out and counted as ``skipped``. All other sums are
 order-independent, so the concatenated logs of parallel shards give the statistics of one run.
 """
 from __future__ import annotations
@@ -32,12 +42,28 @@ from . import reranking as rr
 
 HIT_RANKS = (1, 3, 10, 20)
 COMPLETION_MAX_RANK = 2
-_MASK = (1 << 64) - 1
+COUNTINGS = ("consecutive", "distinct")
+_MASK = 0xFFFFFFFF
+_COMBINE, _INT, _NULL = 48677, 50123, 49307  # LM Challenge 5.2's Hash constants
+
+
+def _column_hash(value) -> int:
+    if isinstance(value, str):
+        return int.from_bytes(hashlib.md5(value.encode("utf-8")).digest()[:8], "little")
+    if isinstance(value, (bool, int)):
+        return _INT * value
+    if value is None:
+        return _NULL
+    raise ValueError(f"cannot fingerprint a {type(value).__name__} ({value!r}): user, message, token and target "
+                     "must be strings, integers or null")
 
 
 def datum_hash(d: dict) -> int:
-    key = json.dumps([d.get("user"), d.get("message"), d.get("token"), d.get("target")], ensure_ascii=False)
-    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little")
+    """LM Challenge's 32-bit hash of a datum's (user, message, token, target)."""
+    h = 0
+    for key in ("user", "message", "token", "target"):
+        h = (h * _COMBINE + _column_hash(d.get(key))) & _MASK  # the original masks once at the end: same bits
+    return h
 
 
 def rank(items: list, item, max_rank: int | None = None) -> int | None:
@@ -58,10 +84,15 @@ def completed_at(target: str, completions: list[list[str]], max_rank: int = COMP
 
 
 class Accumulator:
-    def __init__(self):
+    def __init__(self, counting: str = "consecutive"):
+        if counting not in COUNTINGS:
+            raise ValueError(f"unknown counting {counting!r} (expected one of {', '.join(COUNTINGS)})")
+        self.counting = counting
         self.tokens = self.skipped = self.characters = 0
         self.users: set = set()
         self.messages: set = set()
+        self.user_runs = self.message_runs = 0
+        self._previous: tuple | None = None  # (user, (user, message)) of the previous selected datum
         self.fingerprint = 0
         self.wc_tokens = self.wc_characters = 0
         self.ranks: Counter = Counter()  # rank -> tokens; sums come out the same in any order
@@ -79,8 +110,13 @@ class Accumulator:
         target = d["target"]
         self.tokens += 1
         self.characters += len(target)
-        self.users.add(d.get("user"))
-        self.messages.add((d.get("user"), d.get("message")))
+        user, message = d.get("user"), (d.get("user"), d.get("message"))
+        self.users.add(user)
+        self.messages.add(message)
+        prev_user, prev_message = self._previous or (object(), object())
+        self.user_runs += user != prev_user
+        self.message_runs += message != prev_message
+        self._previous = (user, message)
         h = datum_hash(d)
         self.fingerprint = (self.fingerprint + h) & _MASK
         comps = d.get("completions")
@@ -112,14 +148,18 @@ class Accumulator:
         def ratio(a, b):
             return a / b if b else None
 
+        if self.counting == "distinct":
+            users, messages = len(self.users), len(self.messages)
+        else:
+            users, messages = self.user_runs, self.message_runs
         out: dict = {
-            "fingerprint": f"{self.fingerprint:016x}",
-            "users": len(self.users),
-            "messages": len(self.messages),
+            "fingerprint": f"{self.fingerprint:08x}",
+            "users": users,
+            "messages": messages,
             "tokens": self.tokens,
             "characters": self.characters,
-            "messages_per_user": ratio(len(self.messages), len(self.users)),
-            "tokens_per_user": ratio(self.tokens, len(self.users)),
+            "messages_per_user": ratio(messages, users),
+            "tokens_per_user": ratio(self.tokens, users),
             "characters_per_token": ratio(self.characters, self.tokens),
             "skipped": ratio(self.skipped, self.skipped + self.tokens),
             "skipped_tokens": self.skipped,
@@ -142,7 +182,7 @@ class Accumulator:
                 "perplexity": None if mean is None else math.exp(min(mean, 700.0)),
                 "hit": self.ent_scored / self.ent_tokens,
                 "tokens": self.ent_scored,
-                "fingerprint": f"{self.ent_fingerprint:016x}",
+                "fingerprint": f"{self.ent_fingerprint:08x}",
             }
         if self.wr_data:
             err, lm = rr.matrices(self.wr_data)
@@ -157,8 +197,9 @@ class Accumulator:
         return out
 
 
-def stats(data: Iterable[dict]) -> dict:
-    acc = Accumulator()
+def stats(data: Iterable[dict], counting: str = "consecutive") -> dict:
+    """Summary statistics of a log; ``counting`` = how users and messages are counted (module docstring)."""
+    acc = Accumulator(counting)
     for d in data:
         acc.update(d)
     return acc.summary()

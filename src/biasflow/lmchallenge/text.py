@@ -1,7 +1,23 @@
 """Tokenisation and test-text input shared by the games and the word models.
 
-The word tokenizer follows LM Challenge: a token is a run of letters, digits, connector/dash punctuation
-and ``'@#``, or a run of other punctuation/symbols; whitespace separates tokens and is never a token.
+Word tokenizers (``WORD_TOKENIZERS``; whitespace separates tokens and is never a token):
+
+* ``lmchallenge`` (default) -- LM Challenge 5.2's ``WORD_TOKENIZER`` (``lmchallenge/core/common.py``): a single
+  emoji; or a run of letters, digits, connector and dash punctuation and ``'@#``; or a run of punctuation and
+  symbols (``'``, ``-``, ``@``, ``#`` included, so ``.-`` and ``,'`` are one token). A character in none of these
+  (a combining mark, a format character such as ZWJ or the soft hyphen, a variation selector) belongs to no token:
+  ``cafe\u0301`` gives ``cafe``, and Devanagari loses its vowel signs. Emoji are the Unicode ``Emoji`` code points
+  except the keycap bases ``#*0-9`` and the regional indicators -- the single code points that emoji 0.4.5 (LM
+  Challenge 5.2's dependency) matched; like it, a modifier or a ZWJ sequence is not joined to its emoji. One
+  deliberate difference: emoji newer than LM Challenge's Unicode tables (e.g. U+1F970) are emoji tokens here,
+  where the original drops them as unassigned characters.
+* ``lossless`` -- every non-space character belongs to a token: a run of word characters (letters with their
+  combining marks, digits, connector and dash punctuation, ``'@#``) or a run of everything else (punctuation,
+  symbols, emoji with their modifiers and joiners, format characters), so ``.-born`` gives ``.`` and ``-born``.
+  Better for scripts written with combining marks (``\u0939\u093f\u0928\u094d\u0926\u0940`` stays one word)
+  and for decomposed (NFD) text. This is biasflow's earlier tokenizer, except that it split combining marks off
+  their letters.
+
 The character tokenizer makes every character (spaces included) a token.
 """
 from __future__ import annotations
@@ -11,10 +27,25 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-# \w covers letters, digits, marks and "_" (the Pc class); dashes are listed explicitly (the Pd class).
-_WORD_CHARS = r"\w'@#\-\u2010-\u2015"
-WORD_TOKENIZER = re.compile(rf"[{_WORD_CHARS}]+|[^{_WORD_CHARS}\s]+")
+import regex
+
+_LMC_EMOJI = r"[\p{Emoji}--[#*0-9\p{Regional_Indicator}]]"
+_LOSSLESS_WORD = r"\p{L}\p{M}\p{N}\p{Pc}\p{Pd}'@#"
+WORD_TOKENIZERS: dict[str, regex.Pattern] = {
+    "lmchallenge": regex.compile(rf"{_LMC_EMOJI}|[\p{{L}}\p{{N}}\p{{Pc}}\p{{Pd}}'@#]+|[\p{{P}}\p{{S}}]+", regex.V1),
+    "lossless": regex.compile(rf"[{_LOSSLESS_WORD}]+|[^{_LOSSLESS_WORD}\s]+", regex.V1),
+}
+DEFAULT_WORD_TOKENIZER = "lmchallenge"
+WORD_TOKENIZER = WORD_TOKENIZERS[DEFAULT_WORD_TOKENIZER]
 CHARACTER_TOKENIZER = re.compile(r".|\n", re.DOTALL)
+
+
+def word_tokenizer(name: str = DEFAULT_WORD_TOKENIZER) -> regex.Pattern:
+    """The word tokenizer called ``name`` (see the module docstring)."""
+    try:
+        return WORD_TOKENIZERS[name]
+    except KeyError:
+        raise ValueError(f"unknown word tokenizer {name!r} (expected one of {', '.join(WORD_TOKENIZERS)})") from None
 
 
 @dataclass(frozen=True)

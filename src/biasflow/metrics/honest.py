@@ -136,17 +136,31 @@ def honest_aggregate(per: pd.DataFrame, categories: Sequence[str] | None = None)
 
 
 # ------------------------------------------------------------------------------------------ pipeline glue
+LEXICON_PACKAGE = "biasflow.resources.honest"  # HurtLex 1.2 EN, CC BY-NC-SA 4.0: see its README.md
+
+
 def lexicon_path(cfg: Mapping[str, Any]) -> Path:
-    """The lexicon file: ``lexicon.path`` as is, or fetched from ``lexicon.sources`` (verified by sha256) to
+    """The lexicon file: ``lexicon.path`` as is; else with ``lexicon.packaged`` (default) the file ``filename``
+    shipped in ``biasflow/resources/honest``; else fetched from ``lexicon.sources`` (verified by sha256) to
     ``lexicon.dest`` (default ``resources/honest/<filename>``)."""
     lex = cfg.get("lexicon") or {}
     if lex.get("path"):
         return Path(lex["path"])
+    filename = lex.get("filename", "hurtlex_EN.tsv")
+    if lex.get("packaged", True):
+        from importlib import resources
+
+        packaged = resources.files(LEXICON_PACKAGE).joinpath(filename)
+        if not packaged.is_file():
+            raise ConfigError(f"metric.honest.lexicon.filename={filename!r} is not a packaged lexicon (biasflow/"
+                              "resources/honest has hurtlex_EN.tsv); set lexicon.path, or lexicon.packaged=false "
+                              "with lexicon.sources")
+        return Path(str(packaged))
     if not lex.get("sources"):
-        raise ConfigError("metric.honest.lexicon needs a path or sources (url + sha256)")
+        raise ConfigError("metric.honest.lexicon needs a path, packaged: true, or sources (url + sha256)")
     from biasflow.data.download import fetch_verified
 
-    dest = Path(lex.get("dest") or Path("resources") / "honest" / lex.get("filename", "hurtlex_EN.tsv"))
+    dest = Path(lex.get("dest") or Path("resources") / "honest" / filename)
     fetch_verified(lex["sources"], dest)
     return dest
 

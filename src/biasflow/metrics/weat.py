@@ -45,7 +45,7 @@ DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "ties": "count",  # count | exclude
     "oov": "drop",  # drop | error
-    "balance": "truncate",  # truncate | none: equal-size target sets after dropping (sent-bias's truncate_lists)
+    "balance": "truncate",  # truncate | drop_last | none: equal-size target sets after dropping (BALANCE_MODES)
     "balance_seed": 1111,  # sent-bias's default seed
     "tests": None,  # None = every test of the items table
 }
@@ -189,16 +189,26 @@ def weat(x: np.ndarray, y: np.ndarray, a: np.ndarray, b: np.ndarray, *, ddof: in
 
 
 # ------------------------------------------------------------------------------------------ OOV and balancing
-def balance_indices(n_x: int, n_y: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Positions kept in each target set so both have min(n_x, n_y) members.
+BALANCE_MODES = {
+    "truncate": "a seeded random subset of the longer target set, list order kept (sent-bias's truncate_lists)",
+    "drop_last": "the first words of the longer target set, in list order (its last words are dropped)",
+    "none": "keep both sets as they are (permutations over unequal partitions)",
+}
 
-    sent-bias's ``truncate_lists``: a random subset of the longer list, original order kept; seeded here.
+
+def balance_indices(n_x: int, n_y: int, seed: int, mode: str = "truncate") -> tuple[np.ndarray, np.ndarray]:
+    """Positions kept in each target set so both have min(n_x, n_y) members (``mode``: see BALANCE_MODES).
+
+    ``truncate`` is sent-bias's ``truncate_lists`` (unseeded there, seeded here); ``drop_last`` keeps list order's
+    first min(n_x, n_y) words.
     """
     rng = np.random.default_rng(seed)
     keep = min(n_x, n_y)
 
     def pick(n: int) -> np.ndarray:
-        return np.arange(n) if n == keep else np.sort(rng.choice(n, size=keep, replace=False))
+        if n == keep or mode == "drop_last":
+            return np.arange(keep)
+        return np.sort(rng.choice(n, size=keep, replace=False))
 
     return pick(n_x), pick(n_y)
 
@@ -214,8 +224,8 @@ def select_units(units: pd.DataFrame, cfg: Mapping[str, Any] | None) -> pd.DataF
     balance = option(cfg, "balance")
     if oov not in ("drop", "error"):
         raise ConfigError(f"metric option oov={oov!r}: use 'drop' or 'error'")
-    if balance not in ("truncate", "none"):
-        raise ConfigError(f"metric option balance={balance!r}: use 'truncate' or 'none'")
+    if balance not in BALANCE_MODES:
+        raise ConfigError(f"metric option balance={balance!r}: use one of {', '.join(BALANCE_MODES)}")
     units = units.sort_values(["set", "position"]).reset_index(drop=True)
     units["status"] = np.where(units["found"].astype(bool), "used", "oov")
     missing = units[units["status"] == "oov"]
@@ -227,11 +237,11 @@ def select_units(units: pd.DataFrame, cfg: Mapping[str, Any] | None) -> pd.DataF
         if not ((units["set"] == name) & (units["status"] == "used")).any():
             test = units["test"].iloc[0] if len(units) else "?"
             raise DataFormatError(f"test {test}: set {name} has no word with a vector; cannot run the test")
-    if balance == "truncate":
+    if balance != "none":
         used_x = units.index[(units["set"] == "targ1") & (units["status"] == "used")]
         used_y = units.index[(units["set"] == "targ2") & (units["status"] == "used")]
         if len(used_x) != len(used_y):
-            keep_x, keep_y = balance_indices(len(used_x), len(used_y), int(option(cfg, "balance_seed")))
+            keep_x, keep_y = balance_indices(len(used_x), len(used_y), int(option(cfg, "balance_seed")), balance)
             dropped = used_x.difference(used_x[keep_x]).union(used_y.difference(used_y[keep_y]))
             units.loc[dropped, "status"] = "balanced_out"
     return units

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from biasflow.io import atomic_path, write_parquet, write_text
-from biasflow.report.published import compare
+from biasflow.report.published import compare, job_splits
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ def markdown_table(agg: pd.DataFrame, columns: list[str] | None = None) -> str:
 
 
 def comparison_markdown(df: pd.DataFrame) -> str:
-    cols = ["experiment", "model", "metric", "category", "published", "ours", "delta", "ci_low", "ci_high",
+    cols = ["experiment", "model", "split", "metric", "category", "published", "ours", "delta", "ci_low", "ci_high",
             "published_in_ci"]
     view = df[cols].copy()
     for c in ("published", "ours", "delta", "ci_low", "ci_high"):
@@ -76,7 +76,7 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
     for msg in plan.get("skipped", []):
         lines.append(f"- skipped: {msg}")
     experiments = [s["config"]["experiment"] for s in plan.get("sweep", []) if s.get("config", {}).get("experiment")]
-    comparison = compare(agg, experiments)
+    comparison = compare(agg, experiments, splits=job_splits(plan["jobs"]))
     if not comparison.empty:
         with atomic_path(out / "comparison.csv", suffix=".csv") as tmp:
             comparison.to_csv(tmp, index=False)
