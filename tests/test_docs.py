@@ -89,18 +89,9 @@ SYNOPSES = {
 }
 
 # Documented `biasflow run` commands whose Snakemake dry run fails today (each a strict xfail: remove the entry
-# with the fix). A user-given `benchmark=[...]` list drops the dataset configs other rules need:
-# workflow.py Lookups.demo_training_texts reads plan.benchmarks["bold_wikipedia"] -> KeyError at parse time.
-BENCHMARK_LIST_BUG = ("a user-given benchmark=[...] list drops bold_wikipedia, which the build_demo_model rule "
-                      "needs: KeyError 'bold_wikipedia' in workflow.py demo_training_texts (issue 10 item 1)")
-KNOWN_FAILURE_OUTPUT = {BENCHMARK_LIST_BUG: "'bold_wikipedia'"}  # what the output shows when it fails for that reason
-KNOWN_FAILING = {
-    "biasflow run metric=[stereoset] benchmark=[stereoset] model=bert_base_cased": BENCHMARK_LIST_BUG,
-    "biasflow run metric=[stereoset] benchmark=[stereoset] model=roberta_base "
-    "metric.stereoset.word_prefix_space=true": BENCHMARK_LIST_BUG,
-    "biasflow run metric=[stereoset] benchmark=[stereoset] "
-    "metric.stereoset.predictions_file=/path/predictions.json": BENCHMARK_LIST_BUG,
-}
+# with the fix, as the benchmark-list failure of issue 10 item 1 was removed).
+KNOWN_FAILURE_OUTPUT: dict[str, str] = {}  # reason -> what the output shows when it fails for that reason
+KNOWN_FAILING: dict[str, str] = {}
 
 # Snakemake options that need software the test environment does not have.
 NEEDS_PLUGIN = {"workflow/profiles/slurm": "snakemake_executor_plugin_slurm"}
@@ -359,9 +350,9 @@ def test_biasflow_run_dry_runs_in_snakemake(cmd, in_project, monkeypatch, capsys
         assert command[1:3] == ["-m", "snakemake"] and Path(cwd) == in_project
         code, out = snakemake_in_process(command[3:])
         outputs.append(out)
-        return code
+        return code, False
 
-    monkeypatch.setattr(biasflow.cli.subprocess, "call", call)
+    monkeypatch.setattr(biasflow.cli, "run_snakemake", call)
     rc = biasflow.cli.main(["run", "-n", "--cores", "1", *args])
     captured = capsys.readouterr()
     known = KNOWN_FAILURE_OUTPUT.get(KNOWN_FAILING.get(cmd.text, ""))

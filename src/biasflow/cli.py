@@ -55,6 +55,17 @@ def _die_with_parent() -> None:
         pass
 
 
+def run_snakemake(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, bool]:
+    """Run Snakemake, passing its output through; return (exit code, whether it found the directory locked)."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True, bufsize=1,
+                            preexec_fn=_die_with_parent if os.name == "posix" else None)
+    locked = False
+    for line in proc.stderr:  # watching for what needs a hint
+        sys.stderr.write(line)
+        locked = locked or "Directory cannot be locked" in line
+    return proc.wait(), locked
+
+
 LOCK_HINT = ("Snakemake found the directory locked. If no other biasflow/snakemake run is active here (one was "
              "killed), unlock it with:\n  biasflow run {args} -- --unlock\nthen run the same command again; "
              "finished work is kept and interrupted jobs are redone.")
@@ -83,13 +94,7 @@ def cmd_run(args, extra: list[str]) -> int:
     print("+", " ".join(cmd), flush=True)
     env = dict(os.environ)
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see docs/performance.md: spinning threads hurt shared machines
-    proc = subprocess.Popen(cmd, cwd=project_root(), env=env, stderr=subprocess.PIPE, text=True, bufsize=1,
-                            preexec_fn=_die_with_parent if os.name == "posix" else None)
-    locked = False
-    for line in proc.stderr:  # pass Snakemake's output through, watching for what needs a hint
-        sys.stderr.write(line)
-        locked = locked or "Directory cannot be locked" in line
-    rc = proc.wait()
+    rc, locked = run_snakemake(cmd, project_root(), env)
     root = project_root()
     report = root / plan.run_dir / "report.md"
     if rc == 0 and not args.dry_run and report.exists():

@@ -313,6 +313,7 @@ class HonestLexicon(Strict):
     filename: Slug
     level: Literal["conservative", "inclusive"] = "conservative"
     path: Optional[str] = None
+    packaged: bool = True
     sources: list[Source] = Field(default_factory=list)
 
 
