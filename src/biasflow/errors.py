@@ -23,3 +23,7 @@ class ConfigError(BiasflowError):
 
 class ModelLoadError(BiasflowError):
     pass
+
+
+class GenerationError(BiasflowError):
+    """Too many generation requests failed; the answered ones are cached and a re-run retries the rest."""
