@@ -1,87 +1,13 @@
 """Generation stage against a local OpenAI-compatible server (http.server in a thread), the cache and files."""
 from __future__ import annotations
 
-import json
-import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
 import pandas as pd
 import pytest
 
-from biasflow.errors import ConfigError, DataFormatError
+from biasflow.errors import ConfigError, DataFormatError, GenerationError
 from biasflow.generation import (GenerationCache, GenerationSettings, OpenAIChatBackend, RateLimiter,
                                  generate_responses, read_responses_file, responses_for_items)
-
-
-class FakeChatServer:
-    """Answers ``echo|<prompt>|<seed>|<system>``; prompts starting with a keyword misbehave on purpose.
-
-    ``fail500``: HTTP 500 while ``broken`` is set; ``flaky``: one 500 per sample, then fine; ``rate``: one 429 with
-    Retry-After 0 per sample; ``slow``: sleeps past the client's timeout; ``bad``: HTTP 400 (not retried).
-    """
-
-    def __init__(self, delay_s: float = 0.0):
-        self.log: list[dict] = []
-        self.broken = True
-        self.delay_s = delay_s
-        self.seen: dict[tuple, int] = {}
-        self.lock = threading.Lock()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                prompt = body["messages"][-1]["content"]
-                system = body["messages"][0]["content"] if len(body["messages"]) > 1 else None
-                ident = (prompt, body.get("seed"), body.get("temperature"))
-                with server.lock:
-                    server.log.append({"prompt": prompt, "seed": body.get("seed"), "path": self.path,
-                                       "auth": self.headers.get("Authorization")})
-                    n = server.seen[ident] = server.seen.get(ident, 0) + 1
-                if server.delay_s:
-                    time.sleep(server.delay_s)
-                if prompt.startswith("slow"):
-                    time.sleep(0.6)
-                if prompt.startswith("bad"):
-                    return self._send(400, {"error": "bad request"})
-                if prompt.startswith("fail500") and server.broken:
-                    return self._send(500, {"error": "boom"})
-                if prompt.startswith("flaky") and n == 1:
-                    return self._send(500, {"error": "transient"})
-                if prompt.startswith("rate") and n == 1:
-                    return self._send(429, {"error": "slow down"}, {"Retry-After": "0"})
-                text = f"echo|{prompt}|{body.get('seed')}|{system}"
-                self._send(200, {"choices": [{"message": {"role": "assistant", "content": text}}]})
-
-            def _send(self, code, payload, headers=None):
-                data = json.dumps(payload).encode()
-                try:
-                    self.send_response(code)
-                    for k, v in (headers or {}).items():
-                        self.send_header(k, v)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
-                    pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+from fake_openai import FakeChatServer
 
 
 def backend(server, **kw):
@@ -223,3 +149,74 @@ def test_responses_file_errors_name_file_and_column(tmp_path):
         read_responses_file(tmp_path / "x.txt")
     with pytest.raises(DataFormatError, match="does not exist"):
         read_responses_file(tmp_path / "nope.csv")
+
+
+# ------------------------------------------------------------------------------------- secrets and failures
+KEY = "Zq7PlainValue0123456789abc"  # matches no secret-looking pattern: only the key's own value can hide it
+
+
+def quotes_the_key(body):
+    return body["messages"][-1]["content"].startswith("quote")
+
+
+def test_api_key_from_a_file_wins_and_is_sent(tmp_path, monkeypatch):
+    key_file = tmp_path / "key.txt"
+    key_file.write_text(KEY + "\n")
+    monkeypatch.setenv("BIASFLOW_TEST_KEY", "from-the-environment")
+    settings = GenerationSettings(count=1, temperature=0.0, max_tokens=4, seed=None)
+    with FakeChatServer() as server:
+        generate_responses(["alpha"], backend(server, api_key_file=str(key_file)), settings, None)
+        generate_responses(["beta"], backend(server), settings, None)
+        assert [r["auth"] for r in server.log] == [f"Bearer {KEY}", "Bearer from-the-environment"]
+    with pytest.raises(ConfigError, match=r"cannot read the key file .*nope\.txt"):
+        backend(server, api_key_file=str(tmp_path / "nope.txt"))
+
+
+def test_a_key_quoted_in_an_error_body_is_never_stored_or_logged(tmp_path, caplog):
+    key_file = tmp_path / "key.txt"
+    key_file.write_text(KEY)
+    cache = GenerationCache(tmp_path / "gen")
+    settings = GenerationSettings(count=2, temperature=0.0, max_tokens=4, seed=0)
+    with FakeChatServer(fail_first=quotes_the_key) as server, caplog.at_level("DEBUG"):
+        be = backend(server, api_key_file=str(key_file), max_retries=0)
+        out = generate_responses(["quote me", "alpha"], be, settings, cache)
+        assert server.log[0]["auth"] == f"Bearer {KEY}"
+        with pytest.raises(GenerationError):
+            responses_for_items(pd.DataFrame({"prompt": ["quote again"]}),
+                                {"kind": "openai_compatible", "base_url": server.url, "model": "m",
+                                 "api_key_file": str(key_file), "max_retries": 0, "count": 1},
+                                tmp_path / "gen")
+    failed = out[out["status"] == "failed"]
+    assert len(failed) == 2 and failed["error"].str.contains("request with key ***", regex=False).all()
+    stored = pd.concat(pd.read_parquet(p) for p in (tmp_path / "gen").glob("*.parquet"))
+    assert stored["error"].notna().sum() == 3
+    for part in (tmp_path / "gen").glob("*.parquet"):
+        assert KEY.encode() not in part.read_bytes()
+    assert KEY not in caplog.text and "request with key ***" in caplog.text
+
+
+def test_failures_over_the_threshold_fail_with_counts_and_a_rerun_sends_only_them(tmp_path):
+    cfg = {"kind": "openai_compatible", "model": "m", "api_key_env": None, "max_retries": 0, "count": 2,
+           "temperature": 0.0, "concurrency": 1}
+    items = pd.DataFrame({"prompt": ["alpha", "fail500 one", "beta", "fail500 two"]})
+    with FakeChatServer() as server:
+        cfg["base_url"] = server.url
+        with pytest.raises(GenerationError, match=r"4 of 8 requests failed, more than "
+                                                  r"generator\.max_failed_fraction=0\b.*retry exactly the 4 failed"):
+            responses_for_items(items, cfg, tmp_path / "gen")
+        assert len(server.log) == 8
+        # accepted within the threshold: returned, reported as failed rows, retried (and failing) again
+        server.log.clear()
+        out = responses_for_items(items, {**cfg, "max_failed_fraction": 0.5}, tmp_path / "gen")
+        assert (out["status"] == "failed").sum() == 4
+        assert sorted(r["prompt"] for r in server.log) == ["fail500 one"] * 2 + ["fail500 two"] * 2
+        # the server recovers: a plain re-run sends exactly the 4 failed requests and succeeds
+        server.broken = False
+        server.log.clear()
+        out = responses_for_items(items, cfg, tmp_path / "gen")
+        assert (out["status"] == "ok").all()
+        assert sorted((r["prompt"], r["seed"]) for r in server.log) == [
+            ("fail500 one", 0), ("fail500 one", 1), ("fail500 two", 0), ("fail500 two", 1)]
+    for bad in (-0.1, 1.5, "lots"):
+        with pytest.raises(ConfigError, match=r"generator\.max_failed_fraction must be a number in \[0, 1\]"):
+            responses_for_items(items, {**cfg, "max_failed_fraction": bad}, tmp_path / "gen")

@@ -8,10 +8,11 @@ import pytest
 
 from biasflow import stages
 from biasflow.data.prompts import load_langfair_prompts, read_bold_prompts, read_prompts_file
-from biasflow.errors import DataFormatError
+from biasflow.errors import ConfigError, DataFormatError
 from biasflow.metrics.helm import demographic_representation
 from biasflow.metrics.langfair import cooccurrence_bias, group_lists, stereotypical_associations, word_list
 from biasflow.plan import build_plan
+from fake_openai import FakeChatServer
 
 
 def responses_file(path):
@@ -81,3 +82,52 @@ def test_prompt_loaders(tmp_path):
     (tmp_path / "p.csv").write_text("text\nx\n")
     with pytest.raises(DataFormatError, match=r"p\.csv has no column 'prompt'"):
         read_prompts_file(tmp_path / "p.csv")
+
+
+def test_openai_generated_prompts_table_goes_through_the_metric_stage(tmp_path):
+    """Generated rows carry the prompts' columns (``benchmark``...): the stage's labels replace them (no crash)."""
+    with FakeChatServer(reply=lambda b: "She is caring and he is confident.") as server:
+        plan = build_plan(["metric=[langfair_stereotype]", "benchmark.langfair_prompts.limit=2",
+                           "+generator=openai_compatible", "generator.model=fake-llm",
+                           f"generator.base_url={server.url}", "generator.count=2"])
+        agg = run_job(plan.jobs[0], tmp_path)
+    per_item = pd.read_parquet(tmp_path / "out" / "per_item.parquet")
+    assert len(per_item) == 4 and set(per_item["model"]) == set(agg["model"]) == {"fake-llm"}
+    assert set(per_item["benchmark"]) == {"langfair_prompts"}
+
+
+def test_generation_jobs_are_filed_under_the_generators_model(tmp_path):
+    plan = build_plan(["metric=[langfair_stereotype,helm_representation,honest]", "+generator=openai_compatible",
+                       "generator.model=meta-llama/Llama-3.1-8B-Instruct",
+                       "generator.base_url=http://bob:pw1234@127.0.0.1:8000/v1"])
+    assert {j.model["name"] for j in plan.jobs} == {"meta-llama_Llama-3.1-8B-Instruct"}
+    for job in plan.jobs:
+        assert job.model["kind"] == "generator" and job.model["model_id"] == "meta-llama/Llama-3.1-8B-Instruct"
+        assert job.model["base_url"] == "http://bob:***@127.0.0.1:8000/v1"
+        assert job.model_key.startswith("meta-llama_Llama-3.1-8B-Instruct-") and "/" not in job.model_key
+    (tmp_path / "answers.v2.jsonl").write_text('{"prompt": "p", "response": "r"}\n')
+    plan = build_plan(["metric=[honest]", "+generator=responses_file",
+                       f"generator.path={tmp_path / 'answers.v2.jsonl'}"])
+    assert plan.jobs[0].model["name"] == "answers" and plan.jobs[0].model["path"].endswith("answers.v2.jsonl")
+    plan = build_plan(["metric=[honest]", "+generator=responses_file", f"generator.path={tmp_path / 'x.csv'}",
+                       "generator.name=my-model"])
+    assert plan.jobs[0].model["name"] == "my-model"
+    plan = build_plan(["metric=[langfair_stereotype]", "+generator=hf_generate", f"generator.model={tmp_path}"])
+    assert plan.jobs[0].model == {"name": tmp_path.name, "kind": "causal_lm", "path": str(tmp_path),
+                                  "generator": "hf_generate", "device": None}
+    # without generator.model the run's causal LM generates: HONEST on a masked LM cannot
+    assert build_plan(["metric=[langfair_stereotype]", "+generator=hf_generate"]).jobs[0].model["name"] == "gpt2"
+    with pytest.raises(ConfigError, match=r"metric honest: generator=hf_generate without generator\.model .* "
+                                          r"model='demo_bert' is a 'masked_lm'"):
+        build_plan(["metric=[honest]", "+generator=hf_generate"])
+
+
+@pytest.mark.parametrize("override", ["+generator.api_key=sk-abcdefghijklmnop0123", "+generator.token=abc123456"])
+def test_a_key_in_the_generator_config_is_an_error_that_points_to_env_or_file(override):
+    with pytest.raises(ConfigError) as err:
+        build_plan(["metric=[langfair_stereotype]", "+generator=openai_compatible", "generator.model=m", override])
+    msg = str(err.value)
+    assert "api_key_env" in msg and "api_key_file" in msg and override.split("=", 1)[1] not in msg
+    assert msg.startswith(f"generator.{override.split('.')[1].split('=')[0]} is not accepted")
+    with pytest.raises(ConfigError, match="is not accepted"):  # also when no metric uses the generator
+        build_plan(["metric=[crows_pairs]", "+generator=openai_compatible", "generator.model=m", override])

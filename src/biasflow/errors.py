@@ -27,3 +27,7 @@ class ModelLoadError(BiasflowError):
 
 class TrackingError(BiasflowError):
     """The MLflow store is unreachable, broken or refused the results (the results on disk are unaffected)."""
+
+
+class GenerationError(BiasflowError):
+    """Too many generation requests failed; the answered ones are cached and a re-run retries the rest."""

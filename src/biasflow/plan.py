@@ -23,6 +23,7 @@ from typing import Any, Sequence
 from omegaconf import OmegaConf
 
 from biasflow.errors import ConfigError
+from biasflow.generation.config import job_model as generation_job_model
 from biasflow.io import stable_hash, write_json, write_text_if_changed
 from biasflow.models.hf import config_fingerprint
 from biasflow.schema import validate_job_config, validate_model_config
@@ -325,13 +326,17 @@ def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
             except KeyError as exc:
                 raise ConfigError(f"metric.{name}: {exc.args[0]}") from exc
             model = cfg["model"]
-            reason = spec.model_check(model) if spec.model_check and model.get("kind") in spec.model_kinds else None
+            generated_by = generation_job_model(cfg, name, mcfg)  # text from +generator: filed under its model
+            reason = (spec.model_check(model) if generated_by is None and spec.model_check
+                      and model.get("kind") in spec.model_kinds else None)
             if reason:
                 msg = f"metric {name} skipped for model {model.get('name')}: {reason}"
                 log.warning(msg)
                 skipped.append(msg)
                 continue
-            if model.get("kind") not in spec.model_kinds:
+            if generated_by is not None:
+                model = generated_by
+            elif model.get("kind") not in spec.model_kinds:
                 fallback = mcfg.get("default_model")
                 if not fallback:
                     msg = (f"metric {name} skipped for model {model.get('name')}: it needs a model of kind "

@@ -158,6 +158,7 @@ SPLITS = {"crows_pairs": ("all",), "stereoset": ("dev", "test"), "winobias": ("d
 # ------------------------------------------------------------------------------------------------ generators
 class GeneratorConfig(Strict):
     kind: Literal["hf_generate", "openai_compatible", "responses_file"]
+    name: Optional[str] = None    # the folder/report name of the generator's model (made folder-safe)
     model: Optional[str] = None
     path: Optional[str] = None
     base_url: Optional[str] = None
@@ -191,6 +192,7 @@ class GeneratorConfig(Strict):
 
 
 class GenerationSettings(Strict):
+    max_failed_fraction: Probability = 0.0
     count: PositiveInt = 1
     system_prompt: Optional[str] = None
     temperature: float = Field(1.0, ge=0.0)

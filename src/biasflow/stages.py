@@ -180,6 +180,9 @@ def metric(params: Mapping[str, Any], items_path: str | None, scores_path: str, 
     labels = {"model": params["model"]["name"], "model_key": params["model_key"],
               "benchmark": params.get("benchmark") or params["metric"], "metric_family": params["metric"],
               "config_hash": params["cfg_hash"]}
+    # the job's labels win over same-named columns carried from the items (prompts tables have `benchmark`)
+    per_item = per_item.drop(columns=[k for k in labels if k in per_item])
+    agg = agg.drop(columns=[k for k in labels if k in agg])
     for k, v in reversed(list(labels.items())):
         agg.insert(0, k, v)
         per_item.insert(0, k, v)

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from biasflow.errors import ConfigError
 from biasflow.io import stable_hash
+from biasflow.secrets import read_secret, redact_text
 
 log = logging.getLogger(__name__)
 
@@ -162,8 +163,9 @@ class HFGenerateBackend:
                 text = self.tokenizer.decode(new_tokens, skip_special_tokens=True)
                 yield _row(req, text, None, started)
             except Exception as exc:  # recorded as a failure; the run goes on
-                log.warning("generation failed for sample %d of %r: %s", req.sample_index, req.prompt[:60], exc)
-                yield _row(req, None, f"{type(exc).__name__}: {exc}", started)
+                error = redact_text(f"{type(exc).__name__}: {exc}")
+                log.warning("generation failed for sample %d of %r: %s", req.sample_index, req.prompt[:60], error)
+                yield _row(req, None, error, started)
 
 
 # ------------------------------------------------------------------------------------ OpenAI-compatible endpoint
@@ -191,17 +193,20 @@ class RateLimiter:
 class OpenAIChatBackend:
     """``POST {base_url}/chat/completions``, one request per sample, spoken by vLLM, Ollama, llama.cpp and hosts.
 
-    The API key is read from the environment variable named by ``api_key_env`` (never from config files); no key
-    means no Authorization header (local servers). 429, 5xx, timeouts and connection errors are retried with
-    exponential back-off (``backoff_s * 2**attempt``, capped, or the server's numeric Retry-After); other errors
-    and exhausted retries give a failed row with the error, and the run goes on.
+    The API key is read from the file named by ``api_key_file`` or else the environment variable named by
+    ``api_key_env`` (never from the config itself); no key means no Authorization header (local servers). 429,
+    5xx, timeouts and connection errors are retried with exponential back-off (``backoff_s * 2**attempt``, capped,
+    or the server's numeric Retry-After); other errors and exhausted retries give a failed row with the error, and
+    the run goes on. Error texts are redacted (the key itself and anything secret-looking) before they are stored
+    or logged: servers quote the key they rejected.
     """
 
     kind = "openai_compatible"
     RETRY_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 
     def __init__(self, base_url: str, model: str, *, api_key_env: str | None = "OPENAI_API_KEY",
-                 timeout_s: float = 60.0, max_retries: int = 5, backoff_s: float = 1.0, max_backoff_s: float = 60.0,
+                 api_key_file: str | None = None, timeout_s: float = 60.0, max_retries: int = 5,
+                 backoff_s: float = 1.0, max_backoff_s: float = 60.0,
                  concurrency: int = 4, requests_per_second: float | None = None,
                  extra_body: Mapping[str, Any] | None = None, sleep: Callable[[float], None] = time.sleep):
         if not base_url or not model:
@@ -212,6 +217,7 @@ class OpenAIChatBackend:
         self.url = self.base_url + "/chat/completions"
         self.model_id = model
         self.api_key_env = api_key_env
+        self._api_key = read_secret(env=api_key_env, file=api_key_file, what="generator.api_key_file")
         self.timeout_s, self.max_retries = float(timeout_s), int(max_retries)
         self.backoff_s, self.max_backoff_s = float(backoff_s), float(max_backoff_s)
         self.concurrency = int(concurrency)
@@ -233,10 +239,12 @@ class OpenAIChatBackend:
 
     def _headers(self) -> dict:
         headers = {"Content-Type": "application/json"}
-        key = os.environ.get(self.api_key_env) if self.api_key_env else None
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
         return headers
+
+    def _redact(self, text: str) -> str:
+        return redact_text(text, extra_secrets=[self._api_key] if self._api_key else [])
 
     def _body(self, req: GenerationRequest, settings: GenerationSettings) -> dict:
         messages = ([{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []) + \
@@ -270,15 +278,16 @@ class OpenAIChatBackend:
             try:
                 resp = self._session().post(self.url, json=body, headers=self._headers(), timeout=self.timeout_s)
             except (requests.Timeout, requests.ConnectionError) as exc:
-                error = f"{type(exc).__name__}: {exc}"
+                error = self._redact(f"{type(exc).__name__}: {exc}")
             else:
                 if resp.status_code == 200:
                     try:
                         content = resp.json()["choices"][0]["message"]["content"]
                     except (ValueError, KeyError, IndexError, TypeError) as exc:
-                        return _row(req, None, f"malformed response: {exc!r}: {resp.text[:200]}", started)
+                        body_text = self._redact(resp.text)[:200]
+                        return _row(req, None, self._redact(f"malformed response: {exc!r}: {body_text}"), started)
                     return _row(req, content if content is not None else "", None, started)
-                error = f"HTTP {resp.status_code}: {resp.text[:200]}"
+                error = f"HTTP {resp.status_code}: {self._redact(resp.text)[:200]}"  # redacted, then cut
                 if resp.status_code not in self.RETRY_STATUS:
                     return _row(req, None, error, started)
                 retry_after = resp.headers.get("Retry-After")

@@ -7,10 +7,12 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
-from biasflow.errors import ConfigError, DataFormatError
+from biasflow.errors import ConfigError, DataFormatError, GenerationError
 from biasflow.generation.backends import (GenerationRequest, GenerationSettings, HFGenerateBackend,
                                           OpenAIChatBackend)
 from biasflow.generation.cache import GenerationCache, empty_cache_frame, generation_key
+from biasflow.generation.config import check_generator_config
+from biasflow.secrets import redact_text
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,8 @@ def generate_responses(prompts: Sequence[str] | pd.DataFrame, backend, settings:
     try:
         for row in results:
             row = {**base, **row}
+            if row.get("error"):  # backends redact their own key; this catches anything secret-looking left
+                row["error"] = redact_text(row["error"])
             fresh.append(row)
             pending.append(row)
             if len(pending) >= flush_every:
@@ -142,6 +146,7 @@ def build_backend(cfg: Mapping[str, Any], model: Any = None):
     if kind == "openai_compatible":
         return OpenAIChatBackend(
             cfg.get("base_url"), cfg.get("model"), api_key_env=cfg.get("api_key_env", "OPENAI_API_KEY"),
+            api_key_file=cfg.get("api_key_file"),
             timeout_s=cfg.get("timeout_s", 60), max_retries=cfg.get("max_retries", 5),
             backoff_s=cfg.get("backoff_s", 1.0), max_backoff_s=cfg.get("max_backoff_s", 60),
             concurrency=cfg.get("concurrency", 4), requests_per_second=cfg.get("requests_per_second"),
@@ -150,16 +155,62 @@ def build_backend(cfg: Mapping[str, Any], model: Any = None):
                       "openai_compatible, responses_file")
 
 
+def check_failures(out: pd.DataFrame, max_failed_fraction: float, option: str = "generator",
+                   source: str = "") -> None:
+    """GenerationError when more than ``max_failed_fraction`` of the requests failed.
+
+    Raising fails the stage, so its output is not written and a plain re-run runs it again: the answered requests
+    come from the cache and exactly the failed ones are sent again. Failures within the threshold are accepted
+    and reported (LangFair's non-completion rate); a re-run does not retry those.
+    """
+    failed = out["status"] != "ok"
+    n_failed, n = int(failed.sum()), len(out)
+    if not n_failed:
+        return
+    errors = out.loc[failed, "error"].dropna()
+    first = f"; first error: {errors.iloc[0]}" if len(errors) else ""
+    where = f" ({source})" if source else ""
+    if n_failed / n > max_failed_fraction:
+        msg = (f"generation{where}: {n_failed} of {n} requests failed, more than {option}.max_failed_fraction="
+               f"{max_failed_fraction:g}{first}. The {n - n_failed} answered requests are cached: re-run the same "
+               f"command to retry exactly the {n_failed} failed ones (or raise {option}.max_failed_fraction to "
+               f"accept failures, which are then reported as non-completions and not retried).")
+        log.error(msg)
+        raise GenerationError(msg)
+    log.warning("generation%s: %d of %d requests failed, accepted (%s.max_failed_fraction=%g)%s", where, n_failed,
+                n, option, max_failed_fraction, first)
+
+
+def max_failed_fraction(gen_cfg: Mapping[str, Any], option: str = "generator") -> float:
+    value = gen_cfg.get("max_failed_fraction")
+    try:
+        value = 0.0 if value is None else float(value)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:  # also catches NaN
+        raise ConfigError(f"{option}.max_failed_fraction must be a number in [0, 1], got "
+                          f"{gen_cfg.get('max_failed_fraction')!r}")
+    return value
+
+
 def responses_for_items(items: pd.DataFrame, gen_cfg: Mapping[str, Any], cache_dir: str | Path | None,
-                        model: Any = None) -> pd.DataFrame:
-    """Responses for a prompts table from a ``generator`` config; what the metric stages call."""
+                        model: Any = None, count: int | None = None, option: str = "generator") -> pd.DataFrame:
+    """Responses for a prompts table from a ``generator`` config; what the metric stages call.
+
+    ``count`` overrides the config's responses per prompt (HONEST asks for k); ``option`` is where the config
+    lives, for messages. Fails (GenerationError) when more requests failed than ``max_failed_fraction`` allows.
+    """
+    check_generator_config(gen_cfg, option)
     if gen_cfg.get("kind") == "responses_file":
         path = gen_cfg.get("path")
         if not path:
-            raise ConfigError("generator.kind=responses_file needs generator.path")
+            raise ConfigError(f"{option}.kind=responses_file needs {option}.path")
         return read_responses_file(path)
+    threshold = max_failed_fraction(gen_cfg, option)
     backend = build_backend(gen_cfg, model)
     cache = GenerationCache(Path(cache_dir)) if cache_dir else None
-    return generate_responses(items, backend, GenerationSettings.from_cfg(gen_cfg), cache,
-                              flush_every=int(gen_cfg.get("flush_every", 32)),
-                              show_progress=bool(gen_cfg.get("progress", False)))
+    settings = GenerationSettings.from_cfg({**gen_cfg, **({"count": count} if count is not None else {})})
+    out = generate_responses(items, backend, settings, cache, flush_every=int(gen_cfg.get("flush_every", 32)),
+                             show_progress=bool(gen_cfg.get("progress", False)))
+    check_failures(out, threshold, option, f"{backend.kind} {backend.model_id}")
+    return out

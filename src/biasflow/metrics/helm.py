@@ -11,6 +11,7 @@ HELM's defaults: gender = its 20 female / 20 male words, race = the most common 
 from __future__ import annotations
 
 from collections import Counter
+from functools import partial
 from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
@@ -59,8 +60,8 @@ def _register() -> None:
 
     register_metric(MetricSpec(
         name="helm_representation", benchmark="bold", model_kinds=("causal_lm", "generator"),
-        score=_responses_score, compute=_compute, aggregate=_aggregate, score_keys=("generator", "generation"),
-        headline=("representation_gender", "representation_race")))
+        score=partial(_responses_score, metric="helm_representation"), compute=_compute, aggregate=_aggregate,
+        score_keys=("generator", "generation"), headline=("representation_gender", "representation_race")))
 
 
 _register()

@@ -5,7 +5,8 @@ Reference: the ``honest`` package (github MilaNLProc/honest, ``HonestEvaluator``
   accents stripped; a completion is hurtful if it equals a lemma; its category is the category of the FIRST
   lexicon row with that lemma (one lemma can have several; only the first counts, as in the reference);
 * masked LMs: the top-k fill-mask tokens at ``[M]`` (``tokenizer.decode([id]).strip()``, like the fill-mask
-  pipeline's ``token_str``); causal LMs: the first word of k sampled continuations of the template up to ``[M]``;
+  pipeline's ``token_str``); causal LMs and generators (``+generator=...``: a local causal LM, an
+  OpenAI-compatible server or a responses file): the first word of k responses to the template up to ``[M]``;
 * HONEST = hurtful completions / (k x templates); here also per identity group, per lexicon category and per
   group x category (the paper's per-category figures).
 """
@@ -77,17 +78,42 @@ def first_word(text: str | None) -> str:
     return m.group(0) if m else ""
 
 
-def causal_completions(backend, templates: Sequence[str], k: int, cache=None, temperature: float = 1.0,
-                       max_tokens: int = 8, seed: int = 0) -> list[list[str]]:
-    """First words of k sampled continuations of each template's text before ``[M]`` (a generation backend)."""
-    from biasflow.generation import GenerationSettings, generate_responses
+def template_prompts(templates: Sequence[str]) -> list[str]:
+    """What a generator continues: each template's text before ``[M]``."""
+    return [t.split(MASK)[0].strip() for t in templates]
 
-    prompts = [t.split(MASK)[0].rstrip() for t in templates]
-    settings = GenerationSettings(count=k, temperature=temperature, max_tokens=max_tokens, seed=seed)
-    res = generate_responses(pd.DataFrame({"prompt": prompts}), backend, settings, cache)
-    res["word"] = res["response"].map(first_word)
-    res["row"] = res.index // k
-    return res.sort_values(["row", "sample_index"]).groupby("row")["word"].apply(list).tolist()
+
+def completions_from_responses(responses: pd.DataFrame, prompts: Sequence[str], k: int,
+                               source: str = "generator") -> list[list[str]]:
+    """First words of the first k responses of each prompt (a failed or empty response gives '')."""
+    ordered = responses.sort_values("sample_index", kind="stable")
+    by_prompt = {p: list(g["response"]) for p, g in ordered.groupby(ordered["prompt"].str.strip(), sort=False)}
+    out = []
+    for prompt in prompts:
+        got = by_prompt.get(prompt, [])
+        if len(got) < k:
+            raise DataFormatError(
+                f"{source}: {len(got)} response(s) for the HONEST prompt {prompt!r}, but k={k} needs {k} per "
+                f"template (the prompt is the template's text before {MASK}); lower metric.honest.k or add responses")
+        out.append([first_word(r) for r in got[:k]])
+    return out
+
+
+def generated_completions(ctx: ScoreContext, templates: Sequence[str], k: int) -> list[list[str]]:
+    """Completions from the configured generator (``+generator=...``) or, without one, k samples of the job's
+    causal LM with the metric's ``generation`` settings; k responses per template whatever ``count`` says."""
+    from biasflow.generation import responses_for_items
+    from biasflow.metrics.langfair import generator_settings
+
+    gen_cfg, option = generator_settings(ctx.metric_cfg, "honest")
+    prompts = template_prompts(templates)
+    if gen_cfg.get("kind") == "responses_file":
+        responses = responses_for_items(pd.DataFrame(), gen_cfg, None, option=option)
+        return completions_from_responses(responses, prompts, k, f"responses file {gen_cfg.get('path')}")
+    model = ctx.model if gen_cfg.get("kind") == "hf_generate" and not gen_cfg.get("model") else None
+    responses = responses_for_items(pd.DataFrame({"prompt": list(dict.fromkeys(prompts))}), gen_cfg,
+                                    Path(ctx.cache_dir) / "generations", model=model, count=k, option=option)
+    return completions_from_responses(responses, prompts, k)
 
 
 # -------------------------------------------------------------------------------------------------- scoring
@@ -171,16 +197,10 @@ def score(ctx: ScoreContext) -> pd.DataFrame:
     cfg = ctx.metric_cfg
     k = int(max(cfg.get("k", [1, 5, 20]))) if isinstance(cfg.get("k"), list) else int(cfg.get("k", 20))
     templates = ctx.items["template_masked"].tolist()
+    if ctx.metric_cfg.get("generator") or ctx.model_cfg.get("kind") == "causal_lm":
+        return pd.DataFrame({"item_id": ctx.items["item_id"], "template_masked": templates,
+                             "completions": generated_completions(ctx, templates, k)})
     model = ctx.model
-    if ctx.model_cfg.get("kind") == "causal_lm":
-        from biasflow.generation import GenerationCache, HFGenerateBackend
-
-        backend = HFGenerateBackend(model)
-        gen = cfg.get("generation") or {}
-        comps = causal_completions(backend, templates, k, GenerationCache(Path(ctx.cache_dir) / "generations"),
-                                   temperature=float(gen.get("temperature", 1.0)),
-                                   max_tokens=int(gen.get("max_tokens", 8)), seed=int(gen.get("seed", 0)))
-        return pd.DataFrame({"item_id": ctx.items["item_id"], "template_masked": templates, "completions": comps})
     cache = ScoreCache(ctx.cache_dir, model.fingerprint, FILL_MASK_KIND)
     req = pd.DataFrame({"template_masked": templates})
     req["key"] = [request_key(model.fingerprint, FILL_MASK_KIND, {"text": t}, {"k": k}) for t in templates]
@@ -222,6 +242,6 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
 
 
 SPEC = register_metric(MetricSpec(
-    name="honest", benchmark="honest", model_kinds=("masked_lm", "causal_lm"),
-    score=score, compute=compute, aggregate=aggregate, score_keys=("k", "generation"),
+    name="honest", benchmark="honest", model_kinds=("masked_lm", "causal_lm", "generator"),
+    score=score, compute=compute, aggregate=aggregate, score_keys=("k", "generation", "generator"),
     headline=("honest@1", "honest@5", "honest@20"), plot_metric="honest@20", plot_reference=None))

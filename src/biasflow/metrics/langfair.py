@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from functools import lru_cache
+from functools import lru_cache, partial
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -317,17 +317,25 @@ def target_list(cfg: Mapping[str, Any]) -> list[str]:
     return word_list(cfg.get("targets", "adjectives"))
 
 
-def _responses_score(ctx) -> pd.DataFrame:
+def generator_settings(metric_cfg: Mapping[str, Any], metric: str) -> tuple[dict[str, Any], str]:
+    """The generator config of a generated-text metric and the option it lives under (for messages).
+
+    The chosen generator's settings (``+generator=...``) win over the metric's ``generation`` defaults; without a
+    generator, the job's causal LM generates (``hf_generate``) with the ``generation`` settings."""
+    generator = metric_cfg.get("generator")
+    gen_cfg = {**(metric_cfg.get("generation") or {}), **(generator or {"kind": "hf_generate"})}
+    gen_cfg = {k: v for k, v in gen_cfg.items() if v is not None or k in ("system_prompt", "seed")}
+    return gen_cfg, ("generator" if generator else f"metric.{metric}.generation")
+
+
+def _responses_score(ctx, metric: str = "langfair_stereotype") -> pd.DataFrame:
     from biasflow.generation import responses_for_items
 
-    # the chosen generator's settings win over the metric's `generation` defaults
-    gen_cfg = {**(ctx.metric_cfg.get("generation") or {}),
-               **(ctx.metric_cfg.get("generator") or {"kind": "hf_generate"})}
-    gen_cfg = {k: v for k, v in gen_cfg.items() if v is not None or k in ("system_prompt", "seed")}
+    gen_cfg, option = generator_settings(ctx.metric_cfg, metric)
     model = None
     if gen_cfg.get("kind") == "hf_generate" and not gen_cfg.get("model"):
         model = ctx.model
-    return responses_for_items(ctx.items, gen_cfg, Path(ctx.cache_dir) / "generations", model=model)
+    return responses_for_items(ctx.items, gen_cfg, Path(ctx.cache_dir) / "generations", model=model, option=option)
 
 
 def response_rows(responses: pd.DataFrame) -> pd.DataFrame:
@@ -391,8 +399,9 @@ def _register() -> None:
 
     register_metric(MetricSpec(
         name="langfair_stereotype", benchmark="langfair_prompts", model_kinds=("causal_lm", "generator"),
-        score=_responses_score, compute=_compute, aggregate=_aggregate, score_keys=("generator", "generation"),
-        headline=("cooccurrence_bias", "stereotypical_associations"), plot_metric=None))
+        score=partial(_responses_score, metric="langfair_stereotype"), compute=_compute, aggregate=_aggregate,
+        score_keys=("generator", "generation"), headline=("cooccurrence_bias", "stereotypical_associations"),
+        plot_metric=None))
 
 
 _register()

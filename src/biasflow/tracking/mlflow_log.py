@@ -224,7 +224,8 @@ def _log_plan(plan: Mapping[str, Any], run_dir: Path, real_uri: str, redactor: R
             with mlflow.start_run(run_id=child_id, experiment_id=exp_id, nested=True,
                                   run_name=None if child_id else f"{job['model']['name']}/{job['metric']}") as child:
                 tags = {**settings, "biasflow.job": jid, "biasflow.role": "job", "biasflow.plan_hash": plan_hash,
-                        "model.id": job["model"].get("hub_id") or job["model"].get("path"),
+                        "model.id": (job["model"].get("hub_id") or job["model"].get("path")
+                                     or job["model"].get("model_id")),
                         "model.demo": str(bool(job["model"].get("demo"))),
                         **common_tags, **dataset_tags(job, plan.get("paths", {}).get("resources", "resources"))}
                 meta = mdir / "score_meta.json"
