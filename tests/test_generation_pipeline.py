@@ -97,18 +97,23 @@ def test_openai_generated_prompts_table_goes_through_the_metric_stage(tmp_path):
 
 
 def test_generation_jobs_are_filed_under_the_generators_model(tmp_path):
+    with pytest.raises(ConfigError, match="password or key") as err:  # credentials never on the command line
+        build_plan(["metric=[honest]", "+generator=openai_compatible", "generator.model=m",
+                    "generator.base_url=http://bob:pw1234@127.0.0.1:8000/v1"])
+    assert "pw1234" not in str(err.value)
     plan = build_plan(["metric=[langfair_stereotype,helm_representation,honest]", "+generator=openai_compatible",
                        "generator.model=meta-llama/Llama-3.1-8B-Instruct",
-                       "generator.base_url=http://bob:pw1234@127.0.0.1:8000/v1"])
+                       "generator.base_url=http://127.0.0.1:8000/v1"])
     assert {j.model["name"] for j in plan.jobs} == {"meta-llama_Llama-3.1-8B-Instruct"}
     for job in plan.jobs:
         assert job.model["kind"] == "generator" and job.model["model_id"] == "meta-llama/Llama-3.1-8B-Instruct"
-        assert job.model["base_url"] == "http://bob:***@127.0.0.1:8000/v1"
+        assert job.model["base_url"] == "http://127.0.0.1:8000/v1"
         assert job.model_key.startswith("meta-llama_Llama-3.1-8B-Instruct-") and "/" not in job.model_key
     (tmp_path / "answers.v2.jsonl").write_text('{"prompt": "p", "response": "r"}\n')
     plan = build_plan(["metric=[honest]", "+generator=responses_file",
                        f"generator.path={tmp_path / 'answers.v2.jsonl'}"])
     assert plan.jobs[0].model["name"] == "answers" and plan.jobs[0].model["path"].endswith("answers.v2.jsonl")
+    (tmp_path / 'x.csv').write_text('prompt,response\np,r\n')
     plan = build_plan(["metric=[honest]", "+generator=responses_file", f"generator.path={tmp_path / 'x.csv'}",
                        "generator.name=my-model"])
     assert plan.jobs[0].model["name"] == "my-model"

@@ -270,9 +270,10 @@ def reject_secret_overrides(overrides: Sequence[str]) -> None:
         if uri_has_secret(value) or redact_text(value) != value:
             hint = ("set MLFLOW_TRACKING_URI in the environment and use tracking=server"
                     if key.lstrip("+~").startswith("tracking") else
-                    "put it in an environment variable (or a file) and name that in the config, e.g. "
-                    "generator.api_key_env=NAME")
-            raise ConfigError(f"override {key}=...: the value holds a password or key; {hint}")
+                    "put the key in an environment variable and set generator.api_key_env=<VARIABLE NAME>, or in "
+                    "a file and set generator.api_key_file=<path>")
+            raise ConfigError(f"{key.lstrip('+~')} is not accepted: the value holds a password or key, and the "
+                              f"command line is written to the plan and logs; {hint}")
 
 
 def without_secrets(cfg: dict[str, Any]) -> dict[str, Any]:

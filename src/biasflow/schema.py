@@ -387,12 +387,10 @@ def validate_job_config(cfg: Mapping[str, Any]) -> None:
     _check(PathsConfig, "paths", cfg.get("paths"), problems)
     _check(TrackingConfig, "tracking", cfg.get("tracking"), problems)
     _check(ModelConfig, "model", cfg.get("model"), problems)
+    from biasflow.generation.config import check_generator_config
+
     generator = cfg.get("generator")
-    if isinstance(generator, Mapping) and "api_key" in generator:
-        problems.append("generator.api_key: keys are never taken from the configuration (it is written to the plan "
-                        "and logs); name the environment variable holding it with generator.api_key_env=NAME, or a "
-                        "file with generator.api_key_file=PATH")
-        generator = {k: v for k, v in generator.items() if k != "api_key"}
+    check_generator_config(generator, "generator")  # a key in the config: its own message, before anything else
     if generator is not None:
         _check(GeneratorConfig, "generator", generator, problems)
     for name, bcfg in (cfg.get("benchmark") or {}).items():
@@ -405,9 +403,7 @@ def validate_job_config(cfg: Mapping[str, Any]) -> None:
     for name, mcfg in (cfg.get("metric") or {}).items():
         options = METRIC_OPTIONS.get(name)
         if options is not None and isinstance(mcfg, Mapping):
-            gen = mcfg.get("generator")
-            if isinstance(gen, Mapping) and "api_key" in gen:  # reported once, under generator.api_key
-                mcfg = dict(mcfg, generator={k: v for k, v in gen.items() if k != "api_key"})
+            check_generator_config(mcfg.get("generator"), f"metric.{name}.generator")
             _check(options, f"metric.{name}", mcfg, problems)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))

@@ -26,7 +26,7 @@ SECRET_ENV_PATTERN = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)"
 _TEXT_PATTERNS = [
     re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"),                 # Authorization header values
     re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"),                                       # OpenAI-style keys
-    re.compile(r"\b(?:hf|ghp|gho|ghs|github_pat|xox[abp])_[A-Za-z0-9_]{8,}"),    # hub / GitHub / Slack tokens
+    re.compile(r"\b(?:hf|ghp|gho|ghs|github_pat|xox[abp])_[A-Za-z0-9_]{20,}"),    # hub / GitHub / Slack tokens
     re.compile(r"\bAKIA[0-9A-Z]{16}\b"),                                         # AWS access key ids
     re.compile(r"(?i)(\"?(?:api[_-]?key|access[_-]?token|token|secret|password|passwd)\"?\s*[:=]\s*\"?)"
                r"([^\s\"',;&}]{4,})"),                                           # key=value / "key": "value"
