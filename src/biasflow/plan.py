@@ -14,8 +14,10 @@ so a threshold change creates a new metric folder and reuses the score file.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -56,10 +58,61 @@ def expand_sweep(overrides: Sequence[str], multirun: bool) -> list[list[str]]:
     return [list(c) for c in itertools.product(*choices)] if choices else [[]]
 
 
-def compose(overrides: Sequence[str]) -> dict[str, Any]:
-    """The resolved config of one job, as plain containers."""
+def _config_groups(cdir: Path) -> frozenset[str]:
+    return frozenset(p.name for p in cdir.iterdir() if p.is_dir())
+
+
+def _is_group_override(override: str, groups: frozenset[str]) -> bool:
+    """``model=gpt2``, ``+experiment=x``, ``benchmark=[a,b]``: they choose config files (the defaults list); every
+    other override (``metric.crows_pairs.diff_threshold=0.1``) sets a value in the composed config."""
+    key = override.split("=", 1)[0].lstrip("+~").split("@", 1)[0]
+    return "." not in key and key in groups
+
+
+# Composed (unresolved) configs by (conf dir, group overrides): a sweep over values composes its defaults once.
+_COMPOSED: dict[tuple[str, str, tuple[str, ...]], Any] = {}
+
+
+def _composed(cdir: Path, group_overrides: tuple[str, ...]):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
+
+    files = sorted((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in cdir.rglob("*.yaml"))
+    key = (str(cdir), stable_hash(files, 16), group_overrides)  # an edited config file is composed again
+    if key not in _COMPOSED:
+        with initialize_config_dir(config_dir=str(cdir), version_base="1.3"):
+            _COMPOSED[key] = hydra_compose("config", overrides=list(group_overrides))
+    return _COMPOSED[key]
+
+
+def _swappable_model(cdir: Path, group_overrides: Sequence[str]) -> Path | None:
+    """The file of a ``model=<name>`` choice that composing once and swapping the ``model`` node reproduces exactly:
+    no other group may set model values (an experiment's body may; benchmark, metric, tracking, generator cannot) and the model
+    file is plain (no defaults list, no package directive)."""
+    # groups whose configs are packaged under their own key and so cannot set model values
+    own_package = ("benchmark=", "metric=", "tracking=", "generator=", "+generator=")
+    chosen = [o for o in group_overrides if not o.startswith(own_package)]
+    if len(chosen) != 1 or not chosen[0].startswith("model="):
+        return None
+    path = cdir / "model" / f"{chosen[0].split('=', 1)[1]}.yaml"
+    if not path.is_file():
+        return None  # Hydra says what is wrong
+    text = path.read_text()
+    if "@package" in text or re.search(r"^defaults\s*:", text, re.M):
+        return None
+    return path
+
+
+def compose(overrides: Sequence[str]) -> dict[str, Any]:
+    """The resolved config of one job, as plain containers.
+
+    The same as Hydra's compose with all ``overrides``, computed in two steps so sweeps plan fast: the defaults list
+    (config groups) is composed once per distinct choice of groups, and value overrides are applied to a copy with
+    Hydra's own override code, in the order given, after composition (as Hydra does)."""
+    import copy
+
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
@@ -67,12 +120,112 @@ def compose(overrides: Sequence[str]) -> dict[str, Any]:
     if not (cdir / "config.yaml").exists():
         raise ConfigError(f"no config.yaml in {cdir} (run from the project root or set BIASFLOW_CONF)")
     overrides = with_every_benchmark(overrides, sorted(p.stem for p in (cdir / "benchmark").glob("*.yaml")))
+    groups = _config_groups(cdir)
+    group_overrides = tuple(o for o in overrides if _is_group_override(o, groups))
+    values = [o for o in overrides if not _is_group_override(o, groups)]
+    model_file = _swappable_model(cdir, group_overrides)
+    if model_file is not None:  # a model sweep: one composition, the model node swapped per job
+        group_overrides = tuple(o for o in group_overrides if not o.startswith("model="))
     try:
-        with initialize_config_dir(config_dir=str(cdir), version_base="1.3"):
-            cfg = hydra_compose("config", overrides=overrides)
+        base = _resolved_base(cdir, group_overrides, model_file)
+        fast = None
+        if base["resolved"] is not None:
+            fast = _apply_values_fast(base, values) if values else copy.deepcopy(base["resolved"])
+        if fast is not None:
+            return fast
+        cfg = copy.deepcopy(base["config"])
+        ConfigLoaderImpl._apply_overrides_to_config(OverridesParser.create().parse_overrides(values), cfg)
         return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError(f"invalid configuration {overrides}: {exc}") from exc
+
+
+_RESOLVED: dict[tuple, dict[str, Any]] = {}
+
+
+def _resolved_base(cdir: Path, group_overrides: tuple[str, ...], model_file: Path | None) -> dict[str, Any]:
+    """The composed config (model node swapped in) and its resolved form, with the keys interpolations read."""
+    import copy
+
+    from omegaconf import open_dict
+
+    composed = _composed(cdir, group_overrides)
+    key = (id(composed), str(model_file), model_file.stat().st_mtime_ns if model_file else 0)
+    if key not in _RESOLVED:
+        cfg = composed
+        if model_file is not None:
+            cfg = copy.deepcopy(composed)
+            with open_dict(cfg):
+                cfg.model = OmegaConf.load(model_file)
+        from omegaconf.errors import OmegaConfBaseException
+
+        try:
+            resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+        except OmegaConfBaseException:  # e.g. a mandatory value (???) the value overrides will set
+            resolved = None
+        _RESOLVED[key] = {"config": cfg, "resolved": resolved,
+                          "referenced": _interpolated_keys(OmegaConf.to_container(cfg, resolve=False))}
+    return _RESOLVED[key]
+
+
+def _interpolated_keys(raw: Any) -> set[str] | None:
+    """Dotted keys that interpolations read (``${paths.results}``, ``${oc.select:generator,null}``); None when some
+    interpolation cannot be analysed (then every value override takes Hydra's own path)."""
+    found: set[str] = set()
+    stack = [raw]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack += list(node.values())
+        elif isinstance(node, list):
+            stack += node
+        elif isinstance(node, str) and "${" in node:
+            for inner in re.findall(r"\$\{([^}]*)\}", node):
+                if inner.startswith("oc.env:"):
+                    continue
+                if inner.startswith("oc.select:"):
+                    inner = inner[len("oc.select:"):].split(",", 1)[0]
+                if not re.fullmatch(r"[A-Za-z_][\w.]*", inner):
+                    return None
+                found.add(inner)
+    return found
+
+
+def _apply_values_fast(base: dict[str, Any], values: Sequence[str]) -> dict[str, Any] | None:
+    """Value overrides set on the resolved config directly, when that gives what Hydra gives: plain changes of
+    existing scalar or list values that no interpolation reads, with values that hold no interpolation. None when
+    any override needs Hydra's own path (adds, deletes, dict merges, interpolations)."""
+    import copy
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    referenced = base["referenced"]
+    if referenced is None:
+        return None
+    out = None
+    for o in OverridesParser.create().parse_overrides(list(values)):
+        key, value = o.key_or_group, o.value()
+        if o.package is not None or o.is_delete() or o.is_add() or o.is_force_add():
+            return None
+        if any(r == key or r.startswith(key + ".") or key.startswith(r + ".") for r in referenced):
+            return None
+        if isinstance(value, dict) or "${" in json.dumps(value, default=str):
+            return None
+        if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+            return None
+        parts = key.split(".")
+        node = (out or base["resolved"])
+        for p in parts[:-1]:
+            node = node.get(p) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or parts[-1] not in node or isinstance(node[parts[-1]], dict):
+            return None  # missing keys and dict values: Hydra's path gives its own error or merge
+        if out is None:
+            out = copy.deepcopy(base["resolved"])
+            node = out
+            for p in parts[:-1]:
+                node = node[p]
+        node[parts[-1]] = value
+    return out
 
 
 def with_every_benchmark(overrides: Sequence[str], names: Sequence[str]) -> list[str]:
@@ -95,12 +248,22 @@ def with_every_benchmark(overrides: Sequence[str], names: Sequence[str]) -> list
 
 
 def load_model_config(name: str, root_cfg: dict[str, Any]) -> dict[str, Any]:
+    """A metric's ``default_model`` config, resolved against the job's root config (paths, run settings)."""
+    import copy
+
     path = conf_dir() / "model" / f"{name}.yaml"
     if not path.exists():
         raise ConfigError(f"model config {name!r} not found ({path})")
-    merged = OmegaConf.merge(OmegaConf.create({k: v for k, v in root_cfg.items() if k != "model"}),
-                             {"model": OmegaConf.load(path)})
-    return OmegaConf.to_container(merged, resolve=True)["model"]
+    # the large groups cannot be referenced by a model config; leaving them out makes this cheap
+    root = {k: v for k, v in root_cfg.items() if k not in ("model", "metric", "benchmark", "generator")}
+    key = (str(path), path.stat().st_mtime_ns, stable_hash(root, 16))
+    if key not in _DEFAULT_MODELS:
+        merged = OmegaConf.merge(OmegaConf.create(root), {"model": OmegaConf.load(path)})
+        _DEFAULT_MODELS[key] = OmegaConf.to_container(merged, resolve=True)["model"]
+    return copy.deepcopy(_DEFAULT_MODELS[key])
+
+
+_DEFAULT_MODELS: dict[tuple, dict[str, Any]] = {}
 
 
 def model_key(model_cfg: dict[str, Any]) -> str:
