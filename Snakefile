@@ -10,7 +10,6 @@ import os
 # it must be set before torch is imported, here and in every stage script this workflow starts.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from biasflow.registry import get_metric
 from biasflow.workflow import load_plan
 
 PLAN, W = load_plan(config)

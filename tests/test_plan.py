@@ -1,6 +1,9 @@
 """Hydra overrides -> plan: sweeps, shared score files, clear config errors."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from biasflow.errors import ConfigError
@@ -49,3 +52,76 @@ def test_benchmark_options_change_items_path_but_not_other_jobs():
     a = build_plan(["metric=[crows_pairs]"]).jobs[0]
     b = build_plan(["metric=[crows_pairs]", "benchmark.crows_pairs.limit=20"]).jobs[0]
     assert a.items_path != b.items_path and a.metric_dir != b.metric_dir
+
+
+@pytest.mark.parametrize("overrides", [
+    [],
+    ["model=gpt2"],
+    ["model=gpt2", "metric=[crows_pairs_causal,winobias_mc]", "metric.crows_pairs_causal.aggregation=mean"],
+    ["metric=[crows_pairs]", "metric.crows_pairs.diff_threshold=0.2", "metric.crows_pairs.variants=[pll]"],
+    ["paths.results=/tmp/elsewhere", "model=bert_base_uncased"],  # interpolated by tracking.uri: Hydra's path
+    ["+experiment=meade2022_bias_bench", "model=roberta_base", "metric.stereoset.word_prefix_space=true"],
+    ["metric=[langfair_stereotype]", "+generator=openai_compatible", "generator.model=m", "generator.count=3"],
+    ["model=glove_6b_50d", "benchmark.crows_pairs.limit=5", "stats.n_boot=0", "model.lowercase=false"],
+    ["benchmark=[stereoset]", "benchmark.stereoset.split=test", "+model.mem_mb=1000"],
+])
+def test_fast_composition_equals_hydra(overrides):
+    """compose() composes each choice of groups once and sets plain values on the resolved config: the result must
+    be exactly Hydra's own composition of all overrides."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from biasflow.plan import compose, conf_dir, with_every_benchmark
+
+    cdir = conf_dir()
+    full = with_every_benchmark(overrides, sorted(p.stem for p in (cdir / "benchmark").glob("*.yaml")))
+    with initialize_config_dir(config_dir=str(cdir), version_base="1.3"):
+        want = OmegaConf.to_container(hydra_compose("config", overrides=full), resolve=True)
+    assert compose(overrides) == want
+    assert compose(overrides) == want  # and again from the caches
+
+
+def test_a_saved_plan_reads_back_without_composing(tmp_path, monkeypatch):
+    import biasflow.plan as plan_mod
+    from biasflow.plan import Plan, build_plan
+
+    plan = build_plan(["metric=[crows_pairs,weat]", "metric.crows_pairs.diff_threshold=0.05,0.1", "model=gpt2,demo_bert"],
+                      multirun=True)
+    path = plan.write(str(tmp_path / "plan.json"))
+    monkeypatch.setattr(plan_mod, "compose", lambda *a: pytest.fail("a saved plan must not be composed again"))
+    again = Plan.read(path)
+    assert again.plan_hash == plan.plan_hash and again.to_json() == plan.to_json()
+    assert [j.scores_path() for j in again.jobs] == [j.scores_path() for j in plan.jobs]
+    doc = json.loads(Path(path).read_text())
+    doc["jobs"][0]["metric_cfg"]["diff_threshold"] = 0.3  # edited by hand: its paths no longer match
+    Path(path).write_text(json.dumps(doc))
+    with pytest.raises(ConfigError, match="does not match"):
+        Plan.read(path)
+
+
+def test_snakemake_reparses_reuse_the_plan_until_an_input_changes(tmp_path, monkeypatch):
+    import shutil
+
+    import biasflow.workflow as wf
+    from conftest import ROOT
+
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")
+    monkeypatch.setenv("BIASFLOW_CONF", str(tmp_path / "conf"))
+    monkeypatch.chdir(tmp_path)
+    preds = tmp_path / "p.json"
+    preds.write_text("{}")
+    calls = []
+    real = wf.build_plan
+    monkeypatch.setattr(wf, "build_plan", lambda *a, **k: calls.append(1) or real(*a, **k))
+    config = {"overrides": ["metric=[stereoset]", f"metric.stereoset.predictions_file={preds}"]}
+    first, _ = wf.load_plan(config)
+    second, _ = wf.load_plan(config)
+    assert len(calls) == 1 and first.to_json() == second.to_json()
+    preds.write_text('{"intrasentence": []}')  # a user file changed: its digest is in the job paths
+    third, _ = wf.load_plan(config)
+    assert len(calls) == 2 and third.jobs[0].metric_dir != first.jobs[0].metric_dir
+    cfg = tmp_path / "conf" / "metric" / "stereoset.yaml"
+    cfg.write_text(cfg.read_text().replace("word_prefix_space: false", "word_prefix_space: true"))
+    fourth, _ = wf.load_plan(config)
+    assert len(calls) == 3 and fourth.jobs[0].metric_cfg["word_prefix_space"] is True

@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import subprocess
@@ -33,7 +32,7 @@ def project_root() -> Path:
     return root
 
 
-def snakemake_command(overrides: list[str], multirun: bool, cores: str, dry_run: bool, extra: list[str]) -> list[str]:
+def snakemake_command(plan_path: str, cores: str, dry_run: bool, extra: list[str]) -> list[str]:
     root = project_root()
     # Outputs are written atomically, so a job Snakemake marks incomplete (killed mid-run) is always safe to redo.
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(root / "Snakefile"), "--cores", str(cores),
@@ -41,7 +40,8 @@ def snakemake_command(overrides: list[str], multirun: bool, cores: str, dry_run:
     if dry_run:
         cmd.append("--dry-run")
     # --config takes every following word, so it goes last: extra arguments (targets, --unlock) come before it
-    return cmd + extra + ["--config", f"overrides={json.dumps(overrides)}", f"multirun={str(multirun).lower()}"]
+    # the saved plan: Snakemake (and every cluster job's re-parse) reads it instead of composing the configs again
+    return cmd + extra + ["--config", f"plan={plan_path}"]
 
 
 def _die_with_parent() -> None:
@@ -73,13 +73,11 @@ LOCK_HINT = ("Snakemake found the directory locked. If no other biasflow/snakema
 
 def cmd_plan(args) -> int:
     from biasflow.plan import build_plan
-    from biasflow.registry import get_metric
-
     plan = build_plan(args.overrides, multirun=args.multirun)
     print(f"plan {plan.plan_hash}: {len(plan.sweep)} sweep job(s) -> {len(plan.jobs)} metric job(s); run dir "
           f"{plan.run_dir}")
     for job in plan.jobs:
-        print(f"  {job.metric:<24} {job.model['name']:<24} scores {job.scores_path(get_metric(job.metric).score_keys)}")
+        print(f"  {job.metric:<24} {job.model['name']:<24} scores {job.scores_path()}")
         print(f"  {'':<24} {'':<24} metric {job.metric_dir}")
     for msg in plan.skipped:
         print(f"  skipped: {msg}")
@@ -90,7 +88,8 @@ def cmd_run(args, extra: list[str]) -> int:
     from biasflow.plan import build_plan
 
     plan = build_plan(args.overrides, multirun=args.multirun)  # fail fast with a readable config error
-    cmd = snakemake_command(args.overrides, args.multirun, args.cores, args.dry_run, extra)
+    plan_path = str((Path.cwd() / plan.write()).resolve())
+    cmd = snakemake_command(plan_path, args.cores, args.dry_run, extra)
     print("+", " ".join(cmd), flush=True)
     env = dict(os.environ)
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see docs/performance.md: spinning threads hurt shared machines

@@ -282,6 +282,7 @@ class Job:
     results: str
     sweep_overrides: list[list[str]] = field(default_factory=list)  # every sweep job that asked for this job
     user_files: dict[str, dict[str, str]] = field(default_factory=dict)  # option -> {path, digest}: see user_files()
+    score_keys: tuple[str, ...] = ()  # the metric options that change model outputs (MetricSpec.score_keys)
 
     @property
     def model_key(self) -> str:
@@ -291,7 +292,8 @@ class Job:
     def bench_hash(self) -> str:
         return stable_hash(self.benchmark_cfg, 8)
 
-    def score_hash(self, score_keys: Sequence[str]) -> str:
+    def score_hash(self, score_keys: Sequence[str] | None = None) -> str:
+        score_keys = self.score_keys if score_keys is None else score_keys
         key = {"model": config_fingerprint(self.model), "benchmark": self.benchmark_cfg,
                "mode": self.mode, "score": {k: self.metric_cfg.get(k) for k in score_keys}}
         if self.user_files:  # the content of every user file that feeds the job, not only its path
@@ -310,15 +312,16 @@ class Job:
     def items_path(self) -> str | None:
         return f"{self.results}/items/{self.benchmark}-{self.bench_hash}.parquet" if self.benchmark else None
 
-    def scores_path(self, score_keys: Sequence[str]) -> str:
+    def scores_path(self, score_keys: Sequence[str] | None = None) -> str:
         return f"{self.results}/scores/{self.model_key}/{self.metric}-{self.score_hash(score_keys)}.parquet"
 
     @property
     def metric_dir(self) -> str:
         return f"{self.results}/metrics/{self.model_key}/{self.metric}/{self.cfg_hash}"
 
-    def score_params(self, score_keys: Sequence[str]) -> dict[str, Any]:
+    def score_params(self, score_keys: Sequence[str] | None = None) -> dict[str, Any]:
         """Params of the score stage: only what can change model outputs, so a threshold sweep shares it."""
+        score_keys = self.score_keys if score_keys is None else score_keys
         p = self.params()
         p["metric_cfg"] = {k: self.metric_cfg.get(k) for k in score_keys if k in self.metric_cfg}
         p.pop("stats")
@@ -332,6 +335,9 @@ class Job:
                 "benchmark": self.benchmark, "benchmark_cfg": self.benchmark_cfg, "stats": self.stats,
                 "mode": self.mode, "model_key": self.model_key, "cfg_hash": self.cfg_hash,
                 "user_files": self.user_files}
+
+
+PLAN_FORMAT = "biasflow-plan/1"
 
 
 @dataclass
@@ -351,17 +357,49 @@ class Plan:
     def run_dir(self) -> str:
         return f"{self.paths['results']}/runs/{self.plan_hash}"
 
-    def write(self) -> str:
-        """Write the plan (for the aggregate and MLflow stages) only if it changed; return its path."""
-        import json
+    @property
+    def path(self) -> str:
+        return f"{self.run_dir}/plan.json"
 
-        path = f"{self.run_dir}/plan.json"
-        doc = {"plan_hash": self.plan_hash, "tracking": self.tracking, "paths": self.paths, "sweep": self.sweep, "skipped": self.skipped,
+    def to_json(self) -> str:
+        doc = {"format": PLAN_FORMAT, "plan_hash": self.plan_hash, "tracking": self.tracking, "paths": self.paths,
+               "sweep": self.sweep, "skipped": self.skipped, "benchmarks": self.benchmarks,
                "jobs": [dict(j.params(), metric_dir=j.metric_dir, items_path=j.items_path,
-                             sweep_overrides=j.sweep_overrides)
-                        for j in self.jobs]}
-        write_text_if_changed(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n", path)
+                             scores_path=j.scores_path(), score_keys=list(j.score_keys),
+                             results=j.results, sweep_overrides=j.sweep_overrides) for j in self.jobs]}
+        return json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n"
+
+    def write(self, path: str | None = None) -> str:
+        """Write the plan (read by every stage and by Snakemake re-parses) only if it changed; return its path."""
+        path = path or self.path
+        write_text_if_changed(self.to_json(), path)
         return path
+
+    @classmethod
+    def read(cls, path: str | os.PathLike) -> "Plan":
+        """The plan saved by ``write``: no Hydra, no composition (a cluster job parses the workflow in well under a
+        second). Every job's paths are recomputed and must equal the saved ones, or the file is not this code's."""
+        try:
+            doc = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ConfigError(f"cannot read the plan {path}: {exc}") from exc
+        if doc.get("format") != PLAN_FORMAT:
+            raise ConfigError(f"{path} is not a plan of this biasflow version (format {doc.get('format')!r}); "
+                              f"plan again with biasflow run / biasflow plan")
+        jobs = []
+        for j in doc["jobs"]:
+            job = Job(metric=j["metric"], model=j["model"], metric_cfg=j["metric_cfg"], benchmark=j["benchmark"],
+                      benchmark_cfg=j["benchmark_cfg"], stats=j["stats"], mode=j["mode"], results=j["results"],
+                      sweep_overrides=j["sweep_overrides"], user_files=j.get("user_files") or {},
+                      score_keys=tuple(j["score_keys"]))
+            if job.metric_dir != j["metric_dir"] or job.scores_path() != j["scores_path"]:
+                raise ConfigError(f"{path}: job {j['metric_dir']} does not match this biasflow version; plan again")
+            jobs.append(job)
+        plan = cls(jobs=jobs, sweep=doc["sweep"], tracking=doc["tracking"], paths=doc["paths"],
+                   skipped=doc["skipped"], benchmarks=doc.get("benchmarks") or {})
+        if plan.plan_hash != doc["plan_hash"]:
+            raise ConfigError(f"{path}: plan hash mismatch; plan again")
+        return plan
 
 
 # Options naming files or folders the user provides: their content is part of the job's identity (a file replaced
@@ -518,7 +556,7 @@ def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
                 bcfg = cfg["benchmark"][bench]
             job = Job(metric=name, model=model, metric_cfg=mcfg, benchmark=bench, benchmark_cfg=bcfg,
                       stats=cfg.get("stats", {}), mode=cfg.get("run", {}).get("mode", "parity"),
-                      results=cfg["paths"]["results"])
+                      results=cfg["paths"]["results"], score_keys=tuple(spec.score_keys))
             job.user_files = user_files(job, digests)
             job = jobs.setdefault(job.metric_dir, job)
             job.sweep_overrides.append(job_overrides)

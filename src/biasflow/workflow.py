@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, Mapping
 
 from biasflow.plan import Job, Plan, build_plan
-from biasflow.registry import get_metric
 
 
 def _overrides(config: Mapping[str, Any]) -> list[str]:
@@ -16,10 +16,64 @@ def _overrides(config: Mapping[str, Any]) -> list[str]:
 
 
 def load_plan(config: Mapping[str, Any]) -> tuple[Plan, "Lookups"]:
+    """The plan of this Snakemake invocation: the saved plan named by ``--config plan=PATH`` (what ``biasflow run``
+    passes, and what every cluster job's re-parse reads), else composed from ``overrides`` once and reused from the
+    plan cache on later parses while nothing it was made from has changed."""
+    if config.get("plan"):
+        plan = Plan.read(config["plan"])
+        return plan, Lookups(plan, str(config["plan"]))
     multirun = str(config.get("multirun", False)).lower() in ("1", "true", "yes")
-    plan = build_plan(_overrides(config), multirun=multirun)
-    plan_path = plan.write()
-    return plan, Lookups(plan, plan_path)
+    plan = cached_plan(_overrides(config), multirun)
+    return plan, Lookups(plan, plan.write())
+
+
+def _inputs_state(paths) -> list:
+    out = []
+    for p in sorted(paths):
+        try:
+            st = os.stat(p)
+            out.append([p, st.st_mtime_ns, st.st_size])
+        except OSError:
+            out.append([p, None, None])
+    return out
+
+
+def plan_cache_key(overrides: list[str], multirun: bool) -> str:
+    """What a plan is made from: the overrides, every config file, the package's code and the environment
+    variables configs may read. Any change makes a new plan."""
+    from biasflow.io import stable_hash
+    from biasflow.plan import conf_dir
+
+    code = Path(__file__).resolve().parent
+    files = [*conf_dir().rglob("*.yaml"), *code.rglob("*.py")]
+    env = {k: v for k, v in os.environ.items() if k.startswith(("BIASFLOW_", "MLFLOW_"))}
+    return stable_hash({"overrides": overrides, "multirun": multirun, "files": _inputs_state(map(str, files)),
+                        "env": env}, 16)
+
+
+def cached_plan(overrides: list[str], multirun: bool) -> Plan:
+    """``build_plan`` once per distinct input; re-parses (Snakemake parses the Snakefile again for every cluster
+    job and for every `snakemake` command) read the saved plan. User files (predictions, local models) are checked
+    by mtime and size: a changed one plans again, since their digests are part of the job paths."""
+    import json
+
+    key = plan_cache_key(overrides, multirun)
+    cache = Path(".snakemake") / "biasflow-plans" / f"{key}.json"
+    if cache.exists():
+        try:
+            saved = json.loads(cache.read_text())
+            if _inputs_state(saved["user_files"]) == saved["user_files_state"]:
+                return Plan.read(saved["plan"])
+        except Exception:  # a stale or damaged cache entry only costs a new plan
+            pass
+    plan = build_plan(overrides, multirun=multirun)
+    path = plan.write()
+    files = sorted({f["path"] for j in plan.jobs for f in j.user_files.values()})
+    from biasflow.io import write_json
+
+    write_json({"plan": str(Path(path).resolve()), "user_files": files, "user_files_state": _inputs_state(files)},
+               cache)
+    return plan
 
 
 class Lookups:
@@ -32,10 +86,9 @@ class Lookups:
         self.by_scores: dict[str, Job] = {}
         self.by_metric_dir: dict[str, Job] = {}
         for job in plan.jobs:
-            keys = get_metric(job.metric).score_keys
             if job.items_path:
                 self.by_items.setdefault(job.items_path, job)
-            self.by_scores.setdefault(job.scores_path(keys), job)
+            self.by_scores.setdefault(job.scores_path(), job)
             self.by_metric_dir[job.metric_dir] = job
 
     # ---- targets
@@ -93,7 +146,7 @@ class Lookups:
         return inputs
 
     def metric_inputs(self, job: Job) -> dict[str, Any]:
-        inputs: dict[str, Any] = {"scores": job.scores_path(get_metric(job.metric).score_keys),
+        inputs: dict[str, Any] = {"scores": job.scores_path(),
                                   "user_files": self.user_file_inputs(job)}
         if job.items_path:
             inputs["items_file"] = job.items_path

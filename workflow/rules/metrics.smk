@@ -8,8 +8,7 @@ rule score:
     output:
         RESULTS + "/scores/{model_key}/{metric}-{shash}.parquet",
     params:
-        job=lambda w: (lambda j: j.score_params(get_metric(j.metric).score_keys))(
-            W.score_job(w.model_key, w.metric, w.shash)),
+        job=lambda w: W.score_job(w.model_key, w.metric, w.shash).score_params(),
         cache_dir=PLAN.paths["cache"],
     log:
         RESULTS + "/logs/score/{model_key}/{metric}-{shash}.log",
