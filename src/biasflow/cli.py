@@ -2,12 +2,14 @@
 
   biasflow run [-m] [overrides ...] [--cores N] [-n] [-- more snakemake args]
   biasflow plan [-m] [overrides ...]          show the jobs and output folders without running anything
+  biasflow status [-m] [overrides ... | RUN_DIR]  jobs done / running / failed / waiting, errors, time left
   biasflow log <run folder or plan hash>       log a finished run to MLflow (after the store was unreachable)
   biasflow ui                                  the command that opens the MLflow UI on the local store
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import subprocess
@@ -35,8 +37,10 @@ def project_root() -> Path:
 def snakemake_command(plan_path: str, cores: str, dry_run: bool, extra: list[str]) -> list[str]:
     root = project_root()
     # Outputs are written atomically, so a job Snakemake marks incomplete (killed mid-run) is always safe to redo.
+    # --keep-going: one broken model must not stop the others of an overnight sweep (the failed jobs are listed
+    # in a partial report afterwards)
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(root / "Snakefile"), "--cores", str(cores),
-           "--rerun-incomplete"]
+           "--rerun-incomplete", "--keep-going"]
     if dry_run:
         cmd.append("--dry-run")
     # --config takes every following word, so it goes last: extra arguments (targets, --unlock) come before it
@@ -105,11 +109,36 @@ def cmd_run(args, extra: list[str]) -> int:
         shown = " ".join((["-m"] if args.multirun else []) + [shlex.quote(o) for o in args.overrides])
         if locked:
             print("\n" + LOCK_HINT.format(args=shown), file=sys.stderr)
+        elif not args.dry_run and not {"--unlock", "-n", "--dry-run", "--list", "--touch"} & set(extra):
+            workdir = Path(extra[extra.index("--directory") + 1]) if "--directory" in extra[:-1] else root
+            report_partial(plan, plan_path, workdir)
         else:
             print(f"\nbiasflow: Snakemake failed (exit {rc}); the log of the failed job (named above) holds its "
-                  f"traceback. Finished work is kept: fix the cause and run the same command again.",
-                  file=sys.stderr)
+                  f"traceback.", file=sys.stderr)
     return rc
+
+
+def report_partial(plan, plan_path: str, root: Path) -> None:
+    """After failed jobs: the finished jobs' results as a partial report (and in MLflow), the failures listed."""
+    from biasflow import progress, stages
+
+    doc = json.loads(Path(plan_path).read_text())
+    states = progress.job_states(doc, root)
+    print("\n" + progress.status_text(doc, root), file=sys.stderr)
+    if not any(s.state == "done" for s in states):
+        return
+    cwd = os.getcwd()
+    os.chdir(root)  # the plan's paths are relative to the project root
+    try:
+        stages.aggregate_run(plan_path, plan.run_dir, partial=True)
+        print(f"\npartial results: {plan.run_dir}/report.md (the failed jobs are listed at its top)", file=sys.stderr)
+        if (plan.tracking or {}).get("enabled", True):
+            try:
+                stages.log_mlflow(plan_path, plan.run_dir, None, partial=True)
+            except BiasflowError as exc:
+                print(f"biasflow: MLflow: {exc}", file=sys.stderr)
+    finally:
+        os.chdir(cwd)
 
 
 def cmd_log(args) -> int:
@@ -138,6 +167,22 @@ def cmd_log(args) -> int:
     return 0
 
 
+def cmd_status(args) -> int:
+    """Where a run stands: jobs done / running / failed / waiting, errors, and the time left."""
+    from biasflow import progress
+
+    root = project_root()
+    target = Path(args.overrides[0]) if len(args.overrides) == 1 else None
+    if target is not None and (target / "plan.json").exists():
+        plan_path = target / "plan.json"
+    else:
+        from biasflow.plan import build_plan
+
+        plan_path = root / build_plan(args.overrides, multirun=args.multirun).write()
+    print(progress.status_text(json.loads(plan_path.read_text()), root, cores=args.cores))
+    return 0
+
+
 def cmd_ui(args) -> int:
     from biasflow.plan import compose
     from biasflow.secrets import redact_uri, tracking_uri
@@ -153,10 +198,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="biasflow", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("run", "plan"):
+    for name in ("run", "plan", "status"):
         p = sub.add_parser(name, help=f"{name} the pipeline for a config (Hydra overrides)")
         p.add_argument("-m", "--multirun", action="store_true", help="sweep comma-separated override values")
         p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. model=bert_base_uncased")
+        if name == "status":
+            p.add_argument("--cores", type=int, default=os.cpu_count() or 1,
+                           help="jobs that run at once, for the time-left estimate")
         if name == "run":
             p.add_argument("--cores", default="all", help="Snakemake --cores (default: all)")
             p.add_argument("-n", "--dry-run", action="store_true", help="show the jobs Snakemake would run")
@@ -171,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_run(args, extra)
         if args.command == "plan":
             return cmd_plan(args)
+        if args.command == "status":
+            return cmd_status(args)
         if args.command == "log":
             return cmd_log(args)
         return cmd_ui(args)

@@ -199,23 +199,40 @@ def metric(params: Mapping[str, Any], items_path: str | None, scores_path: str, 
     return agg
 
 
-def aggregate_run(plan_path: str, out_dir: str) -> pd.DataFrame:
+def aggregate_run(plan_path: str, out_dir: str, partial: bool = False) -> pd.DataFrame:
+    """The run's tables and report from every job's metric outputs. ``partial``: after a sweep in which some jobs
+    failed, the finished jobs' results, with the failed jobs and their errors listed in the report."""
+    from biasflow.progress import job_states
     from biasflow.report.tables import write_run_report
 
     plan = json.loads(Path(plan_path).read_text())
+    failed = [s for s in job_states(plan) if s.state != "done"] if partial else []
+    unfinished = {s.metric_dir for s in failed}
     aggs, items = [], []
     for job in plan["jobs"]:
+        if job["metric_dir"] in unfinished:
+            continue
         aggs.append(pd.read_parquet(Path(job["metric_dir"]) / "aggregate.parquet"))
         items.append(pd.read_parquet(Path(job["metric_dir"]) / "per_item.parquet"))
-    agg = pd.concat(aggs, ignore_index=True)
-    per_item = pd.concat(items, ignore_index=True)
-    write_run_report(plan, agg, per_item, Path(out_dir))
+    agg = pd.concat(aggs, ignore_index=True) if aggs else pd.DataFrame(columns=["model", "metric_family", "metric",
+                                                                              "category", "value"])
+    per_item = pd.concat(items, ignore_index=True) if items else pd.DataFrame()
+    write_run_report(plan, agg, per_item, Path(out_dir), unfinished=failed)
     return agg
 
 
-def log_mlflow(plan_path: str, run_dir: str, out: str, uri: str | None = None) -> dict:
+def log_mlflow(plan_path: str, run_dir: str, out: str | None, uri: str | None = None, partial: bool = False) -> dict:
+    """Log the plan's results to MLflow. ``partial``: only the finished jobs; the unfinished ones are listed on the
+    parent run (tag biasflow.unfinished_jobs, artifact unfinished_jobs.json) with their errors."""
+    from biasflow.progress import job_states
     from biasflow.tracking.mlflow_log import log_plan
 
-    record = log_plan(json.loads(Path(plan_path).read_text()), Path(run_dir), uri=uri)
-    write_json(record, out)
+    plan = json.loads(Path(plan_path).read_text())
+    unfinished = [s for s in job_states(plan) if s.state != "done"] if partial else []
+    if unfinished:
+        gone = {s.metric_dir for s in unfinished}
+        plan = dict(plan, jobs=[j for j in plan["jobs"] if j["metric_dir"] not in gone])
+    record = log_plan(plan, Path(run_dir), uri=uri, unfinished=[vars(s) for s in unfinished])
+    if out:
+        write_json(record, out)
     return record

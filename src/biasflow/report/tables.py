@@ -60,7 +60,22 @@ def bar_plot(agg: pd.DataFrame, metric: str, title: str, path: Path, reference: 
     plt.close(fig)
 
 
-def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.DataFrame, out: Path) -> None:
+def unfinished_section(unfinished) -> list[str]:
+    """The report's list of jobs that did not finish (failed with their error, or never ran) and how to redo them."""
+    failed = [u for u in unfinished if u.state == "failed"]
+    lines = [f"\n## PARTIAL RESULTS: {len(unfinished)} job(s) did not finish\n",
+             f"{len(failed)} failed; {len(unfinished) - len(failed)} did not run (waiting on a failed job or "
+             "interrupted). Their numbers are missing below. Fix the cause and run the same command again: "
+             "finished jobs are kept and only these run.\n",
+             "| model | metric | state | error | log |", "|---|---|---|---|---|"]
+    for u in unfinished:
+        error = (u.error or "").replace("|", "\\|")
+        lines.append(f"| {u.model} | {u.metric} | {u.state} | {error} | {u.log or ''} |")
+    return lines
+
+
+def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.DataFrame, out: Path,
+                     unfinished=()) -> None:
     from biasflow.registry import get_metric
 
     out.mkdir(parents=True, exist_ok=True)
@@ -73,6 +88,8 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
     if any(j["model"].get("demo") for j in plan["jobs"]):
         lines.append("> **Demo model.** At least one model here was built by the pipeline for an offline "
                      "demonstration; its numbers are not those of any published model.\n")
+    if unfinished:
+        lines += unfinished_section(unfinished)
     for msg in plan.get("skipped", []):
         lines.append(f"- skipped: {msg}")
     experiments = [s["config"]["experiment"] for s in plan.get("sweep", []) if s.get("config", {}).get("experiment")]

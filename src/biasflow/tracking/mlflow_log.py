@@ -151,7 +151,8 @@ def where_results(run_dir: Path) -> str:
             f"once the store works with:  biasflow log {run_dir}  (or re-run the same command).")
 
 
-def log_plan(plan: Mapping[str, Any], run_dir: Path, uri: str | None = None) -> dict[str, Any]:
+def log_plan(plan: Mapping[str, Any], run_dir: Path, uri: str | None = None,
+             unfinished: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Log ``plan`` (results in ``run_dir``) to its tracking store, or to ``uri`` when given.
 
     Fails within seconds with a TrackingError naming the (redacted) store and where the results are when the store
@@ -172,6 +173,7 @@ def log_plan(plan: Mapping[str, Any], run_dir: Path, uri: str | None = None) -> 
         with mlflow_env():
             open_store(real_uri)
             record = _log_plan(plan, run_dir, real_uri, redactor)
+            _note_unfinished(record["parent_run_id"], unfinished or [], real_uri, redactor)
     except TrackingError as exc:
         raise TrackingError(f"{redactor(str(exc))}\n{where_results(run_dir)}") from None
     except Exception as exc:  # MLflow's messages may quote the URI with its password: redact, drop the chain
@@ -181,6 +183,18 @@ def log_plan(plan: Mapping[str, Any], run_dir: Path, uri: str | None = None) -> 
     record["tracking_uri"] = shown
     log.info("logged plan %s to %s (parent run %s)", plan["plan_hash"], shown, record["parent_run_id"])
     return record
+
+
+def _note_unfinished(parent_id: str, unfinished: list[dict[str, Any]], real_uri: str, redactor: Redactor) -> None:
+    """A partial run's parent lists the jobs that did not finish, with their errors (a later complete run clears
+    it)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=real_uri)
+    client.set_tag(parent_id, "biasflow.unfinished_jobs", str(len(unfinished)))
+    if unfinished:
+        rows = [{k: redactor(str(v)) if v is not None else None for k, v in u.items()} for u in unfinished]
+        client.log_text(parent_id, json.dumps(rows, indent=2), "unfinished_jobs.json")
 
 
 def _log_plan(plan: Mapping[str, Any], run_dir: Path, real_uri: str, redactor: Redactor) -> dict[str, Any]:
