@@ -10,7 +10,6 @@ import json
 import math
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -185,7 +184,7 @@ def test_leaderboard_ranks_models_within_each_threshold(sweep):
     got = board.merge(agg, on=["config_hash", "metric"], suffixes=("", "_agg"))
     assert len(got) == len(board) and np.allclose(got.value, got.value_agg, equal_nan=True)
     assert (got.goal == got.metric.map(UNBIASED)).all()
-    for (threshold, metric), df in got.groupby(["threshold", "metric"]):
+    for (_, metric), df in got.groupby(["threshold", "metric"]):
         far = (df.value - UNBIASED[metric]).abs()
         if far.nunique() > 1:
             assert df.loc[df.best, "model"].tolist() == df.loc[far == far.min(), "model"].tolist()
@@ -359,9 +358,9 @@ def test_stereoset_pairs_are_tested_on_the_pro_choice_per_example(tmp_path):
         agg = spec.aggregate(per, {}).assign(model=model, config_hash=f"h{model}", metric_family="stereoset")
         items.append(per)
         aggs.append(agg)
-        jobs.append({"metric": "stereoset", "cfg_hash": f"h{model}", "model_key": f"{model}-0", "benchmark": "stereoset",
-                     "model": {"name": model}, "metric_cfg": {}, "benchmark_cfg": {}, "mode": "parity",
-                     "stats": {"n_boot": 5, "seed": 0, "level": 0.95}})
+        jobs.append({"metric": "stereoset", "cfg_hash": f"h{model}", "model_key": f"{model}-0",
+                     "benchmark": "stereoset", "model": {"name": model}, "metric_cfg": {}, "benchmark_cfg": {},
+                     "mode": "parity", "stats": {"n_boot": 5, "seed": 0, "level": 0.95}})
     tests = paired_tests({"plan_hash": "x", "jobs": jobs}, pd.concat(aggs), pd.concat(items)).set_index("metric")
     intra = base.task == "intrasentence"
     a, b = pro["A"][intra].astype(bool), pro["B"][intra].astype(bool)

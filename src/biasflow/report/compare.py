@@ -86,8 +86,10 @@ def paired_tests(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.DataFr
         tables, aggregates = {}, {}
         for job in group.itertuples(index=False):
             tables[job.model] = per_item[per_item["config_hash"] == job.config_hash]
-            aggregates[job.model] = (lambda cfg: (lambda df: spec.aggregate(df, cfg)))(job.cfg)
+            aggregates[job.model] = lambda df, agg=spec.aggregate, cfg=job.cfg: agg(df, cfg)
         res = paired_bootstrap(tables, aggregates, metrics, n_boot=n_boot, seed=seed, level=level)
+        if res.empty:  # no item in common
+            continue
         res.insert(0, "family", family)
         res.insert(1, "benchmark", group["benchmark"].iloc[0])
         res.insert(2, "setting", group["setting"].iloc[0])

@@ -76,15 +76,19 @@ def paired_bootstrap(per_item: Mapping[str, pd.DataFrame], aggregate: Mapping[st
     Only items every model has are used (``n_items``); rows sharing an ``item_id`` (several variants of one item)
     are resampled together. Returns one row per (model_a, model_b, metric): value_a, value_b, diff, ci_low,
     ci_high, p_boot (``bootstrap_p_value``), n_items, n_boot."""
+    columns = ["model_a", "model_b", "metric", "value_a", "value_b", "diff", "ci_low", "ci_high", "p_boot",
+               "n_items", "n_boot"]
     models = list(per_item)
     common = set.intersection(*(set(df["item_id"]) for df in per_item.values())) if models else set()
-    first = per_item[models[0]] if models else pd.DataFrame()
-    order = [i for i in pd.unique(first["item_id"]) if i in common] if models else []
+    if not common:
+        return pd.DataFrame(columns=columns)
+    first = per_item[models[0]]
+    order = [i for i in pd.unique(first["item_id"]) if i in common]
     tables = {m: df[df["item_id"].isin(common)] for m, df in per_item.items()}
     point = {m: _values(aggregate[m](tables[m]), metrics, category) for m in models}
     reps = {m: np.full((max(n_boot, 0), len(metrics)), np.nan) for m in models}
-    if n_boot > 0 and order:
-        strata_of = first.drop_duplicates("item_id").set_index("item_id")[strata]
+    if n_boot > 0:
+        strata_of = first.drop_duplicates("item_id").set_index("item_id")[strata].astype(str)  # NaN: a stratum too
         groups = [np.array(ids) for _, ids in pd.Series(order, index=order).groupby(strata_of.loc[order].values,
                                                                                      sort=True)]
         rows_of = {m: tables[m].groupby("item_id", sort=False).indices for m in models}
@@ -106,5 +110,4 @@ def paired_bootstrap(per_item: Mapping[str, pd.DataFrame], aggregate: Mapping[st
                         "value_b": point[b][j], "diff": point[a][j] - point[b][j], "ci_low": float(lo),
                         "ci_high": float(hi), "p_boot": bootstrap_p_value(d) if d.size else np.nan,
                         "n_items": len(order), "n_boot": int(d.size)})
-    return pd.DataFrame(out, columns=["model_a", "model_b", "metric", "value_a", "value_b", "diff", "ci_low",
-                                      "ci_high", "p_boot", "n_items", "n_boot"])
+    return pd.DataFrame(out, columns=columns)
