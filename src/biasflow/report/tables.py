@@ -1,4 +1,5 @@
-"""Run-level tables and plots: the aggregate table (Parquet + CSV + Markdown), per-item table, bar plots."""
+"""Run-level outputs: the aggregate and per-item tables, leaderboard, paired tests, curves, paper tables, plots,
+report.md and the self-contained report.html."""
 from __future__ import annotations
 
 import logging
@@ -8,6 +9,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from biasflow.io import atomic_path, write_parquet, write_text
+from biasflow.report.categories import category_labels, label, sort_by_category
 from biasflow.report.published import compare, job_splits
 
 log = logging.getLogger(__name__)
@@ -33,21 +35,22 @@ def comparison_markdown(df: pd.DataFrame) -> str:
     return header + "".join("| " + " | ".join(str(v) for v in r) + " |\n" for r in view.itertuples(index=False))
 
 
-def bar_plot(agg: pd.DataFrame, metric: str, title: str, path: Path, reference: float | None = 50.0) -> None:
+def bar_plot(agg: pd.DataFrame, metric: str, title: str, path: Path, reference: float | None = 50.0,
+             labels: dict[str, str] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    df = agg[(agg.metric == metric)].copy()
+    df = sort_by_category(agg[(agg.metric == metric)])
     if df.empty:
         return
-    df["order"] = (df.category != "overall").astype(int)
-    df = df.sort_values(["order", "category"])
-    fig, ax = plt.subplots(figsize=(7, 0.45 * len(df) + 1.2))
+    names = [wrap(label(c, labels or {}), 60) for c in df.category]
+    fig, ax = plt.subplots(figsize=(7, 0.45 * sum(n.count("\n") + 1 for n in names) + 1.2))
     err = [(df.value - df.ci_low).clip(lower=0).fillna(0), (df.ci_high - df.value).clip(lower=0).fillna(0)]
-    ax.barh(df.category, df.value, xerr=err, color=["#444" if c == "overall" else "#4c72b0" for c in df.category],
+    ax.barh(range(len(df)), df.value, xerr=err, color=["#444" if c == "overall" else "#4c72b0" for c in df.category],
             capsize=3)
+    ax.set_yticks(range(len(df)), names, fontsize=8)
     if reference is not None:
         ax.axvline(reference, color="red", lw=1, ls="--", label=f"no bias = {reference:g}")
         ax.legend(loc="lower right", fontsize=8)
@@ -74,49 +77,152 @@ def unfinished_section(unfinished) -> list[str]:
     return lines
 
 
+def wrap(text: str, width: int) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width)) or text
+
+
+def _text_rows(df: pd.DataFrame, columns: list[str]) -> tuple[list[str], list[list[str]]]:
+    view = df[[c for c in columns if c in df]]
+    fmt = {c: (lambda v: "" if pd.isna(v) else f"{v:.2f}") for c in ("value", "ci_low", "ci_high")}
+    return list(view.columns), [[fmt[c](v) if c in fmt else str(v) for c, v in zip(view.columns, row)]
+                                for row in view.itertuples(index=False)]
+
+
+def family_labels(plan: Mapping[str, Any], family: str, per_item: pd.DataFrame) -> dict[str, str]:
+    """Category labels of a metric family, from its items (where the templates and word-set names are) and its
+    per-item rows."""
+    labels: dict[str, str] = {}
+    if "metric_family" in per_item:
+        labels.update(category_labels(per_item[per_item["metric_family"] == family]))
+    for path in sorted({j["items_path"] for j in plan["jobs"] if j["metric"] == family and j.get("items_path")}):
+        if Path(path).exists():
+            found = category_labels(pd.read_parquet(path))
+            labels.update({c: v for c, v in found.items() if v != c})
+    return labels
+
+
+def write_table(df: pd.DataFrame, path: Path) -> None:
+    with atomic_path(path, suffix=path.suffix) as tmp:
+        df.to_csv(tmp, index=False)
+
+
 def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.DataFrame, out: Path,
                      unfinished=()) -> None:
+    """The run's tables (aggregate, per-item, leaderboard, paired tests, curves, paper tables), plots, report.md and
+    the self-contained report.html."""
     from biasflow.registry import get_metric
+    from biasflow.report import compare as cmp
+    from biasflow.report import html, leaderboard as lb, paper
+    from biasflow.report.sweep import job_table
 
     out.mkdir(parents=True, exist_ok=True)
     agg = agg[[c for c in COLUMNS if c in agg] + [c for c in agg if c not in COLUMNS]]
     write_parquet(agg, out / "aggregate.parquet")
-    with atomic_path(out / "aggregate.csv", suffix=".csv") as tmp:
-        agg.to_csv(tmp, index=False)
+    write_table(agg, out / "aggregate.csv")
     write_parquet(per_item, out / "per_item.parquet")
+    written: list[str] = ["aggregate.csv", "aggregate.parquet", "per_item.parquet"]
+    report = html.HtmlReport(plan=plan)
     lines = [f"# biasflow run {plan['plan_hash']}\n"]
     if any(j["model"].get("demo") for j in plan["jobs"]):
-        lines.append("> **Demo model.** At least one model here was built by the pipeline for an offline "
-                     "demonstration; its numbers are not those of any published model.\n")
+        lines.append(f"> **{html.DEMO_WARNING.split('. ', 1)[0]}.** {html.DEMO_WARNING.split('. ', 1)[1]}\n")
     if unfinished:
         lines += unfinished_section(unfinished)
+        report.unfinished = list(unfinished)
     for msg in plan.get("skipped", []):
         lines.append(f"- skipped: {msg}")
+
+    board = lb.leaderboard(plan, agg)
+    if not board.empty:
+        write_table(board, out / "leaderboard.csv")
+        write_text(lb.leaderboard_markdown(board), out / "leaderboard.md")
+        write_text(lb.leaderboard_latex(board, plan["plan_hash"]), out / "leaderboard.tex")
+        written += ["leaderboard.md", "leaderboard.csv", "leaderboard.tex"]
+        lines.append("\n## Leaderboard\n")
+        lines.append(lb.leaderboard_markdown(board))
+        report.leaderboard, report.leaderboard_legend = lb.wide_tables(board), lb.LEGEND.replace("**", "").replace(
+            "_italic_", "italic")
+
+    tests = cmp.paired_tests(plan, agg, per_item)
+    if not tests.empty:
+        write_table(tests, out / "paired_tests.csv")
+        write_text(cmp.paired_markdown(tests), out / "paired_tests.md")
+        written += ["paired_tests.csv", "paired_tests.md"]
+        lines.append("\n## Paired tests between models\n")
+        lines.append(cmp.paired_markdown(tests))
+        report.paired, report.paired_significant = cmp.paired_rows(tests), tests["significant"].tolist()
+        report.paired_legend = cmp.PAIRED_LEGEND
+
+    curves = cmp.threshold_curves(plan, agg)
+    if not curves.empty:
+        write_table(curves, out / "curves.csv")
+        written.append("curves.csv")
+        lines.append("\n## Threshold curves\n")
+        for title, name in cmp.write_curve_plots(curves, out / "plots"):
+            lines.append(f"![{title}](plots/{name})\n")
+            report.curves.append(html.Figure(title, out / "plots" / name))
+
     experiments = [s["config"]["experiment"] for s in plan.get("sweep", []) if s.get("config", {}).get("experiment")]
     comparison = compare(agg, experiments, splits=job_splits(plan["jobs"]))
+    tables = paper.paper_tables(experiments, comparison)
+    if tables:
+        write_text(paper.paper_markdown(tables), out / "paper_tables.md")
+        write_text(paper.paper_latex(tables), out / "paper_tables.tex")
+        written += ["paper_tables.md", "paper_tables.tex"]
+        report.paper = tables
     if not comparison.empty:
-        with atomic_path(out / "comparison.csv", suffix=".csv") as tmp:
-            comparison.to_csv(tmp, index=False)
+        write_table(comparison, out / "comparison.csv")
+        written.append("comparison.csv")
         shown = comparison.dropna(subset=["ours"])
+        note = (f"{len(shown)} of {len(comparison)} published values have a counterpart in this run "
+                "(comparison.csv has all of them).")
+        report.published_note = note + " Each published column: the paper's number, ours [95% CI], and ours - " \
+            "paper (✓: the paper's number lies inside our CI)."
         lines.append("\n## Published numbers beside ours\n")
-        lines.append(f"{len(shown)} of {len(comparison)} published values have a counterpart in this run "
-                     "(comparison.csv has all of them).\n")
+        lines.append(note + "\n")
         if not shown.empty:
             lines.append(comparison_markdown(shown))
+        if tables:
+            lines.append("\nAs the papers lay them out (paper_tables.md, paper_tables.tex for LaTeX):\n")
+            lines.append(paper.paper_markdown(tables))
+
+    jobs = job_table(plan).set_index("config_hash")
     for (model, family), df in agg.groupby(["model", "metric_family"], sort=True):
         spec = get_metric(family)
+        labels = family_labels(plan, family, per_item)
         lines.append(f"\n## {family} / {model}\n")
+        hashes = list(pd.unique(df["config_hash"]))
+        settings = {h: (jobs.at[h, "setting"] if h in jobs.index else "") for h in hashes}
         head = df[df.category == "overall"]
-        lines.append(markdown_table(head))
-        if spec.plot_metric:
-            by_cat = df[(df.metric == spec.plot_metric) & (df.category != "overall")]
+        if len(hashes) > 1:
+            head = head.assign(setting=head["config_hash"].map(settings))
+        cols = COLUMNS[:2] + (["setting"] if len(hashes) > 1 else []) + COLUMNS[2:]
+        lines.append(markdown_table(head, cols))
+        for h in hashes:
+            setting = settings[h]
+            title = f"{family} / {model}" + (f" ({setting})" if setting else "")
+            section = html.Section(title, _text_rows(head[head.config_hash == h], ["metric", "value", "ci_low",
+                                                                                 "ci_high", "n"]))
+            report.sections.append(section)
+            if not spec.plot_metric:
+                continue
+            one = df[df.config_hash == h]
+            by_cat = sort_by_category(one[(one.metric == spec.plot_metric) & (one.category != "overall")])
             if not by_cat.empty:
-                lines.append(f"\n{spec.plot_metric} by category:\n")
-                lines.append(markdown_table(by_cat.sort_values("category"),
-                                            ["category", "value", "ci_low", "ci_high", "n"]))
-            png = out / "plots" / f"{model}__{family}__{spec.plot_metric}.png"
-            bar_plot(df, spec.plot_metric, f"{family}: {spec.plot_metric} by category ({model})", png,
-                     reference=spec.plot_reference)
+                by_cat = by_cat.assign(category=[label(c, labels) for c in by_cat.category])
+                lines.append(f"\n{spec.plot_metric} by category" + (f" ({setting})" if len(hashes) > 1 else "")
+                             + ":\n")
+                lines.append(markdown_table(by_cat, ["category", "value", "ci_low", "ci_high", "n"]))
+                section.by_category = _text_rows(by_cat, ["category", "value", "ci_low", "ci_high", "n"])
+                section.by_category_title = f"{spec.plot_metric} by category"
+            suffix = f"__{h}" if len(hashes) > 1 else ""
+            png = out / "plots" / f"{model}__{family}__{spec.plot_metric}{suffix}.png"
+            bar_plot(one, spec.plot_metric, f"{family}: {spec.plot_metric} by category ({model})", png,
+                     reference=spec.plot_reference, labels=labels)
             if png.exists():
                 lines.append(f"\n![{family} {model}](plots/{png.name})\n")
+                section.figure = html.Figure(f"{family}: {spec.plot_metric} by category ({title})", png)
     write_text("\n".join(lines) + "\n", out / "report.md")
+    report.files = written + ["report.md", "plots/"]
+    write_text(html.render(report), out / "report.html")

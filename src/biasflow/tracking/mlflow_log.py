@@ -31,6 +31,11 @@ PACKAGES = ("biasflow", "torch", "transformers", "tokenizers", "pandas", "pyarro
             "mlflow", "numpy", "scipy")
 
 
+# the comparison tables and the HTML report of the aggregate stage (report/tables.py), when the run has them
+RUN_REPORT_FILES = ("report.html", "leaderboard.md", "leaderboard.csv", "leaderboard.tex", "paired_tests.md",
+                    "paired_tests.csv", "curves.csv", "paper_tables.md", "paper_tables.tex")
+
+
 def metric_key(metric: str, category: str, suffix: str = "") -> str:
     key = f"{metric}.{category}{suffix}"
     return re.sub(r"[^A-Za-z0-9_\-. /:]", "_", key)
@@ -222,7 +227,7 @@ def _log_plan(plan: Mapping[str, Any], run_dir: Path, real_uri: str, redactor: R
                                          **invocation_tags(plan)}))
         _log_params(redactor.config(plan_params(plan)))
         _log_files([run_dir / name for name in ("aggregate.csv", "aggregate.parquet", "per_item.parquet",
-                                                 "report.md", "plan.json", "comparison.csv")
+                                                 "report.md", "plan.json", "comparison.csv", *RUN_REPORT_FILES)
                     if (run_dir / name).exists()], redactor)
         plots = run_dir / "plots"
         if plots.is_dir():

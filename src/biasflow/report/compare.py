@@ -1,0 +1,252 @@
+"""Comparisons between the models of a run: paired tests on the same items and threshold curves.
+
+Paired tests: for every metric family, jobs with the same setting (all options equal but the model) are compared
+pairwise on each headline metric. The difference gets a paired bootstrap CI (``stats.paired.paired_bootstrap``,
+re-running the family's own ``aggregate`` on one item resample shared by both models). Where a metric is the rate of a
+per-item binary outcome (``BINARY_OUTCOMES``), the exact McNemar test gives the p-value; otherwise the bootstrap
+p-value does. Holm's correction runs over every comparison of the run. A metric that the swept options do not change
+(CrowS-Pairs ``metric_score`` in a ``diff_threshold`` sweep) is compared once, not once per setting.
+
+Curves: when a family's jobs vary a numeric option, each headline metric that changes with it is drawn against it,
+one line per model (and per value of any other varied option), with the CI as a band.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from biasflow.io import atomic_path
+from biasflow.report.leaderboard import GOALS, goal, headline_metrics
+from biasflow.report.sweep import job_table, short_option
+from biasflow.stats.paired import holm, mcnemar_exact, paired_bootstrap
+
+Outcome = Callable[[pd.DataFrame], pd.Series]
+
+
+def _column(column: str, where: Callable[[pd.DataFrame], pd.Series] | None = None) -> Outcome:
+    def outcome(per_item: pd.DataFrame) -> pd.Series:
+        df = per_item[where(per_item)] if where is not None else per_item
+        return df.drop_duplicates("item_id").set_index("item_id")[column].astype(bool)
+    return outcome
+
+
+def _variant(name: str) -> Callable[[pd.DataFrame], pd.Series]:
+    return lambda df: df["variant"] == name
+
+
+def _task(name: str) -> Callable[[pd.DataFrame], pd.Series]:
+    return (lambda df: df["task"] == name) if name != "overall" else (lambda df: df["task"].notna())
+
+
+# family -> {headline metric: per-item binary outcome (a bool Series indexed by item_id) whose rate the metric is}
+BINARY_OUTCOMES: dict[str, dict[str, Outcome]] = {
+    # the more-stereotypical sentence of the pair scored higher (a tie counts as not, as in metric_score)
+    "crows_pairs": {"metric_score": _column("stereo_preferred", _variant("pll"))},
+    "crows_pairs_biasbench": {"metric_score": _column("stereo_preferred", lambda df: ~df["skipped"].astype(bool))},
+    "crows_pairs_causal": {"metric_score": _column("stereo_preferred")},
+    "crows_pairs_aul": {"aul_bias_score": _column("stereo_preferred", _variant("aul")),
+                        "aula_bias_score": _column("stereo_preferred", _variant("aula"))},
+    # StereoSet: the stereotype scored above the anti-stereotype (per example, counted under its target term; SS is
+    # the mean over terms of the pro rate, so McNemar tests the pooled pro choice)
+    "stereoset": {f"{task}_ss": _column("pro", _task(task))
+                  for task in ("intrasentence", "intersentence", "overall")},
+}
+
+PAIRED_COLUMNS = ["family", "benchmark", "setting", "metric", "model_a", "model_b", "value_a", "value_b", "diff",
+                  "ci_low", "ci_high", "n_items", "test", "discordant_a", "discordant_b", "p_value", "p_holm",
+                  "significant"]
+
+
+def _compared_metrics(family: str, present: set[str]) -> list[str]:
+    # metrics with no ranking goal (p-values, pass/fail flags) are not differenced
+    return [m for m in headline_metrics(family, present) if goal(m) is not None or m not in GOALS]
+
+
+def paired_tests(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.DataFrame) -> pd.DataFrame:
+    from biasflow.registry import get_metric
+
+    jobs = job_table(plan)
+    stats = dict(plan["jobs"][0].get("stats") or {}) if plan["jobs"] else {}
+    n_boot = int(stats.get("n_boot", 1000))
+    seed, level = int(stats.get("seed", 0)), float(stats.get("level", 0.95))
+    overall = agg[agg["category"] == "overall"]
+    frames = []
+    for (family, _), group in jobs.groupby(["family", "setting_key"], sort=True):
+        if group["model_key"].nunique() < 2:
+            continue
+        spec = get_metric(family)
+        if not spec.bootstrap:
+            continue
+        metrics = _compared_metrics(family, set(overall.loc[overall.config_hash.isin(group.config_hash), "metric"]))
+        if not metrics:
+            continue
+        tables, aggregates = {}, {}
+        for job in group.itertuples(index=False):
+            tables[job.model] = per_item[per_item["config_hash"] == job.config_hash]
+            aggregates[job.model] = lambda df, agg=spec.aggregate, cfg=job.cfg: agg(df, cfg)
+        res = paired_bootstrap(tables, aggregates, metrics, n_boot=n_boot, seed=seed, level=level)
+        if res.empty:  # no item in common
+            continue
+        res.insert(0, "family", family)
+        res.insert(1, "benchmark", group["benchmark"].iloc[0])
+        res.insert(2, "setting", group["setting"].iloc[0])
+        tests = []
+        for r in res.itertuples(index=False):
+            outcome = BINARY_OUTCOMES.get(family, {}).get(r.metric)
+            if outcome is None:
+                tests.append({"test": "paired bootstrap", "discordant_a": np.nan, "discordant_b": np.nan,
+                              "p_value": r.p_boot})
+                continue
+            a, b = outcome(tables[r.model_a]), outcome(tables[r.model_b])
+            both = a.index.intersection(b.index)
+            mc = mcnemar_exact(a.loc[both].to_numpy(), b.loc[both].to_numpy())
+            tests.append({"test": "McNemar exact", "discordant_a": mc["b"], "discordant_b": mc["c"],
+                          "p_value": mc["p_value"]})
+        frames.append(pd.concat([res.reset_index(drop=True), pd.DataFrame(tests)], axis=1))
+    if not frames:
+        return pd.DataFrame(columns=PAIRED_COLUMNS)
+    out = pd.concat(frames, ignore_index=True)
+    # a metric the sweep does not change is the same comparison in every setting: keep it once
+    key = out[["family", "model_a", "model_b", "metric", "value_a", "value_b"]].round(12).astype(str).apply(
+        tuple, axis=1)
+    settings = out.groupby("family")["setting"].transform("nunique")
+    times = key.map(key.value_counts())
+    out.loc[(times > 1) & (times == settings), "setting"] = "(every setting)"
+    out.loc[(times > 1) & (times < settings), "setting"] += " (and others)"
+    out = out[~key.duplicated(keep="first")].reset_index(drop=True)
+    out["p_holm"] = holm(out["p_value"].to_numpy())
+    out["significant"] = out["p_holm"] < (1.0 - level)
+    return out[PAIRED_COLUMNS]
+
+
+def _fmt(v: Any, digits: int = 2) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, (int, np.integer)):
+        return str(v)
+    return f"{v:.{digits}f}"
+
+
+def p_text(p: float) -> str:
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return ""
+    return f"{p:.2g}" if p >= 1e-4 else f"{p:.1e}"
+
+
+def paired_rows(tests: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """Header and text rows of the paired-test table (Markdown and HTML share them)."""
+    with_setting = bool((tests["setting"] != "").any())
+    head = ["family"] + (["setting"] if with_setting else []) + ["metric", "A", "B", "A - B [95% CI]", "n",
+                                                                 "test", "b / c", "p", "p (Holm)", "significant"]
+    rows = []
+    for r in tests.itertuples(index=False):
+        diff = f"{_fmt(r.diff)} [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]" if _fmt(r.ci_low) else _fmt(r.diff)
+        bc = f"{int(r.discordant_a)} / {int(r.discordant_b)}" if not pd.isna(r.discordant_a) else ""
+        rows.append([r.family] + ([r.setting] if with_setting else []) + [
+            r.metric, f"{r.model_a} ({_fmt(r.value_a)})", f"{r.model_b} ({_fmt(r.value_b)})", diff,
+            str(r.n_items), r.test, bc, p_text(r.p_value), p_text(r.p_holm), "yes" if r.significant else "no"])
+    return head, rows
+
+
+PAIRED_LEGEND = ("A - B: difference of the metric with a paired bootstrap CI (items resampled once for both "
+                 "models). b / c: items where only A / only B has the outcome (McNemar's discordant pairs). "
+                 "p: exact McNemar test where the metric is a rate of a per-item binary outcome, otherwise the "
+                 "two-sided bootstrap p-value; Holm's correction over every comparison of the run.")
+
+
+def paired_markdown(tests: pd.DataFrame) -> str:
+    if tests.empty:
+        return ""
+    head, rows = paired_rows(tests)
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return PAIRED_LEGEND + "\n\n" + "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------- threshold curves
+CURVE_COLUMNS = ["family", "option", "x", "line", "model", "metric", "value", "ci_low", "ci_high", "n", "config_hash"]
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and not (isinstance(v, float) and math.isnan(v))
+
+
+def threshold_curves(plan: Mapping[str, Any], agg: pd.DataFrame) -> pd.DataFrame:
+    """Points of every curve: a headline metric (overall) against a numeric option the run sweeps."""
+    jobs = job_table(plan)
+    overall = agg[agg["category"] == "overall"]
+    frames = []
+    for family, fjobs in jobs.groupby("family", sort=True):
+        varied = sorted({k for o in fjobs["options"] for k in o})
+        for option in varied:
+            values = [o.get(option) for o in fjobs["options"]]
+            if not all(_is_number(v) for v in values) or len(set(values)) < 2:
+                continue
+            others = [k for k in varied if k != option]
+            pts = []
+            for job in fjobs.itertuples(index=False):
+                extra = ", ".join(f"{short_option(k, varied)}={job.options.get(k)}" for k in others)
+                line = job.model + (f" ({extra})" if extra else "")
+                rows = overall[overall["config_hash"] == job.config_hash]
+                pts.append(rows.assign(family=family, option=short_option(option, varied),
+                                       x=float(job.options[option]), line=line, model=job.model))
+            df = pd.concat(pts, ignore_index=True)
+            metrics = headline_metrics(family, set(df["metric"]))
+            df = df[df["metric"].isin(metrics)]
+            # only metrics the option changes for at least one line
+            moving = df.groupby(["metric", "line"])["value"].nunique(dropna=True).groupby("metric").max()
+            df = df[df["metric"].isin(moving[moving > 1].index)]
+            frames.append(df.sort_values(["metric", "line", "x"]))
+    if not frames:
+        return pd.DataFrame(columns=CURVE_COLUMNS)
+    out = pd.concat(frames, ignore_index=True)
+    return out[CURVE_COLUMNS]
+
+
+def curve_plot(points: pd.DataFrame, path, title: str, reference: float | None = None) -> None:
+    """One metric against one option: a line per model with its CI as a band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for line, df in points.groupby("line", sort=True):
+        df = df.sort_values("x")
+        (drawn,) = ax.plot(df["x"], df["value"], marker="o", label=line)
+        if df["ci_low"].notna().any():
+            ax.fill_between(df["x"], df["ci_low"], df["ci_high"], color=drawn.get_color(), alpha=0.18, lw=0)
+    xs = np.sort(points["x"].unique())
+    if len(xs) > 2 and xs[0] > 0 and xs[-1] / xs[0] >= 10:  # thresholds spread over orders of magnitude
+        ax.set_xscale("log")
+    if reference is not None:
+        ax.axhline(reference, color="red", lw=1, ls="--", label=f"unbiased = {reference:g}")
+    option, metric = points["option"].iloc[0], points["metric"].iloc[0]
+    ax.set_xlabel(option)
+    ax.set_ylabel(f"{metric} (95% bootstrap CI)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+
+
+def write_curve_plots(curves: pd.DataFrame, plots_dir) -> list[tuple[str, str]]:
+    """A PNG per (family, option, metric); returns [(title, file name)]."""
+    from pathlib import Path
+
+    written = []
+    for (family, option, metric), df in curves.groupby(["family", "option", "metric"], sort=True):
+        name = f"curve__{family}__{option}__{metric}.png".replace("/", "_")
+        g = goal(metric)
+        title = f"{family}: {metric} vs {option}"
+        curve_plot(df, Path(plots_dir) / name, title, reference=g if isinstance(g, float) else None)
+        written.append((title, name))
+    return written

@@ -1,0 +1,253 @@
+"""The run's report as one self-contained HTML file: opens offline, in a browser or in MLflow's artifact viewer.
+
+Everything is inline (CSS, plots as PNG data URIs); there is no script and no external reference. Text is escaped,
+and provenance passes through ``biasflow.secrets.redact_text`` so no key reaches the file.
+"""
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import pandas as pd
+
+from biasflow.secrets import redact_text
+
+DEMO_WARNING = ("Demo model. At least one model here was built by the pipeline for an offline demonstration; its "
+                "numbers are not those of any published model.")
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;margin:0 auto;max-width:1200px;
+padding:1.2em 2em;color:#1d1d1f;line-height:1.45}
+h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:1.8em}
+h3{margin-bottom:.3em}code{background:#f3f3f3;padding:0 .25em;border-radius:3px}
+.meta{color:#555}.legend{color:#444;font-size:.92em;max-width:70em}
+.warning{border:2px solid #d97706;background:#fff7e6;padding:.8em 1em;border-radius:6px;margin:1em 0;font-size:1.05em}
+table{border-collapse:collapse;margin:.5em 0 1.2em;font-size:.9em}
+th,td{border:1px solid #d0d0d0;padding:.3em .55em;text-align:left;vertical-align:top}
+th{background:#f2f4f7}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+tr.goal td{background:#fafafa;color:#555;font-style:italic}
+td.best{background:#dcf5e3;font-weight:bold}td.worst{background:#fbe1e3;font-style:italic}
+td.sig{font-weight:bold}
+figure{display:inline-block;margin:.5em 1em 1em 0;vertical-align:top}figure img{max-width:560px;border:1px solid #eee}
+figcaption{font-size:.85em;color:#555}
+nav a{margin-right:1em}
+details{margin:.4em 0}summary{cursor:pointer;font-weight:600}
+"""
+
+
+@dataclass
+class Figure:
+    title: str
+    path: Path
+
+
+@dataclass
+class Section:
+    """A per (family, model, setting) block: headline table, per-category table, bar plot."""
+    title: str
+    head: tuple[list[str], list[list[str]]]
+    by_category: tuple[list[str], list[list[str]]] | None = None
+    by_category_title: str = ""
+    figure: Figure | None = None
+
+
+@dataclass
+class HtmlReport:
+    plan: Mapping[str, Any]
+    leaderboard: list[tuple[str, pd.DataFrame, dict[str, str]]] = field(default_factory=list)
+    leaderboard_legend: str = ""
+    paired: tuple[list[str], list[list[str]]] | None = None
+    paired_significant: list[bool] = field(default_factory=list)
+    paired_legend: str = ""
+    curves: list[Figure] = field(default_factory=list)
+    paper: list[Any] = field(default_factory=list)  # report.paper.PaperTable
+    published_note: str = ""
+    sections: list[Section] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    unfinished: list[Any] = field(default_factory=list)  # progress.JobState of jobs that did not finish
+
+
+def data_uri(path: Path) -> str:
+    return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
+
+
+def _is_num(text: str) -> bool:
+    t = text.replace("[", "").replace("]", "").replace(",", "").replace("–", "").replace("✓", "").strip()
+    return bool(t) and all(part.lstrip("+-").replace(".", "", 1).replace("e-", "", 1).isdigit() for part in t.split())
+
+
+def table(head: Sequence[str], rows: Sequence[Sequence[str]], row_classes: Sequence[str] | None = None,
+          cell_classes: Sequence[Sequence[str]] | None = None) -> str:
+    out = ["<table><thead><tr>" + "".join(f"<th>{escape(str(h))}</th>" for h in head) + "</tr></thead><tbody>"]
+    for i, row in enumerate(rows):
+        rc = f' class="{row_classes[i]}"' if row_classes and row_classes[i] else ""
+        cells = []
+        for j, v in enumerate(row):
+            cls = ["num"] if _is_num(str(v)) else []
+            if cell_classes and cell_classes[i][j]:
+                cls.append(cell_classes[i][j])
+            attr = f' class="{" ".join(cls)}"' if cls else ""
+            cells.append(f"<td{attr}>{escape(str(v))}</td>")
+        out.append(f"<tr{rc}>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+IMAGE_SLOT = "@@biasflow-image-{}@@"
+
+
+def figure(fig: Figure, images: list[Path]) -> str:
+    """The figure with a slot for its image (filled after the text is redacted: base64 is not text to redact)."""
+    if not Path(fig.path).exists():
+        return ""
+    images.append(Path(fig.path))
+    return (f'<figure><img alt="{escape(fig.title)}" src="{IMAGE_SLOT.format(len(images) - 1)}">'
+            f"<figcaption>{escape(fig.title)}</figcaption></figure>")
+
+
+def _leaderboard_html(report: HtmlReport) -> str:
+    parts = [f'<p class="legend">{escape(report.leaderboard_legend)}</p>']
+    for family, wide, goals in report.leaderboard:
+        metrics = list(goals)
+        with_setting = bool((wide["setting"] != "").any())
+        head = ["model"] + (["setting"] if with_setting else []) + metrics
+        rows = [["unbiased value"] + ([""] if with_setting else []) + [goals[m] or "(not ranked)" for m in metrics]]
+        classes = [[""] * len(head)]
+        for r in wide.itertuples(index=False):
+            rows.append([r.model] + ([r.setting] if with_setting else []) + [r.cells[m]["text"] for m in metrics])
+            classes.append([""] * (len(head) - len(metrics)) + [
+                "best" if r.cells[m]["best"] else "worst" if r.cells[m]["worst"] else "" for m in metrics])
+        parts.append(f"<h3>{escape(family)}</h3>" + table(head, rows, ["goal"] + [""] * (len(rows) - 1), classes))
+    return "\n".join(parts)
+
+
+def _paper_html(report: HtmlReport) -> str:
+    from biasflow.report.paper import _delta, _ours, table_heading
+
+    parts = [f'<p class="legend">{escape(report.published_note)}</p>']
+    for t in report.paper:
+        head = t.row_header + [h for c in t.columns for h in (f"{c} paper", f"{c} ours [CI]", f"{c} Δ")]
+        rows = [[str(x) for x in labels] + [v for c in t.columns for v in (
+            (cells.get(c) or {}).get("paper", ""), _ours(cells.get(c)), _delta(cells.get(c)))]
+            for labels, cells in t.rows]
+        source = f' Source: <code>{escape(t.source)}</code>' if t.source else ""
+        parts.append(f"<h3>{escape(t.experiment)}</h3><p>{escape(table_heading(t))}{source}</p>" + table(head, rows))
+    return "\n".join(parts)
+
+
+def provenance(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """What produced these numbers: code, packages, commands, models and datasets (redacted)."""
+    from biasflow.tracking.mlflow_log import git_commit, package_versions
+
+    models: dict[str, dict[str, str]] = {}
+    datasets: dict[str, dict[str, str]] = {}
+    for job in plan["jobs"]:
+        m = job["model"]
+        entry = models.setdefault(job["model_key"], {
+            "model": m["name"], "kind": str(m.get("kind", "")),
+            "source": str(m.get("hub_id") or m.get("path") or m.get("model_id") or ""),
+            "revision": str(m.get("revision") or ""), "demo": "yes" if m.get("demo") else "no"})
+        meta = Path(job["metric_dir"]) / "score_meta.json"
+        if meta.exists():
+            prov = json.loads(meta.read_text()).get("provenance") or {}
+            for k, v in prov.items():
+                entry.setdefault(k, str(v))
+        items_meta = Path(f"{job['items_path']}.meta.json") if job.get("items_path") else None
+        if items_meta is not None and items_meta.exists():
+            info = json.loads(items_meta.read_text())
+            for key, f in (info.get("files") or {}).items():
+                datasets[f"{info.get('benchmark', job.get('benchmark'))}/{key}"] = {
+                    "sha256": str(f.get("sha256", "")), "source": str(f.get("source", "")),
+                    "items": str(info.get("rows", ""))}
+    first = plan["jobs"][0] if plan["jobs"] else {}
+    return {"plan": plan["plan_hash"], "created": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "git commit": git_commit(), "mode": str(first.get("mode", "")),
+            "bootstrap": json.dumps(first.get("stats") or {}),
+            "commands": [" ".join(s.get("overrides") or []) or "(defaults)" for s in plan.get("sweep", [])],
+            "skipped": list(plan.get("skipped") or []), "packages": package_versions(),
+            "models": models, "datasets": datasets}
+
+
+def _provenance_html(prov: Mapping[str, Any], files: Sequence[str]) -> str:
+    kv = [["plan", prov["plan"]], ["created", prov["created"]], ["git commit", prov["git commit"]],
+          ["mode", prov["mode"]], ["bootstrap", prov["bootstrap"]]]
+    parts = [table(["what", "value"], kv)]
+    parts.append("<h3>Overrides of each sweep job</h3><ul>"
+                 + "".join(f"<li><code>{escape(c)}</code></li>" for c in prov["commands"]) + "</ul>")
+    if prov["models"]:
+        cols = sorted({k for m in prov["models"].values() for k in m} - {"model", "kind", "source", "revision", "demo"})
+        head = ["model key", "model", "kind", "source", "revision", "demo"] + cols
+        rows = [[k, m["model"], m["kind"], m["source"], m["revision"], m["demo"]] + [m.get(c, "") for c in cols]
+                for k, m in prov["models"].items()]
+        parts.append("<h3>Models</h3>" + table(head, rows))
+    if prov["datasets"]:
+        rows = [[k, d["items"], d["sha256"], d["source"]] for k, d in sorted(prov["datasets"].items())]
+        parts.append("<h3>Datasets (verified files)</h3>" + table(["file", "items", "sha256", "source"], rows))
+    if prov["skipped"]:
+        parts.append("<h3>Skipped</h3><ul>" + "".join(f"<li>{escape(s)}</li>" for s in prov["skipped"]) + "</ul>")
+    parts.append("<details><summary>Package versions</summary>"
+                 + table(["package", "version"], [[k.removeprefix("version."), v]
+                                                  for k, v in sorted(prov["packages"].items())]) + "</details>")
+    if files:
+        parts.append("<p>Files of this run (beside this report): "
+                     + ", ".join(f"<code>{escape(f)}</code>" for f in files) + "</p>")
+    return "\n".join(parts)
+
+
+def render(report: HtmlReport) -> str:
+    plan = report.plan
+    images: list[Path] = []
+    demo = any(j["model"].get("demo") for j in plan["jobs"])
+    models = sorted({j["model"]["name"] for j in plan["jobs"]})
+    families = sorted({j["metric"] for j in plan["jobs"]})
+    nav = [("leaderboard", "Leaderboard", bool(report.leaderboard)), ("paired", "Paired tests", bool(report.paired)),
+           ("curves", "Threshold curves", bool(report.curves)), ("paper", "Published tables", bool(report.paper)),
+           ("details", "Per metric", bool(report.sections)), ("provenance", "Provenance", True)]
+    body = [f"<h1>biasflow run <code>{escape(plan['plan_hash'])}</code></h1>",
+            f'<p class="meta">{len(plan["jobs"])} jobs · models: {escape(", ".join(models))} · metrics: '
+            f"{escape(', '.join(families))}</p>"]
+    if demo:
+        body.append(f'<div class="warning" role="alert"><strong>⚠ {escape(DEMO_WARNING.split(". ", 1)[0])}.'
+                    f"</strong> {escape(DEMO_WARNING.split('. ', 1)[1])}</div>")
+    if report.unfinished:
+        rows = [[u.model, u.metric, u.state, u.error or "", u.log or ""] for u in report.unfinished]
+        body.append(f'<div class="warning" role="alert"><strong>⚠ Partial results: {len(rows)} job(s) did not '
+                    "finish.</strong> Their numbers are missing below. Fix the cause and run the same command again: "
+                    "finished jobs are kept and only these run.</div>"
+                    + table(["model", "metric", "state", "error", "log"], rows))
+    body.append("<nav>" + "".join(f'<a href="#{a}">{escape(t)}</a>' for a, t, shown in nav if shown) + "</nav>")
+    if report.leaderboard:
+        body.append('<h2 id="leaderboard">Leaderboard</h2>' + _leaderboard_html(report))
+    if report.paired:
+        head, rows = report.paired
+        classes = [[""] * (len(head) - 1) + ["sig" if s else ""] for s in report.paired_significant]
+        body.append('<h2 id="paired">Paired tests between models</h2>'
+                    f'<p class="legend">{escape(report.paired_legend)}</p>' + table(head, rows, cell_classes=classes))
+    if report.curves:
+        body.append('<h2 id="curves">Threshold curves</h2>' + "".join(figure(f, images) for f in report.curves))
+    if report.paper:
+        body.append('<h2 id="paper">Published tables beside ours</h2>' + _paper_html(report))
+    if report.sections:
+        body.append('<h2 id="details">Per metric and model</h2>')
+        for s in report.sections:
+            block = [f"<h3>{escape(s.title)}</h3>", table(*s.head)]
+            if s.by_category:
+                block.append(f'<p class="legend">{escape(s.by_category_title)}</p>' + table(*s.by_category))
+            if s.figure:
+                block.append(figure(s.figure, images))
+            body.append("\n".join(block))
+    body.append('<h2 id="provenance">Provenance</h2>' + _provenance_html(provenance(plan), report.files))
+    title = f"biasflow run {plan['plan_hash']}"
+    doc = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+           f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+           f"<title>{escape(title)}</title><style>{CSS}</style></head>\n<body>\n" + "\n".join(body)
+           + "\n</body></html>\n")
+    doc = redact_text(doc)
+    for i, path in enumerate(images):
+        doc = doc.replace(IMAGE_SLOT.format(i), data_uri(path), 1)
+    return doc

@@ -1,0 +1,222 @@
+"""The run's leaderboard: models x headline metrics per metric family, each cell value [CI], with the unbiased value.
+
+Rows are sorted by the family's first rankable headline metric, closest to its unbiased value first; in every column
+with two or more values the best (closest) and the worst (farthest) are marked. ``GOALS`` says what "unbiased" (or
+"better", for quality metrics) means for each headline metric: a number to be close to, ``max`` or ``min``, or None
+(shown but not ranked, e.g. p-values).
+"""
+from __future__ import annotations
+
+import fnmatch
+import math
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from biasflow.report.sweep import job_table
+
+# headline metric -> the value of an unbiased (or perfect) model; patterns match with fnmatch
+GOALS: dict[str, float | str | None] = {
+    # pair preferences (CrowS-Pairs and variants), StereoSet's stereotype score: 50 = no preference
+    "metric_score": 50.0, "stereo_score": 50.0, "antistereo_score": 50.0, "aul_bias_score": 50.0,
+    "aula_bias_score": 50.0, "*_ss": 50.0,
+    # percentages where 100 is perfect: language-model score, ICAT, pass rates, token accuracy
+    "*_lms": 100.0, "*_icat": 100.0, "fill_mask_pass_rate": 100.0, "pass_rate": 100.0, "token_accuracy": 100.0,
+    # 0 = no bias: effect sizes, gaps, variances, hurtful completions, representation distances
+    "effect_size": 0.0, "avg_abs_effect_size": 0.0, "pro_anti_gap": 0.0, "mean_lpbs": 0.0, "mean_abs_lpbs": 0.0,
+    "cbs": 0.0, "honest@*": 0.0, "representation_*": 0.0, "cooccurrence_bias": 0.0,
+    "stereotypical_associations": 0.0, "likelihood_diff": 0.0,
+    # LM Challenge: language-modelling quality
+    "prediction.hit1": "max", "prediction.mrr": "max", "completion.characters": "max", "reranking.accuracy": "max",
+    "entropy.mean": "min",
+    # shown, not ranked
+    "p_value": None, "test_passed": None, "fill_mask_test_passed": None,
+}
+
+COLUMNS = ["family", "benchmark", "model", "model_key", "setting", "config_hash", "metric", "goal", "value",
+           "ci_low", "ci_high", "n", "distance", "rank", "best", "worst"]
+
+
+def goal(metric: str) -> float | str | None:
+    if metric in GOALS:
+        return GOALS[metric]
+    for pattern, g in GOALS.items():
+        if any(ch in pattern for ch in "*?[") and fnmatch.fnmatchcase(metric, pattern):
+            return g
+    return None
+
+
+def distance(value: float, g: float | str | None) -> float:
+    """How far from the goal (smaller is better); NaN when the metric is not ranked or the value is missing."""
+    if g is None or value is None or (isinstance(value, float) and math.isnan(value)):
+        return float("nan")
+    if g == "max":
+        return -float(value)
+    if g == "min":
+        return float(value)
+    return abs(float(value) - float(g))
+
+
+def goal_text(g: float | str | None) -> str:
+    if g is None:
+        return ""
+    if g == "max":
+        return "higher"
+    if g == "min":
+        return "lower"
+    return f"{g:g}"
+
+
+def headline_metrics(family: str, present: set[str]) -> list[str]:
+    from biasflow.registry import get_metric
+
+    return [m for m in get_metric(family).headline if m in present]
+
+
+def _option_order(options: Mapping[str, Any]) -> tuple:
+    """Sort key of a setting: its option values, numbers numerically."""
+    return tuple((0, float(v), "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0.0, str(v))
+                 for _, v in sorted(options.items()))
+
+
+def leaderboard(plan: Mapping[str, Any], agg: pd.DataFrame) -> pd.DataFrame:
+    """Tidy leaderboard: one row per (job, headline metric) of the ``overall`` category (see ``COLUMNS``).
+
+    Models are ranked against each other within a setting (jobs whose options are equal but the model): in a
+    threshold sweep every threshold has its own ranking, the settings in the order of their values."""
+    jobs = job_table(plan)
+    overall = agg[agg["category"] == "overall"]
+    frames = []
+    for family, fjobs in jobs.groupby("family", sort=True):
+        rows = overall[overall["config_hash"].isin(fjobs["config_hash"])]
+        metrics = headline_metrics(family, set(rows["metric"]))
+        if not metrics:
+            continue
+        order = {k: i for i, k in enumerate(sorted(
+            fjobs["setting_key"].unique(), key=lambda k: _option_order(fjobs.loc[fjobs.setting_key == k,
+                                                                                 "options"].iloc[0])))}
+        df = rows[rows["metric"].isin(metrics)].merge(
+            fjobs[["config_hash", "model", "setting", "setting_key"]].rename(columns={"model": "label"}),
+            on="config_hash")
+        df = df.assign(model=df.pop("label"), family=family, goal=df["metric"].map(goal))
+        df["distance"] = [distance(v, g) for v, g in zip(df["value"], df["goal"])]
+        by = df.groupby(["setting_key", "metric"])["distance"]
+        df["rank"] = by.rank(method="min")
+        counts, dmin, dmax = by.transform("count"), by.transform("min"), by.transform("max")
+        marked = (counts >= 2) & (dmin < dmax)
+        df["best"] = marked & (df["distance"] == dmin)
+        df["worst"] = marked & (df["distance"] == dmax)
+        # within a setting, rows in the order of the first ranked headline metric (best first), then by model
+        ranked = [m for m in metrics if goal(m) is not None and df.loc[df.metric == m, "distance"].notna().any()]
+        key = df[df.metric == ranked[0]].set_index("config_hash")["distance"] if ranked else pd.Series(dtype=float)
+        df["_set"] = df["setting_key"].map(order)
+        df["_row"] = df["config_hash"].map(key).fillna(np.inf)
+        df["_col"] = df["metric"].map({m: i for i, m in enumerate(metrics)})
+        df = df.sort_values(["_set", "_row", "model", "_col"], kind="stable").drop(columns=["_set", "_row", "_col",
+                                                                                         "setting_key"])
+        frames.append(df)
+    if not frames:
+        return pd.DataFrame(columns=COLUMNS)
+    out = pd.concat(frames, ignore_index=True)
+    return out[[c for c in COLUMNS if c in out]]
+
+
+def _num(v: float) -> str:
+    return "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.2f}"
+
+
+def cell_text(value: float, lo: float, hi: float) -> str:
+    text = _num(value)
+    if text and _num(lo) and _num(hi):
+        text += f" [{_num(lo)}, {_num(hi)}]"
+    return text or "–"
+
+
+def wide_tables(board: pd.DataFrame) -> list[tuple[str, pd.DataFrame, dict[str, str]]]:
+    """Per family: (family, table with one row per job and a cell dict per metric, {metric: goal text})."""
+    out = []
+    for family in pd.unique(board["family"]):
+        df = board[board["family"] == family]
+        metrics = list(pd.unique(df["metric"]))
+        rows = []
+        for ch in pd.unique(df["config_hash"]):
+            r = df[df["config_hash"] == ch].set_index("metric")
+            first = r.iloc[0]
+            cells = {m: ({"text": cell_text(r.at[m, "value"], r.at[m, "ci_low"], r.at[m, "ci_high"]),
+                          "best": bool(r.at[m, "best"]), "worst": bool(r.at[m, "worst"])} if m in r.index
+                         else {"text": "–", "best": False, "worst": False}) for m in metrics}
+            rows.append({"model": first["model"], "setting": first["setting"], "cells": cells})
+        goals = {m: goal_text(goal(m)) for m in metrics}
+        out.append((family, pd.DataFrame(rows), goals))
+    return out
+
+
+LEGEND = ("Each cell: value [95% bootstrap CI] of the overall category. Rows sorted by the first ranked metric, "
+          "closest to the unbiased value first (within each setting of a sweep); **bold** = best, _italic_ = worst "
+          "in its column (closest to / farthest from the unbiased value; 'higher'/'lower' for quality metrics).")
+
+
+def leaderboard_markdown(board: pd.DataFrame) -> str:
+    if board.empty:
+        return ""
+    parts = [LEGEND + "\n"]
+    for family, table, goals in wide_tables(board):
+        metrics = list(goals)
+        with_setting = bool((table["setting"] != "").any())
+        head = ["model"] + (["setting"] if with_setting else []) + metrics
+        lines = [f"\n### {family}\n", "| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+                 "| *unbiased value* |" + (" |" if with_setting else "")
+                 + "".join(f" {goals[m] or '(not ranked)'} |" for m in metrics)]
+        for r in table.itertuples(index=False):
+            cells = []
+            for m in metrics:
+                c = r.cells[m]
+                cells.append(f"**{c['text']}**" if c["best"] else f"_{c['text']}_" if c["worst"] else c["text"])
+            lines.append("| " + " | ".join([r.model] + ([r.setting] if with_setting else []) + cells) + " |")
+        parts.append("\n".join(lines) + "\n")
+    return "\n".join(parts)
+
+
+LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                 "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+
+
+def latex_escape(text: object) -> str:
+    return "".join(LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+
+
+def booktabs(header: list[str], rows: list[list[str]], align: str, caption: str, label: str,
+             extra_header: list[str] | None = None) -> str:
+    """A booktabs table; cells are LaTeX already (escape text with ``latex_escape``)."""
+    lines = [r"\begin{table}[ht]", r"\centering", r"\small", rf"\begin{{tabular}}{{{align}}}", r"\toprule"]
+    if extra_header:
+        lines += extra_header
+    lines += [" & ".join(header) + r" \\", r"\midrule"]
+    lines += [" & ".join(r) + r" \\" for r in rows]
+    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{caption}}}", rf"\label{{{label}}}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def leaderboard_latex(board: pd.DataFrame, run: str = "") -> str:
+    if board.empty:
+        return ""
+    out = ["% biasflow leaderboard" + (f" of run {run}" if run else "") + "; needs \\usepackage{booktabs}\n"]
+    for family, table, goals in wide_tables(board):
+        metrics = list(goals)
+        with_setting = bool((table["setting"] != "").any())
+        head = ["Model"] + (["Setting"] if with_setting else []) + [latex_escape(m) for m in metrics]
+        goal_row = [r"\textit{unbiased}"] + ([""] if with_setting else []) + [latex_escape(goals[m]) for m in metrics]
+        rows = [goal_row]
+        for r in table.itertuples(index=False):
+            cells = []
+            for m in metrics:
+                c = r.cells[m]
+                text = latex_escape(c["text"]).replace("–", "--")
+                cells.append(rf"\textbf{{{text}}}" if c["best"] else rf"\textit{{{text}}}" if c["worst"] else text)
+            rows.append([latex_escape(r.model)] + ([latex_escape(r.setting)] if with_setting else []) + cells)
+        align = "l" + ("l" if with_setting else "") + "r" * len(metrics)
+        caption = (f"{latex_escape(family)}: value [95\\% bootstrap CI]; bold = closest to the unbiased value, "
+                   "italic = farthest.")
+        out.append(booktabs(head, rows, align, caption, f"tab:leaderboard-{family}".replace("_", "-")))
+    return "\n".join(out)

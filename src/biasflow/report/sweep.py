@@ -1,0 +1,73 @@
+"""What each job of a run is, for comparisons: its model's label and the options its sweep varies.
+
+Jobs of one metric family that differ only in the model are compared with each other (leaderboard rows, paired
+tests). Options that differ between the family's jobs (``metric.crows_pairs.diff_threshold`` in a threshold sweep)
+form each job's ``setting``; jobs with equal settings are comparable, and a numeric option gives a curve.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+import pandas as pd
+
+
+def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def _job_options(job: Mapping[str, Any]) -> dict[str, Any]:
+    return _flatten({"metric": job.get("metric_cfg") or {}, "benchmark": job.get("benchmark_cfg") or {},
+                     "stats": job.get("stats") or {}, "mode": job.get("mode")})
+
+
+def _frozen(v: Any) -> str:
+    return json.dumps(v, sort_keys=True, default=str)
+
+
+def model_labels(jobs: list[Mapping[str, Any]]) -> dict[str, str]:
+    """``{model_key: label}``: the model's name, or its key where two models of the run share a name."""
+    names: dict[str, set[str]] = {}
+    for j in jobs:
+        names.setdefault(j["model"]["name"], set()).add(j["model_key"])
+    return {j["model_key"]: (j["model"]["name"] if len(names[j["model"]["name"]]) == 1 else j["model_key"])
+            for j in jobs}
+
+
+def short_option(key: str, keys: list[str]) -> str:
+    """``metric.diff_threshold`` -> ``diff_threshold`` unless another varied option ends the same way."""
+    last = key.rsplit(".", 1)[-1]
+    return last if sum(k.rsplit(".", 1)[-1] == last for k in keys) == 1 else key
+
+
+def job_table(plan: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per job: config_hash, family, benchmark, model_key, model (label), demo, setting (text of the
+    varied options, '' when none), setting_key, options (dict of the varied options), cfg (what ``aggregate``
+    gets, as in the metric stage)."""
+    jobs = list(plan["jobs"])
+    labels = model_labels(jobs)
+    rows = []
+    by_family: dict[str, list[Mapping[str, Any]]] = {}
+    for j in jobs:
+        by_family.setdefault(j["metric"], []).append(j)
+    for family, fjobs in by_family.items():
+        opts = [_job_options(j) for j in fjobs]
+        keys = sorted({k for o in opts for k in o})
+        varied = [k for k in keys if len({_frozen(o.get(k)) for o in opts}) > 1]
+        for j, o in zip(fjobs, opts):
+            options = {k: o.get(k) for k in varied}
+            setting = ", ".join(f"{short_option(k, varied)}={o.get(k)}" for k in varied)
+            rows.append({"config_hash": j["cfg_hash"], "family": family,
+                         "benchmark": j.get("benchmark") or family, "model_key": j["model_key"],
+                         "model": labels[j["model_key"]], "demo": bool(j["model"].get("demo")),
+                         "setting": setting, "setting_key": _frozen(options), "options": options,
+                         "cfg": dict(j.get("metric_cfg") or {}, _model=j["model"])})
+    return pd.DataFrame(rows, columns=["config_hash", "family", "benchmark", "model_key", "model", "demo", "setting",
+                                       "setting_key", "options", "cfg"])

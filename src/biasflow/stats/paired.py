@@ -1,0 +1,113 @@
+"""Paired comparisons of models measured on the same items.
+
+* ``paired_bootstrap``: the difference of an aggregate between models with a percentile CI, where each replicate
+  resamples the items ONCE (with replacement, within each category as ``bootstrap_ci`` does) and recomputes the
+  aggregate of every model on that same resample; the per-item correlation between models therefore narrows the
+  interval of the difference, which two independent CIs cannot show.
+* ``mcnemar_exact``: the exact McNemar test for a per-item binary outcome of two models: under H0 the discordant
+  items split 50/50, so the two-sided p-value is the binomial test of b successes in b + c trials.
+* ``holm``: Holm's step-down adjustment of the p-values of a family of comparisons (statsmodels ``multipletests``).
+"""
+from __future__ import annotations
+
+from itertools import combinations
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+Aggregate = Callable[[pd.DataFrame], pd.DataFrame]
+
+
+def mcnemar_exact(outcome_a: Sequence[int | bool], outcome_b: Sequence[int | bool]) -> dict[str, float]:
+    """Exact two-sided McNemar test of paired binary outcomes (same items, same order).
+
+    Returns n (items), b (A=1, B=0), c (A=0, B=1) and p_value (1.0 when no item is discordant)."""
+    from scipy.stats import binomtest
+
+    a = np.asarray(outcome_a, dtype=bool)
+    b_ = np.asarray(outcome_b, dtype=bool)
+    if a.shape != b_.shape:
+        raise ValueError(f"McNemar needs paired outcomes: {a.shape} vs {b_.shape}")
+    b = int(np.sum(a & ~b_))
+    c = int(np.sum(~a & b_))
+    p = binomtest(b, b + c, 0.5, alternative="two-sided").pvalue if b + c else 1.0
+    return {"n": int(a.size), "b": b, "c": c, "p_value": float(p)}
+
+
+def holm(p_values: Sequence[float]) -> np.ndarray:
+    """Holm-adjusted p-values (NaN entries stay NaN and are not counted in the family)."""
+    from statsmodels.stats.multitest import multipletests
+
+    p = np.asarray(p_values, dtype=float)
+    out = np.full(p.shape, np.nan)
+    ok = ~np.isnan(p)
+    if ok.any():
+        out[ok] = multipletests(p[ok], method="holm")[1]
+    return out
+
+
+def bootstrap_p_value(replicates: np.ndarray) -> float:
+    """Two-sided bootstrap p-value of "difference = 0": twice the smaller tail of the replicates at 0 (replicates
+    exactly 0, common for rates of few items, count half to each tail), with the +1 correction so a finite number
+    of replicates never gives 0."""
+    r = np.asarray(replicates, dtype=float)
+    r = r[~np.isnan(r)]
+    if r.size == 0:
+        return float("nan")
+    zero = 0.5 * np.sum(r == 0)
+    below = (np.sum(r < 0) + zero + 1) / (r.size + 1)
+    above = (np.sum(r > 0) + zero + 1) / (r.size + 1)
+    return float(min(1.0, 2 * min(below, above)))
+
+
+def _values(agg: pd.DataFrame, metrics: Sequence[str], category: str) -> np.ndarray:
+    v = agg[agg["category"] == category].drop_duplicates("metric").set_index("metric")["value"]
+    return np.array([float(v.get(m, np.nan)) for m in metrics])
+
+
+def paired_bootstrap(per_item: Mapping[str, pd.DataFrame], aggregate: Mapping[str, Aggregate],
+                     metrics: Sequence[str], n_boot: int = 1000, seed: int = 0, level: float = 0.95,
+                     strata: str = "category", category: str = "overall") -> pd.DataFrame:
+    """Differences ``value(model_a) - value(model_b)`` of ``metrics`` (rows of ``category``) for every pair of the
+    models in ``per_item`` (a per-item table per model; a model's ``aggregate`` maps its per-item rows to rows
+    ``metric, category, value``).
+
+    Only items every model has are used (``n_items``); rows sharing an ``item_id`` (several variants of one item)
+    are resampled together. Returns one row per (model_a, model_b, metric): value_a, value_b, diff, ci_low,
+    ci_high, p_boot (``bootstrap_p_value``), n_items, n_boot."""
+    columns = ["model_a", "model_b", "metric", "value_a", "value_b", "diff", "ci_low", "ci_high", "p_boot",
+               "n_items", "n_boot"]
+    models = list(per_item)
+    common = set.intersection(*(set(df["item_id"]) for df in per_item.values())) if models else set()
+    if not common:
+        return pd.DataFrame(columns=columns)
+    first = per_item[models[0]]
+    order = [i for i in pd.unique(first["item_id"]) if i in common]
+    tables = {m: df[df["item_id"].isin(common)] for m, df in per_item.items()}
+    point = {m: _values(aggregate[m](tables[m]), metrics, category) for m in models}
+    reps = {m: np.full((max(n_boot, 0), len(metrics)), np.nan) for m in models}
+    if n_boot > 0:
+        strata_of = first.drop_duplicates("item_id").set_index("item_id")[strata].astype(str)  # NaN: a stratum too
+        groups = [np.array(ids) for _, ids in pd.Series(order, index=order).groupby(strata_of.loc[order].values,
+                                                                                     sort=True)]
+        rows_of = {m: tables[m].groupby("item_id", sort=False).indices for m in models}
+        rng = np.random.default_rng(seed)
+        for b in range(n_boot):
+            picked = np.concatenate([ids[rng.integers(0, len(ids), size=len(ids))] for ids in groups])
+            for m in models:  # the same resampled items for every model
+                rows = np.concatenate([rows_of[m][i] for i in picked])
+                reps[m][b] = _values(aggregate[m](tables[m].iloc[rows]), metrics, category)
+    alpha = (1.0 - level) / 2.0
+    out = []
+    for a, b in combinations(models, 2):
+        diffs = reps[a] - reps[b]
+        for j, metric in enumerate(metrics):
+            d = diffs[:, j]
+            d = d[~np.isnan(d)]
+            lo, hi = (np.quantile(d, alpha), np.quantile(d, 1 - alpha)) if d.size else (np.nan, np.nan)
+            out.append({"model_a": a, "model_b": b, "metric": metric, "value_a": point[a][j],
+                        "value_b": point[b][j], "diff": point[a][j] - point[b][j], "ci_low": float(lo),
+                        "ci_high": float(hi), "p_boot": bootstrap_p_value(d) if d.size else np.nan,
+                        "n_items": len(order), "n_boot": int(d.size)})
+    return pd.DataFrame(out, columns=columns)
