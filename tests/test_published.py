@@ -17,6 +17,9 @@ def test_every_experiment_composes_and_its_published_values_parse(name):
     cfg = compose([f"+experiment={name}"])
     exp = cfg["experiment"]
     rows = published_rows(exp)
+    if not exp.get("published"):  # a preset of metrics without a published table (lmchallenge_bold)
+        assert rows.empty
+        return
     assert (rows.metric_family == exp["metric_family"]).all()
     assert exp["metric_family"] in cfg["metric"]  # the experiment selects the metric it publishes
     assert rows.published.notna().all()
