@@ -284,6 +284,12 @@ class Job:
     user_files: dict[str, dict[str, str]] = field(default_factory=dict)  # option -> {path, digest}: see user_files()
     score_keys: tuple[str, ...] = ()  # the metric options that change model outputs (MetricSpec.score_keys)
 
+    def __post_init__(self):
+        # one key order whichever way the job was made (composed, or read from a saved plan): Snakemake compares
+        # rule params by their text, and a reordered dict would re-run the stage
+        for name in ("model", "metric_cfg", "benchmark_cfg", "stats", "user_files"):
+            setattr(self, name, canonical(getattr(self, name)))
+
     @property
     def model_key(self) -> str:
         return model_key(self.model)
@@ -338,6 +344,15 @@ class Job:
 
 
 PLAN_FORMAT = "biasflow-plan/1"
+
+
+def canonical(obj: Any) -> Any:
+    """``obj`` with every dict's keys sorted (recursively); lists keep their order."""
+    if isinstance(obj, dict):
+        return {k: canonical(obj[k]) for k in sorted(obj)}
+    if isinstance(obj, list):
+        return [canonical(v) for v in obj]
+    return obj
 
 
 @dataclass
@@ -396,7 +411,7 @@ class Plan:
                 raise ConfigError(f"{path}: job {j['metric_dir']} does not match this biasflow version; plan again")
             jobs.append(job)
         plan = cls(jobs=jobs, sweep=doc["sweep"], tracking=doc["tracking"], paths=doc["paths"],
-                   skipped=doc["skipped"], benchmarks=doc.get("benchmarks") or {})
+                   skipped=doc["skipped"], benchmarks=canonical(doc.get("benchmarks") or {}))
         if plan.plan_hash != doc["plan_hash"]:
             raise ConfigError(f"{path}: plan hash mismatch; plan again")
         return plan
@@ -557,13 +572,13 @@ def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
             job = Job(metric=name, model=model, metric_cfg=mcfg, benchmark=bench, benchmark_cfg=bcfg,
                       stats=cfg.get("stats", {}), mode=cfg.get("run", {}).get("mode", "parity"),
                       results=cfg["paths"]["results"], score_keys=tuple(spec.score_keys))
-            job.user_files = user_files(job, digests)
+            job.user_files = canonical(user_files(job, digests))
             job = jobs.setdefault(job.metric_dir, job)
             job.sweep_overrides.append(job_overrides)
     if not jobs:
         raise ConfigError("the configuration selects no runnable job: " + "; ".join(skipped))
     return Plan(jobs=list(jobs.values()), sweep=sweep, tracking=tracking or {}, paths=paths or {}, skipped=skipped,
-                benchmarks=benchmarks)
+                benchmarks=canonical(benchmarks))
 
 
 __all__ = ["build_plan", "expand_sweep", "compose", "Plan", "Job", "write_json"]

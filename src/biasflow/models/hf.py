@@ -30,8 +30,9 @@ def source_of(cfg: Mapping[str, Any]) -> str:
     return str(src)
 
 
-# Keys of process models (LM Challenge): in the fingerprint only when set, so other models' keys never change.
-PROCESS_KEYS = ("order", "level", "command", "predictions")
+# Keys of process models (LM Challenge) and generators (served models): in the fingerprint only when set, so other
+# models' keys never change.
+PROCESS_KEYS = ("order", "level", "command", "predictions", "generator", "model_id", "base_url")
 
 
 def config_fingerprint(cfg: Mapping[str, Any]) -> str:

@@ -136,10 +136,10 @@ def invocation_tags(plan: Mapping[str, Any]) -> dict[str, str]:
 def job_params_and_tags(job: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
     """Params: what the job's config hash covers (so equal for every job with the same results folder).
     Model settings that do not change the numbers (device, batch size, ...) go to tags."""
-    from biasflow.models.hf import SCORING_KEYS
+    from biasflow.models.hf import PROCESS_KEYS, SCORING_KEYS
 
     model = job["model"]
-    hashed = {k: v for k, v in model.items() if k == "name" or k in SCORING_KEYS}
+    hashed = {k: v for k, v in model.items() if k == "name" or k in SCORING_KEYS or k in PROCESS_KEYS}
     params = flatten({"model": hashed, "metric": job["metric_cfg"], "benchmark": job.get("benchmark_cfg") or {},
                       "stats": job["stats"], "mode": job["mode"], "config_hash": job["cfg_hash"]})
     settings = flatten({"model": {k: v for k, v in model.items() if k not in hashed}})
