@@ -63,6 +63,9 @@ class MetricSpec:
     headline: tuple[str, ...] = ()  # metric names shown first in tables and logged as the run's headline
     plot_metric: str | None = None  # the per-category metric drawn as a bar plot
     plot_reference: float | None = 50.0  # the unbiased value drawn as a line on that plot (None: no line)
+    # files the user asked for beyond the metric's tables (e.g. StereoSet's predictions file), written by the
+    # metric stage from (items, scores, full cfg); returns the paths written
+    export: Callable[[pd.DataFrame, pd.DataFrame, Mapping[str, Any]], list[str]] | None = None
 
 
 def register_loader(name: str):

@@ -82,6 +82,8 @@ def metric(params: Mapping[str, Any], items_path: str | None, scores_path: str, 
     scores = pd.read_parquet(scores_path)
     cfg = dict(params["metric_cfg"], _model=params["model"], _mode=params.get("mode", "parity"))
     per_item = spec.compute(items, scores, cfg)
+    for path in (spec.export(items, scores, cfg) if spec.export else []):
+        log.info("exported %s", path)
     stats = params.get("stats", {})
     agg = bootstrap_ci(per_item, lambda df: spec.aggregate(df, cfg), n_boot=int(stats.get("n_boot", 1000)),
                        seed=int(stats.get("seed", 0)), level=float(stats.get("level", 0.95)))
