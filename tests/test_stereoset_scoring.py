@@ -229,8 +229,7 @@ def test_score_stage_masked_lm_with_nsp_from_same_checkpoint_and_cache(tmp_path,
     model_cfg = {"name": "tiny", "kind": "masked_lm", "path": str(ckpt), "device": "cpu"}
     items = _small_items(tmp_path)
     spec = get_metric("stereoset")
-    mcfg = {"tasks": ["intrasentence", "intersentence"], "word_prefix_space": False, "intersentence_scorer": "auto",
-            "export_predictions": str(tmp_path / "out" / "preds.json")}
+    mcfg = {"tasks": ["intrasentence", "intersentence"], "word_prefix_space": False, "intersentence_scorer": "auto"}
     ctx = ScoreContext(items=items, metric_cfg=mcfg, model_cfg=model_cfg, cache_dir=tmp_path / "cache")
     scores = spec.score(ctx)
     assert sorted(scores["item_id"]) == sorted(items["item_id"]) and scores["score"].notna().all()
@@ -247,6 +246,8 @@ def test_score_stage_masked_lm_with_nsp_from_same_checkpoint_and_cache(tmp_path,
     np.testing.assert_allclose(scores.set_index("item_id").loc[inter.item_id, "score"].to_numpy(),
                                ss.nsp_is_next_probabilities(nsp, inter.context.tolist(), inter.sentence.tolist()),
                                rtol=1e-5)
+    exported = spec.export(items, scores, {**mcfg, "export_predictions": str(tmp_path / "out" / "preds.json")})
+    assert exported == [str(tmp_path / "out" / "preds.json")]
     assert ss.read_predictions(tmp_path / "out" / "preds.json", items).shape[0] == len(items)
     # rerun: everything comes from the cache, no new part files
     parts = sorted((tmp_path / "cache").rglob("part-*.parquet"))

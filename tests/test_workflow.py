@@ -93,7 +93,7 @@ def test_threshold_sweep_scores_once(project, swept):
     jobs = planned_jobs(out)
     assert jobs["score"] == 1 and jobs["metric"] == 3 and jobs["aggregate"] == 1
     parts = list((project / "results" / "cache").rglob("part-*.parquet"))
-    assert sorted(p.parent.name for p in parts) == ["mask_candidates", "pll"]  # one cache write per request kind
+    assert sorted(p.parent.name for p in parts) == ["mask_token_str", "pll"]  # one cache write per request kind (parity fill-mask: token_str)
 
 
 def test_aggregate_table_and_report(swept):

@@ -5,22 +5,39 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
 import pandas as pd
 
 
+def _temp_beside(path: Path, suffix: str) -> tuple[int, str]:
+    """Create a new, uniquely named file beside ``path``; return its descriptor and name.
+
+    Created with mode 0o666 so the process umask decides the permissions, as for any file a program writes
+    (usually 0644). ``tempfile.mkstemp`` makes 0600 files, and the rename would hand that on to every output.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = str(path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}{suffix}")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "wb") -> Iterator[Any]:
     """Open a temp file beside ``path``; on success it replaces ``path`` in one rename.
 
-    An interrupted or failing writer leaves the old file (or no file) in place, never a half-written one.
+    An interrupted or failing writer leaves the old file (or no file) in place, never a half-written one. The
+    file gets the permissions of a normal write (0o666 minus the umask).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _temp_beside(path, ".tmp")
     try:
         with os.fdopen(fd, mode) as fh:
             yield fh
@@ -35,10 +52,14 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb") -> Iterator[Any]:
 
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str = "") -> Iterator[Path]:
-    """Yield a temp path beside ``path`` for writers that want a file name; renamed over ``path`` on success."""
+    """Yield a temp path beside ``path`` for writers that want a file name; renamed over ``path`` on success.
+
+    The temp file exists (empty, normal permissions) before the writer runs; writers that truncate and write it
+    keep those permissions.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or ".tmp", dir=path.parent)
+    fd, tmp = _temp_beside(path, suffix or ".tmp")
     os.close(fd)
     try:
         yield Path(tmp)

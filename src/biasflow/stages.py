@@ -155,8 +155,9 @@ def prepare(benchmark: str, benchmark_cfg: Mapping[str, Any], raw_files: Mapping
 def score(params: Mapping[str, Any], items_path: str | None, out: str, cache_dir: str) -> pd.DataFrame:
     spec = get_metric(params["metric"])
     items = pd.read_parquet(items_path) if items_path else pd.DataFrame()
-    ctx = ScoreContext(items=items, metric_cfg=params["metric_cfg"], model_cfg=params["model"],
-                       cache_dir=Path(cache_dir))
+    # run.mode reaches the metric as cfg["_mode"] (options that follow it: biasflow.metrics._mode)
+    ctx = ScoreContext(items=items, metric_cfg=dict(params["metric_cfg"], _mode=params.get("mode", "parity")),
+                       model_cfg=params["model"], cache_dir=Path(cache_dir))
     start = time.perf_counter()
     scores = spec.score(ctx)
     write_parquet(scores, out)
@@ -171,8 +172,10 @@ def metric(params: Mapping[str, Any], items_path: str | None, scores_path: str, 
     spec = get_metric(params["metric"])
     items = pd.read_parquet(items_path) if items_path else pd.DataFrame()
     scores = pd.read_parquet(scores_path)
-    cfg = dict(params["metric_cfg"], _model=params["model"])
+    cfg = dict(params["metric_cfg"], _model=params["model"], _mode=params.get("mode", "parity"))
     per_item = spec.compute(items, scores, cfg)
+    for path in (spec.export(items, scores, cfg) if spec.export else []):
+        log.info("exported %s", path)
     stats = params.get("stats", {})
     n_boot = int(stats.get("n_boot", 1000)) if spec.bootstrap else 0
     agg = bootstrap_ci(per_item, lambda df: spec.aggregate(df, cfg), n_boot=n_boot,

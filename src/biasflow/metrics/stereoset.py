@@ -11,7 +11,8 @@ examples gives NaN with n = 0). The reference prints per-domain "Count" three ti
 appends each example once per sentence); that changes no score, our ``n`` counts each example once.
 
 Scores come from a model (``scoring/stereoset.py``) or from a StereoSet predictions file
-(``metric.stereoset.predictions_file``), and can be exported in that format (``export_predictions``).
+(``metric.stereoset.predictions_file``), and can be exported in that format (``export_predictions``, written by
+the metric stage, so a ``biasflow run`` writes it).
 """
 from __future__ import annotations
 
@@ -138,9 +139,20 @@ def score(ctx: ScoreContext) -> pd.DataFrame:
                     cache=ScoreCache(ctx.cache_dir, model.fingerprint, ss.CAUSAL_CONDITIONAL_KIND),
                     batch_tokens=batch_tokens)
         out = ss.per_sentence_scores(items, tables, model)
-    if cfg.get("export_predictions"):
-        ss.write_predictions(out, Path(cfg["export_predictions"]))
     return out
+
+
+def export(items: pd.DataFrame, scores: pd.DataFrame, cfg: Mapping[str, Any]) -> list[str]:
+    """``export_predictions``: the sentence scores in the format of the official ``code/evaluation.py``
+    (``{"intrasentence": [{"id", "score"}], "intersentence": [...]}``, one entry per sentence id)."""
+    from biasflow.scoring.stereoset import write_predictions
+
+    path = cfg.get("export_predictions")
+    if not path:
+        return []
+    tasks = _tasks(cfg)
+    write_predictions(scores[scores["task"].isin(tasks)], Path(path))
+    return [str(path)]
 
 
 def compute(items: pd.DataFrame, scores: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
@@ -188,6 +200,7 @@ SPEC = register_metric(MetricSpec(
     headline=("overall_icat", "overall_lms", "overall_ss", "intrasentence_icat", "intrasentence_lms",
               "intrasentence_ss"),
     plot_metric="intrasentence_ss",
+    export=export,
 ))
 
 

