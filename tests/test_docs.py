@@ -61,6 +61,8 @@ SUBSTITUTIONS = {
 
 # Commands in the docs that the test does not run, and why.
 NOT_RUNNABLE = {
+    "biasflow status results/runs/<plan>": "needs the run folder of a running or finished plan; tests/"
+                                           "test_sweep_failures.py runs it on one",
     "bash scripts/bootstrap.sh run": "installs a virtual environment and runs the whole default pipeline (minutes)",
     "bash scripts/bootstrap.sh test": "installs a virtual environment and runs the whole test suite, this file too",
     ".venv/bin/mlflow ui --backend-store-uri sqlite:///results/mlflow.db": "starts a web server that runs until "

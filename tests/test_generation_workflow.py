@@ -74,7 +74,9 @@ def project(tmp_path_factory, honest_templates):
 
 
 def biasflow_run(project: Path, overrides, env_extra=None):
-    cmd = [sys.executable, "-m", "biasflow.cli", "run", *overrides, "--cores", "2", "--", "--directory", str(project)]
+    # --retries 0: the failed generations must fail this run (by default biasflow retries a failed job once)
+    cmd = [sys.executable, "-m", "biasflow.cli", "run", *overrides, "--cores", "2", "--", "--directory", str(project),
+           "--retries", "0"]
     env = dict(os.environ, BIASFLOW_CONF=str(project / "conf"), BIASFLOW_ROOT=str(ROOT), HF_HUB_OFFLINE="1",
                **(env_extra or {}))
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

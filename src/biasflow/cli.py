@@ -43,6 +43,8 @@ def snakemake_command(plan_path: str, cores: str, dry_run: bool, extra: list[str
            "--rerun-incomplete", "--keep-going"]
     if dry_run:
         cmd.append("--dry-run")
+    if "--retries" not in extra:  # a transient failure (a server error, a lost node) is tried again once
+        cmd += ["--retries", "1"]
     # --config takes every following word, so it goes last: extra arguments (targets, --unlock) come before it
     # the saved plan: Snakemake (and every cluster job's re-parse) reads it instead of composing the configs again
     return cmd + extra + ["--config", f"plan={plan_path}"]

@@ -12,7 +12,6 @@ rule score:
         cache_dir=PLAN.paths["cache"],
     log:
         RESULTS + "/logs/score/{model_key}/{metric}-{shash}.log",
-    retries: 1  # a transient failure (a server error, a node lost) is tried again once
     threads: workflow.cores
     resources:
         gpu=lambda w: 1 if str(W.score_job(w.model_key, w.metric, w.shash).model.get("device")) == "cuda" else 0,
