@@ -20,6 +20,7 @@ import torch
 from transformers import AutoModelForMaskedLM
 
 from biasflow.models import register_model_kind
+from biasflow.models.batch_invariant import batch_invariant
 from biasflow.models.hf import HFAdapter, config_fingerprint
 from biasflow.io import stable_hash
 
@@ -173,14 +174,19 @@ class MaskedLM(HFAdapter):
     @torch.inference_mode()
     def logits_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, rows: torch.Tensor,
                   cols: torch.Tensor) -> torch.Tensor:
-        """Vocabulary logits (float32) at positions (rows[i], cols[i]) of a padded batch."""
+        """Vocabulary logits (float32) at positions (rows[i], cols[i]) of a padded batch.
+
+        Linear layers run on fixed-size row tiles (``batch_invariant``), so a row's logits do not depend on how
+        many rows share the batch.
+        """
         if attention_mask is not None and bool(attention_mask.all()):
             attention_mask = None  # no padding: an all-ones mask changes nothing but costs a masked attention
-        if self.split is not None:
-            encoder, head = self.split
-            hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[rows, cols]
-            if self.head_fp32 is not None:
-                return self.head_fp32(hidden.float())
-            return head(hidden).float()
-        logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
-        return logits[rows, cols].float()
+        with batch_invariant(self.model, self.head_fp32):
+            if self.split is not None:
+                encoder, head = self.split
+                hidden = encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state[rows, cols]
+                if self.head_fp32 is not None:
+                    return self.head_fp32(hidden.float())
+                return head(hidden).float()
+            logits = self.model(input_ids=input_ids, attention_mask=attention_mask).logits
+            return logits[rows, cols].float()
