@@ -1,20 +1,22 @@
-"""Batch-invariant matrix products: while scoring, every linear layer runs on row tiles of a fixed size.
+"""Batch-invariant matrix products: while scoring, a row's result must not depend on how many rows share its call.
 
-Matrix-multiply libraries (MKL, oneDNN, cuBLAS) choose their blocking and how they split the work across threads
-from the number of rows, so the last bits of a row's result can depend on how many other rows share its batch
-(measured on this project's CPU: a 384-wide BERT gives different logits for a row computed with fewer than 16
-other rows than with more). Scores would then depend on which texts a run happened to score together, and a
-resumed run would differ from an uninterrupted one. Inside ``batch_invariant(model)`` every ``nn.Linear``,
-GPT-2 ``Conv1D`` and ``OneDNNLinear`` of the model multiplies a fixed number of rows per call (the last tile is
-zero-padded), so a row's result depends only on the row. Every other op of a transformer (attention within one
-sequence, layer norm, softmax, activations) already computes each row on its own.
+Matrix-multiply libraries choose their algorithm from the number of rows: measured on this project's CPU, MKL (torch's
+float32 ``nn.Linear``) computes a row differently when the call has fewer than 6-14 rows (up to 300 with 2 threads
+and 3072 inputs), and oneDNN's bfloat16 kernels differ at various row counts. Scores would then depend on which texts
+a run happened to batch together, and a resumed run would differ from an uninterrupted one in the last bits (enough
+to flip CrowS-Pairs' 3-decimal rounding). Inside ``batch_invariant(model)`` each linear layer of the model
+(``nn.Linear``, GPT-2 ``Conv1D``, ``OneDNNLinear``) is called in one of two ways:
 
-The tile of a layer depends on its shape only (``tile_rows``): 256 rows for the encoder's layers, fewer for layers
-with many outputs such as the vocabulary head (16 rows for 30k words), so a call still has plenty of work and the
-zero padding of the last tile stays small.
+* oneDNN float32 linears (``models/onednn.py``, the default on CPU) compute a row the same way for any row count
+  from 2 up (``tests/test_batch_invariance.py`` checks it on this machine); a call with fewer than ``MIN_ROWS``
+  rows is zero-padded to ``MIN_ROWS``, everything else runs as it is, at full speed;
+* any other layer (MKL, bfloat16, GPU) multiplies fixed tiles of ``tile_rows`` rows per call (the last tile
+  zero-padded), so every row is computed in a call of the same shape. This costs speed (up to ~20-40% on small
+  models, where a call's work is small), so it is the fallback, not the default path.
 
-The patch is an instance attribute set on enter and removed on exit: parameters, ``state_dict`` and code that uses
-the model outside the block (generation, saving) are untouched.
+Every other op of a transformer (attention within one sequence, layer norm, softmax, activations) computes each
+row on its own. The patch is an instance attribute set on enter and removed on exit: parameters, ``state_dict`` and
+code that uses the model outside the block (generation, saving) are untouched.
 """
 from __future__ import annotations
 
@@ -24,58 +26,97 @@ from typing import Iterator
 
 import torch
 
-MAX_TILE = 256  # rows per matrix product: large enough to run near the matmul rate, small enough to pad little
-MIN_TILE = 16
-TILE_OUTPUTS = 1 << 18  # a tile of a layer with many outputs shrinks so that it still yields about this many
+MIN_ROWS = 16  # oneDNN float32: calls are padded to at least this many rows (a single row takes a GEMV path)
+MAX_TILE = 256  # fixed tiles: large enough to run near the matmul rate, small enough to pad little
+MIN_TILE = 64  # ... and never so small that a wide layer (the vocabulary head) re-reads its weights too often
+TILE_OUTPUTS = 1 << 18  # a tile of a layer with many outputs shrinks so that it yields about this many values
 
 
 def tile_rows(out_features: int) -> int:
-    """Rows per call for a layer with ``out_features`` outputs: a power of two from MIN_TILE to MAX_TILE."""
+    """Rows per call of the fixed-tile path for a layer with ``out_features`` outputs (a power of two)."""
     rows = 1 << max(0, (TILE_OUTPUTS // max(1, int(out_features))).bit_length() - 1)
     return max(MIN_TILE, min(MAX_TILE, rows))
 
 
-def _out_features(module: torch.nn.Module) -> int:
-    if type(module).__name__ == "Conv1D":  # transformers' GPT-2 layer: weight is (in, out)
-        return int(module.nf)
-    return int(module.out_features)
-
-
 def _linear_like(module: torch.nn.Module) -> bool:
-    if isinstance(module, torch.nn.Linear):
-        return True
-    # transformers' Conv1D (GPT-2) and our OneDNNLinear, matched by name to avoid importing either here
-    return type(module).__name__ in ("Conv1D", "OneDNNLinear")
+    # transformers' Conv1D (GPT-2) and our OneDNNLinear are matched by name to avoid importing either here
+    return isinstance(module, torch.nn.Linear) or type(module).__name__ in ("Conv1D", "OneDNNLinear")
 
 
-def _tiled_forward(forward, tile: int, x: torch.Tensor) -> torch.Tensor:
-    lead = x.shape[:-1]
+def _row_invariant(module: torch.nn.Module) -> bool:
+    """Layers whose kernel gives a row the same result for any row count >= 2: oneDNN's float32 linear op."""
+    return (type(module).__name__ == "OneDNNLinear" and getattr(module, "use_pointwise", False)
+            and module.weight.dtype == torch.float32)
+
+
+def _out_features(module: torch.nn.Module) -> int:
+    return int(module.nf) if type(module).__name__ == "Conv1D" else int(module.out_features)
+
+
+def _weight_in_out(module: torch.nn.Module) -> torch.Tensor | None:
+    """The (in, out) weight of a layer that is a plain ``x @ W + b`` torch can write into a given output."""
+    if type(module) is torch.nn.Linear:
+        return module.weight.t()
+    if type(module).__name__ == "Conv1D":
+        return module.weight
+    return None
+
+
+def _padded(part: torch.Tensor, rows: int) -> torch.Tensor:
+    if part.shape[0] >= rows:
+        return part
+    out = part.new_zeros((rows, part.shape[1]))
+    out[:part.shape[0]] = part
+    return out
+
+
+def _at_least_rows(forward, rows_min: int, x: torch.Tensor) -> torch.Tensor:
+    flat = x.reshape(-1, x.shape[-1])
+    rows = flat.shape[0]
+    if rows == 0 or rows >= rows_min:
+        return forward(x)
+    out = forward(_padded(flat, rows_min))[:rows]
+    return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def _fixed_tiles(module: torch.nn.Module, forward, tile: int, x: torch.Tensor) -> torch.Tensor:
     flat = x.reshape(-1, x.shape[-1])
     rows = flat.shape[0]
     if rows == 0:
         return forward(x)
-    full, rest = divmod(rows, tile)
-    outs = [forward(flat[i * tile:(i + 1) * tile]) for i in range(full)]
-    if rest:
-        last = flat.new_zeros((tile, flat.shape[1]))
-        last[:rest] = flat[full * tile:]
-        outs.append(forward(last)[:rest])
-    out = outs[0] if len(outs) == 1 else torch.cat(outs)
-    return out.reshape(*lead, out.shape[-1])
+    weight = _weight_in_out(module)
+    if weight is not None and not torch.is_grad_enabled() and weight.dtype == flat.dtype:
+        # each tile's product is written straight into the output: no copy of the (possibly very wide) result
+        out = flat.new_empty((-(-rows // tile) * tile, weight.shape[1]))
+        for start in range(0, rows, tile):
+            part = _padded(flat[start:start + tile], tile)
+            if module.bias is None:
+                torch.mm(part, weight, out=out[start:start + tile])
+            else:
+                torch.addmm(module.bias, part, weight, out=out[start:start + tile])
+    else:
+        outs = [forward(_padded(flat[start:start + tile], tile)) for start in range(0, rows, tile)]
+        out = outs[0] if len(outs) == 1 else torch.cat(outs)
+    out = out[:rows]
+    return out.reshape(*x.shape[:-1], out.shape[-1])
 
 
 @contextlib.contextmanager
 def batch_invariant(*modules: torch.nn.Module | None) -> Iterator[None]:
-    """Run the linear layers under ``modules`` on fixed-size row tiles until the block ends (re-entrant)."""
+    """Make the linear layers under ``modules`` batch-invariant until the block ends (re-entrant)."""
     patched = []
     try:
         for root in modules:
             if root is None:
                 continue
             for module in root.modules():
-                if _linear_like(module) and "forward" not in module.__dict__:
-                    module.forward = partial(_tiled_forward, module.forward, tile_rows(_out_features(module)))
-                    patched.append(module)
+                if not _linear_like(module) or "forward" in module.__dict__:
+                    continue
+                if _row_invariant(module):
+                    module.forward = partial(_at_least_rows, module.forward, MIN_ROWS)
+                else:
+                    module.forward = partial(_fixed_tiles, module, module.forward, tile_rows(_out_features(module)))
+                patched.append(module)
         yield
     finally:
         for module in patched:
