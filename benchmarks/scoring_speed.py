@@ -417,7 +417,7 @@ def section_cache(tok, crows_sentences, ss_sentences, args):
             t0 = time.perf_counter()
             first = pll_table(adapter, crows_sentences, cache=cache, batch_tokens=args.batch_tokens, progress=False)
             cold = time.perf_counter() - t0
-            parts = len(cache._parts())
+            parts = len(cache.store.parts())
             t0 = time.perf_counter()
             warm = pll_table(adapter, crows_sentences, cache=cache, progress=False)
             warm_s = time.perf_counter() - t0

@@ -38,6 +38,28 @@ def build_tiny_bert(out: Path, seed: int = 0) -> Path:
     return out
 
 
+def build_tiny_gpt2(out: Path) -> Path:
+    """A 2-layer GPT-2 (width 32) on the MiniLM WordPiece vocabulary, with [CLS]/[SEP] as BOS/EOS."""
+    import torch
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    tok = AutoTokenizer.from_pretrained(minilm_vocab_dir())
+    tok.bos_token, tok.eos_token = "[CLS]", "[SEP]"  # a BOS for the prefix modes; WordPiece has none of its own
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=128))
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2(tmp_path_factory):
+    from biasflow.models import load_model
+
+    path = build_tiny_gpt2(tmp_path_factory.mktemp("tiny-gpt2"))
+    return load_model({"name": "tiny-gpt2", "kind": "causal_lm", "path": str(path), "device": "cpu"})
+
+
 @pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory) -> Path:
     return build_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -16,28 +15,6 @@ from biasflow.scoring.causal import CAUSAL_KIND, causal_table, causal_token_logp
 
 TEXTS = ["The doctor said she was tired.", "A cat", "Poor people are lazy and never work hard enough.",
          "He is a nurse", "x"]
-
-
-def build_tiny_gpt2(out: Path) -> Path:
-    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
-
-    from conftest import minilm_vocab_dir
-
-    tok = AutoTokenizer.from_pretrained(minilm_vocab_dir())
-    tok.bos_token, tok.eos_token = "[CLS]", "[SEP]"  # a BOS for the prefix modes; WordPiece has none of its own
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=64))
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def tiny_gpt2(tmp_path_factory):
-    from biasflow.models import load_model
-
-    path = build_tiny_gpt2(tmp_path_factory.mktemp("tiny-gpt2"))
-    return load_model({"name": "tiny-gpt2", "kind": "causal_lm", "path": str(path), "device": "cpu"})
 
 
 def loop_logprobs(adapter, ids: list[int], first_token: str) -> list[float]:

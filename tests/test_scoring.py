@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from biasflow.models.masked_lm import MaskedLM, OneDNNLinear
-from biasflow.scoring.batching import is_out_of_memory, run_with_backoff, token_budget_batches
+from biasflow.scoring.batching import is_out_of_memory, padded_width, run_with_backoff, token_budget_batches
 from biasflow.scoring.cache import ScoreCache
 from biasflow.scoring.masked import encode, pll_table, pseudo_log_likelihoods, scored_positions
 
@@ -238,21 +238,20 @@ def test_token_budget_batches_properties():
         assert sorted(flat) == jobs  # every job exactly once
         assert [lengths[j] for j in flat] == sorted(lengths)  # length-sorted (buckets of similar length)
         for b in batches:
+            width = padded_width(max(lengths[j] for j in b))
             assert len(b) <= max_batch
-            assert len(b) == 1 or len(b) * max(lengths[j] for j in b) <= budget
-        # greedy: the next job would not have fit in the batch before it
+            assert len(b) == 1 or len(b) * width <= budget
+            assert {padded_width(lengths[j]) for j in b} == {width}  # one canonical width per batch
+        # greedy within a width: a batch is cut short only by the budget, max_batch or the next width
         for b, nxt in zip(batches, batches[1:]):
-            if len(b) < max_batch:
-                assert (len(b) + 1) * max(lengths[j] for j in b + nxt[:1]) > budget
-    # length buckets: closing batches at length boundaries never adds padding and keeps every other property
-    def padding(batches):
-        return sum(len(b) * max(lengths[j] for j in b) - sum(lengths[j] for j in b) for b in batches)
+            if len(b) < max_batch and padded_width(lengths[nxt[0]]) == padded_width(lengths[b[0]]):
+                assert (len(b) + 1) * padded_width(lengths[b[0]]) > budget
 
-    plain = list(token_budget_batches(jobs, lengths, 2048))
-    bucketed = list(token_budget_batches(jobs, lengths, 2048, max_padding=0.05))
-    assert sorted(j for b in bucketed for j in b) == jobs
-    assert all(len(b) * max(lengths[j] for j in b) <= 2048 for b in bucketed)
-    assert padding(bucketed) < padding(plain)
+    # padding: only up to the canonical width, which pads a row by less than 1/16 of its length
+    long = [rng.randint(1, 600) for _ in range(500)]
+    batches = list(token_budget_batches(jobs, long, 2048))
+    padding = sum(len(b) * padded_width(max(long[j] for j in b)) - sum(long[j] for j in b) for b in batches)
+    assert padding < sum(long) / 16
     assert list(token_budget_batches([], [], 10)) == []
     with pytest.raises(ValueError, match="3 jobs but 2 lengths"):
         list(token_budget_batches([1, 2, 3], [1, 2], 10))

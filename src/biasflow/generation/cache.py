@@ -3,7 +3,8 @@
 One row per (backend fingerprint, model, system prompt, temperature, max tokens, seed, prompt, sample index), the
 ``key`` being the sha256 of those fields. Every flush writes a new part file atomically under a unique name, so
 an interrupted run keeps what it flushed, concurrent runs never corrupt each other, and old rows are never
-rewritten. A failed request is stored too (status ``failed`` with its error) so a run can report it; lookups
+rewritten; every part is checked against its sha256 before it is read and a damaged one is quarantined, so its
+requests are sent again (``biasflow.part_store``). A failed request is stored too (status ``failed`` with its error) so a run can report it; lookups
 prefer an ``ok`` row, so a later successful retry supersedes the failure without deleting anything.
 """
 from __future__ import annotations
@@ -12,8 +13,6 @@ import hashlib
 import json
 import os
 import threading
-import time
-import uuid
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -21,7 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from biasflow.io import write_parquet
+from biasflow.part_store import PartStore
 
 KEY_FIELDS = ("fingerprint", "model", "system_prompt", "temperature", "max_tokens", "seed", "prompt", "sample_index")
 
@@ -47,22 +46,16 @@ class GenerationCache:
 
     def __init__(self, root: str | os.PathLike):
         self.root = Path(root)
+        self.store = PartStore(self.root)
         self.parts_written = 0
         self._lock = threading.Lock()
-
-    def _parts(self) -> list[str]:
-        if not self.root.exists():
-            return []
-        return sorted(str(p) for p in self.root.glob("part-*.parquet"))
 
     def get(self, keys: Iterable[str]) -> pd.DataFrame:
         """Best row per key among ``keys``: the first ``ok`` row, else the latest failure."""
         keys = list(dict.fromkeys(keys))
-        parts = self._parts()
-        if not parts or not keys:
+        table = self.store.read(filter=ds.field("key").isin(pa.array(keys, type=pa.string()))) if keys else None
+        if table is None:
             return empty_cache_frame()
-        table = ds.dataset(parts, format="parquet").to_table(
-            filter=ds.field("key").isin(pa.array(keys, type=pa.string())))
         df = table.to_pandas()
         if df.empty:
             return empty_cache_frame()
@@ -81,10 +74,8 @@ class GenerationCache:
             if col not in df:
                 df[col] = None
             df[col] = df[col].astype(dtype)
-        name = f"part-{time.time_ns()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.parquet"
-        path = self.root / name
         with self._lock:
-            write_parquet(df[list(COLUMNS)], path)
+            path = self.store.write(df[list(COLUMNS)])
             self.parts_written += 1
         return path
 

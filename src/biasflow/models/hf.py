@@ -18,7 +18,8 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfl
           "float16": torch.float16, "fp16": torch.float16}
 
 # Config keys that change what a model computes, for every model kind (a key a kind does not use is simply absent).
-# device and batch sizes do not change the numbers (up to float rounding), so they are not here.
+# device and batch sizes do not change the numbers (batch sizes not at all: scoring/batching.py; a device only up
+# to float rounding), so they are not here.
 SCORING_KEYS = ("kind", "hub_id", "path", "package", "revision", "dtype", "lowercase", "attn_implementation",
                 "format", "header", "pooling", "max_length")
 

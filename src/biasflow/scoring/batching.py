@@ -1,8 +1,15 @@
-"""Token-budget batching with length bucketing, shared by every scorer, plus out-of-memory back-off.
+"""Token-budget batching with canonical length buckets, shared by every scorer, plus out-of-memory back-off.
 
-Jobs are sorted by length so each batch pads to nearly its own length (little padding waste), and a batch holds as
-many rows as fit in ``batch_tokens`` (rows x padded length). Large batches are what make a CPU or GPU run near its
-matmul rate; ``run_with_backoff`` halves the budget and retries when a batch does not fit in memory.
+Every job is padded to a width that depends on its own length only (``padded_width``: the exact length up to 31
+tokens, then steps that keep padding under 1/16 of a row), and a batch holds only jobs of one width, as many rows
+as fit in ``batch_tokens`` (rows x width). So a text is always computed in a batch of the same width, with the same
+padding, whatever other texts are scored with it: float reductions whose order depends on the padded width
+(attention over the keys, fused kernels) always run the same way for it. The number of rows still varies with the
+company; the scorers run the model's linear layers on fixed-size row tiles (``models/batch_invariant.py``), so that
+does not matter either: a text gets bit-identical scores in one run, in a resumed run that scores only what is
+missing, inside a larger sweep, and under any token budget (``tests/test_batch_invariance.py``). Large batches are
+what make a CPU or GPU run near its matmul rate; ``run_with_backoff`` halves the budget and retries when a batch does
+not fit in memory.
 """
 from __future__ import annotations
 
@@ -14,61 +21,60 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 
-def _length_order(lengths: Sequence[int]) -> list[int]:
-    # stable: equal lengths keep their input order, so copies of one text stay together
-    return sorted(range(len(lengths)), key=lambda i: lengths[i])
+def padded_width(length: int) -> int:
+    """Canonical padded width of a row of ``length`` tokens: a function of the length alone.
 
-
-def _batch_end(order: Sequence[int], lengths: Sequence[int], start: int, batch_tokens: int, max_batch: int,
-               max_padding: float | None = None) -> int:
-    """End (exclusive) of the batch that starts at ``order[start]``: at least one row, rows x longest <= budget.
-
-    With ``max_padding`` a batch that already holds a quarter of the budget also ends where taking a longer job
-    would make more than that share of its tokens padding (a bucket boundary): a somewhat smaller batch runs
-    nearly as fast, padding is pure waste.
+    Exact up to 31 tokens; above, rounded up to a step of 2 ** (floor(log2(length)) - 4) (2 from 32, 4 from 64,
+    8 from 128, ...), so padding stays under 1/16 of a row while long rows of nearby lengths still share batches.
     """
+    length = int(length)
+    if length < 32:
+        return max(length, 1)
+    step = 1 << (length.bit_length() - 5)
+    return -(-length // step) * step
+
+
+def _bucket_order(lengths: Sequence[int]) -> list[int]:
+    # by canonical width, then length; stable, so copies of one text stay together
+    return sorted(range(len(lengths)), key=lambda i: (padded_width(lengths[i]), lengths[i]))
+
+
+def _batch_end(order: Sequence[int], lengths: Sequence[int], start: int, batch_tokens: int, max_batch: int) -> int:
+    """End (exclusive) of the batch that starts at ``order[start]``: jobs of one padded width, rows x width <= budget.
+
+    At least one row, so a job wider than the budget on its own still runs.
+    """
+    width = padded_width(lengths[order[start]])
+    rows = max(1, min(max_batch, batch_tokens // width))
     end = start + 1
-    longest = lengths[order[start]]
-    real = longest
-    while end < len(order) and end - start < max_batch:
-        n = lengths[order[end]]
-        new_longest = max(longest, n)
-        rows = end - start + 1
-        if new_longest * rows > batch_tokens:
-            break
-        if (max_padding is not None and new_longest > longest and 4 * longest * (rows - 1) >= batch_tokens
-                and 1 - (real + n) / (new_longest * rows) > max_padding):
-            break
-        longest = new_longest
-        real += n
+    while end < len(order) and end - start < rows and padded_width(lengths[order[end]]) == width:
         end += 1
     return end
 
 
 def token_budget_batches(jobs: Sequence[T], lengths: Sequence[int], batch_tokens: int,
-                         max_batch: int = 1024, max_padding: float | None = None) -> Iterator[list[T]]:
-    """Yield batches of jobs sorted by length, each with (rows x padded length) <= batch_tokens.
+                         max_batch: int = 1024) -> Iterator[list[T]]:
+    """Yield batches of jobs of one canonical padded width each, with rows x ``padded_width`` <= batch_tokens.
 
-    A job longer than the budget on its own still gets a batch of one row. ``max_padding`` (e.g. 0.05) also
-    closes a batch at a length boundary where more than that share would be padding (see ``_batch_end``).
+    Batches come in increasing width. Pad a batch with ``pad_right`` (or to ``padded_width`` of its longest row).
     """
     if len(jobs) != len(lengths):
         raise ValueError(f"token_budget_batches: {len(jobs)} jobs but {len(lengths)} lengths")
     if batch_tokens < 1 or max_batch < 1:
         raise ValueError(f"token_budget_batches: batch_tokens={batch_tokens} and max_batch={max_batch} must be >= 1")
-    order = _length_order(lengths)
+    order = _bucket_order(lengths)
     start = 0
     while start < len(order):
-        end = _batch_end(order, lengths, start, batch_tokens, max_batch, max_padding)
+        end = _batch_end(order, lengths, start, batch_tokens, max_batch)
         yield [jobs[j] for j in order[start:end]]
         start = end
 
 
 def pad_right(seqs: Sequence[Sequence[int]], pad_id: int):
-    """(ids, attention mask) long tensors of the sequences, right-padded to the longest one."""
+    """(ids, attention mask) long tensors of the sequences, right-padded to the canonical width of the longest."""
     import torch
 
-    width = max(len(s) for s in seqs)
+    width = padded_width(max(len(s) for s in seqs))
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
     attn = torch.zeros((len(seqs), width), dtype=torch.long)
     for r, seq in enumerate(seqs):
@@ -91,8 +97,7 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 def run_with_backoff(jobs: Sequence[T], lengths: Sequence[int], batch_tokens: int,
                      run_batch: Callable[[list[T]], None], max_batch: int = 1024,
-                     on_backoff: Callable[[int, int], None] | None = None,
-                     max_padding: float | None = 0.05) -> int:
+                     on_backoff: Callable[[int, int], None] | None = None) -> int:
     """Run ``run_batch`` on token-budget batches of ``jobs``; on out-of-memory halve the budget and retry.
 
     The smaller budget is kept for the rest of the run (the batch that failed is the longest so far only by
@@ -102,11 +107,11 @@ def run_with_backoff(jobs: Sequence[T], lengths: Sequence[int], batch_tokens: in
     """
     if len(jobs) != len(lengths):
         raise ValueError(f"run_with_backoff: {len(jobs)} jobs but {len(lengths)} lengths")
-    order = _length_order(lengths)
+    order = _bucket_order(lengths)
     budget = int(batch_tokens)
     start = 0
     while start < len(order):
-        end = _batch_end(order, lengths, start, budget, max_batch, max_padding)
+        end = _batch_end(order, lengths, start, budget, max_batch)
         try:
             run_batch([jobs[j] for j in order[start:end]])
         except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, everything else re-raised
@@ -115,7 +120,7 @@ def run_with_backoff(jobs: Sequence[T], lengths: Sequence[int], batch_tokens: in
             if end - start == 1:
                 raise MemoryError(f"one row of {lengths[order[start]]} tokens does not fit in memory "
                                   f"(token budget already down to {budget}): {exc}") from exc
-            rows_tokens = (end - start) * max(lengths[j] for j in order[start:end])
+            rows_tokens = (end - start) * padded_width(lengths[order[start]])
             old, budget = budget, max(1, rows_tokens // 2)
             log.warning("out of memory on a batch of %d rows (%d tokens); token budget %d -> %d",
                         end - start, rows_tokens, old, budget)

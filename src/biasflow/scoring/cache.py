@@ -1,18 +1,17 @@
 """Append-only, content-addressed Parquet cache of model outputs.
 
-Layout: ``<root>/<fingerprint>/<kind>/part-<time>-<pid>-<rand>.parquet``. Every write is a new part file written
-atomically under a unique name, so concurrent jobs (threads, processes, cluster nodes on a shared file system) never
-corrupt each other and appending never rewrites old results. Reads push a ``key in (...)`` filter down to the
-Parquet files and load only the rows asked for. Duplicate keys (two jobs that raced on the same request) are
-harmless: the first row wins.
+Layout: ``<root>/<fingerprint>/<kind>/part-<time>-<pid>-<rand>-sha256-<hex>.parquet``, a ``PartStore``
+(``biasflow.part_store``): every write is a new part file written atomically under a unique name, so concurrent jobs
+(threads, processes, cluster nodes on a shared file system) never corrupt each other and appending never rewrites
+old results; every part is checked against its sha256 before it is read, and a damaged one is quarantined (with a
+warning) so its rows are computed again. Reads push a ``key in (...)`` filter down to the Parquet files and load
+only the rows asked for. Duplicate keys (two jobs that raced on the same request) are harmless: the first row wins.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import time
-import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -20,7 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from biasflow.io import atomic_path
+from biasflow.part_store import PartStore
 
 
 def request_key(fingerprint: str, kind: str, inputs: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> str:
@@ -34,41 +33,29 @@ class ScoreCache:
         self.fingerprint = fingerprint
         self.kind = kind
         self.dir = Path(root) / fingerprint / kind
+        self.store = PartStore(self.dir)
         self.writes = 0  # number of part files this instance wrote (tests count model work with it)
-
-    def _parts(self) -> list[str]:
-        if not self.dir.exists():
-            return []
-        return sorted(str(p) for p in self.dir.glob("part-*.parquet"))
 
     def get(self, keys: Iterable[str], columns: list[str] | None = None) -> pd.DataFrame:
         keys = list(dict.fromkeys(keys))
-        parts = self._parts()
-        if not parts or not keys:
+        table = self.store.read(columns=columns, filter=ds.field("key").isin(pa.array(keys, type=pa.string()))) \
+            if keys else None
+        if table is None:
             return pd.DataFrame({"key": pd.Series([], dtype=str)})
-        dataset = ds.dataset(parts, format="parquet")
-        table = dataset.to_table(columns=columns, filter=ds.field("key").isin(pa.array(keys, type=pa.string())))
-        df = table.to_pandas()
-        return df.drop_duplicates("key", keep="first").reset_index(drop=True)
+        return table.to_pandas().drop_duplicates("key", keep="first").reset_index(drop=True)
 
     def put(self, df: pd.DataFrame) -> Path | None:
         if df.empty:
             return None
         if "key" not in df.columns:
             raise ValueError("cache rows need a 'key' column")
-        self.dir.mkdir(parents=True, exist_ok=True)
-        name = f"part-{time.time_ns()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.parquet"
-        path = self.dir / name
-        with atomic_path(path, suffix=".parquet") as tmp:
-            df.to_parquet(tmp, index=False)
+        path = self.store.write(df)
         self.writes += 1
         return path
 
     def keys(self) -> set[str]:
-        parts = self._parts()
-        if not parts:
-            return set()
-        return set(ds.dataset(parts, format="parquet").to_table(columns=["key"]).column("key").to_pylist())
+        table = self.store.read(columns=["key"])
+        return set() if table is None else set(table.column("key").to_pylist())
 
     def fetch_or_compute(self, requests: pd.DataFrame, compute: Callable[[pd.DataFrame], pd.DataFrame],
                          chunk_size: int = 512) -> pd.DataFrame:

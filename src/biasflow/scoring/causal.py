@@ -10,7 +10,8 @@ is conditioned is the ``first_token`` option (part of the cache key):
   (log P(t0 | BOS)), tokens 1.. from a pass on the text WITHOUT the prefix (log P(t_i | t_<i)).
 * ``none``     -- no prefix; token 0 is not scored (NaN).
 
-Texts are batched by a token budget (sorted by length, right padding + attention mask); the vocabulary
+Texts are batched by a token budget in canonical length buckets (right padding + attention mask; a text's scores
+do not depend on which other texts are scored, see ``scoring/batching.py``); the vocabulary
 log-softmax is never materialised: log p = logit[target] - logsumexp(logits), and rows per batch are also capped so
 that rows x length x vocabulary stays under ``max_logits`` floats.
 """
@@ -23,6 +24,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from biasflow.models.batch_invariant import batch_invariant
 from biasflow.scoring.batching import pad_right, token_budget_batches
 from biasflow.scoring.cache import ScoreCache, request_key
 
@@ -58,8 +60,9 @@ def _check_mode(first_token: str) -> None:
 
 @torch.inference_mode()
 def _target_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """log P(targets[r, j] | ids[r, :j+1]) for every position j (float32)."""
-    logits = model(input_ids=ids, attention_mask=attn).logits.float()
+    """log P(targets[r, j] | ids[r, :j+1]) for every position j (float32), whatever else shares the batch."""
+    with batch_invariant(model):
+        logits = model(input_ids=ids, attention_mask=attn).logits.float()
     return logits.gather(-1, targets[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)
 
 

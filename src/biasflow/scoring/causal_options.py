@@ -14,6 +14,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from biasflow.models.batch_invariant import batch_invariant
 from biasflow.scoring.batching import pad_right, token_budget_batches
 from biasflow.scoring.cache import ScoreCache, request_key
 
@@ -43,7 +44,8 @@ def option_logprobs(adapter, prompts: Sequence[str], options: Sequence[str], bat
     bar = tqdm(total=len(enc), desc=f"options {adapter.name}", unit="option", disable=not progress, mininterval=1.0)
     for batch in token_budget_batches(list(range(len(enc))), [len(e[0]) for e in enc], batch_tokens):
         ids, attn = pad_right([enc[i][0] for i in batch], pad_id)
-        logits = adapter.model(input_ids=ids.to(adapter.device), attention_mask=attn.to(adapter.device)).logits
+        with batch_invariant(adapter.model):
+            logits = adapter.model(input_ids=ids.to(adapter.device), attention_mask=attn.to(adapter.device)).logits
         logp = torch.log_softmax(logits.float(), dim=-1).cpu()
         for r, i in enumerate(batch):
             full, n_prompt = enc[i]

@@ -1,17 +1,16 @@
 """Append-only Parquet cache of sentence-encoder outputs, keyed by (encoder fingerprint, pooling, text).
 
-Layout: ``<root>/<fingerprint>/<pooling>/part-<time_ns>-<pid>-<rand>.parquet`` with columns ``key`` (sha256 of
-the three), ``text`` and ``vector`` (list<float32>). Every write is a new part file, written to a temp name and
-renamed, so concurrent jobs never corrupt each other and an interrupted run keeps the chunks it finished; a rerun
-encodes only texts not cached yet. Duplicate keys (two jobs racing) are harmless: the first row read wins.
+Layout: ``<root>/<fingerprint>/<pooling>/part-<time_ns>-<pid>-<rand>-sha256-<hex>.parquet`` with columns ``key``
+(sha256 of the three), ``text`` and ``vector`` (list<float32>), a ``PartStore`` (``biasflow.part_store``). Every
+write is a new part file, written to a temp name and renamed, so concurrent jobs never corrupt each other and an
+interrupted run keeps the chunks it finished; a rerun encodes only texts not cached yet. Every part is checked
+against its sha256 before it is read; a damaged one is quarantined, so its texts are encoded again. Duplicate keys (two jobs racing) are harmless: the first row read wins.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import time
-import uuid
 from pathlib import Path
 from typing import Sequence
 
@@ -20,7 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from biasflow.io import atomic_path
+from biasflow.part_store import PartStore
 
 
 def embedding_key(fingerprint: str, pooling: str, text: str) -> str:
@@ -33,17 +32,18 @@ class EmbeddingCache:
         self.fingerprint = fingerprint
         self.pooling = pooling
         self.dir = Path(root) / fingerprint / pooling
-        self.parts_written = 0
+        self.store = PartStore(self.dir)
 
-    def _parts(self) -> list[str]:
-        return sorted(str(p) for p in self.dir.glob("part-*.parquet")) if self.dir.exists() else []
+    @property
+    def parts_written(self) -> int:
+        return self.store.parts_written
 
     def get(self, keys: Sequence[str]) -> dict[str, np.ndarray]:
-        parts = self._parts()
-        if not parts or not keys:
+        table = self.store.read(columns=["key", "vector"],
+                                filter=ds.field("key").isin(pa.array(list(set(keys)), type=pa.string()))) \
+            if len(keys) else None
+        if table is None:
             return {}
-        table = ds.dataset(parts, format="parquet").to_table(
-            columns=["key", "vector"], filter=ds.field("key").isin(pa.array(list(set(keys)), type=pa.string())))
         out: dict[str, np.ndarray] = {}
         for key, vec in zip(table.column("key").to_pylist(), table.column("vector").to_numpy(zero_copy_only=False)):
             out.setdefault(key, np.asarray(vec, dtype=np.float32))
@@ -55,14 +55,7 @@ class EmbeddingCache:
         vectors = np.asarray(vectors, dtype=np.float32)
         table = pa.table({"key": pa.array(list(keys), pa.string()), "text": pa.array(list(texts), pa.string()),
                           "vector": pa.array(list(vectors), type=pa.list_(pa.float32()))})
-        self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / f"part-{time.time_ns()}-{os.getpid()}-{uuid.uuid4().hex[:8]}.parquet"
-        import pyarrow.parquet as pq
-
-        with atomic_path(path, suffix=".parquet") as tmp:
-            pq.write_table(table, tmp)
-        self.parts_written += 1
-        return path
+        return self.store.write(table)
 
 
 def encode_cached(encoder, texts: Sequence[str], cache_root: str | os.PathLike | None, pooling: str | None = None,

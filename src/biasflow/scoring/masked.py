@@ -2,8 +2,9 @@
 
 ``pseudo_log_likelihoods``: for every scored position i of a text, the log-probability of the original token when
 position i alone is masked (Salazar et al.; CrowS-Pairs masks one aligned token at a time exactly like this).
-All masked copies of all texts are batched together by a token budget, sorted by length, and the vocabulary head
-runs only at the masked positions; identical requests are scored once; a batch that does not fit in memory is
+All masked copies of all texts are batched together by a token budget in canonical length buckets (a copy's batch
+width depends on its own length only, so its score does not depend on which other texts are scored: see
+``scoring/batching.py``), and the vocabulary head runs only at the masked positions; identical requests are scored once; a batch that does not fit in memory is
 split (halved token budget) and retried. ``tests/test_scoring.py`` checks the numbers against the plain
 one-copy-per-forward loop; ``benchmarks/scoring_speed.py`` measures the speed (``docs/performance.md``).
 """
@@ -16,7 +17,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from biasflow.scoring.batching import run_with_backoff
+from biasflow.scoring.batching import padded_width, run_with_backoff
 from biasflow.scoring.cache import ScoreCache, request_key
 
 PLL_KIND = "pll"
@@ -48,7 +49,7 @@ def pseudo_log_likelihoods(adapter, token_ids: Sequence[Sequence[int]], batch_to
     owner = [index.setdefault(tuple(int(x) for x in ids), len(index)) for ids in token_ids]
     seqs = list(index)
     lens = np.array([len(s) for s in seqs], dtype=np.int64)
-    padded = np.full((len(seqs), int(lens.max()) if len(seqs) else 0), pad_id, dtype=np.int64)
+    padded = np.full((len(seqs), padded_width(int(lens.max())) if len(seqs) else 0), pad_id, dtype=np.int64)
     for u, s in enumerate(seqs):
         padded[u, : len(s)] = s
     scores = [np.full(len(s), np.nan, dtype=np.float64) for s in seqs]
@@ -58,7 +59,7 @@ def pseudo_log_likelihoods(adapter, token_ids: Sequence[Sequence[int]], batch_to
     def run_batch(batch: list[tuple[int, int]]) -> None:
         rows = np.fromiter((u for u, _ in batch), dtype=np.int64, count=len(batch))
         cols = np.fromiter((p for _, p in batch), dtype=np.int64, count=len(batch))
-        width = int(lens[rows].max())
+        width = padded_width(int(lens[rows].max()))  # the same for every row of a batch
         ids = padded[rows, :width].copy()
         targets = ids[np.arange(len(batch)), cols]
         ids[np.arange(len(batch)), cols] = mask_id

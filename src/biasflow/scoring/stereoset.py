@@ -33,7 +33,8 @@ import torch
 
 from biasflow.errors import DataFormatError
 from biasflow.io import write_json
-from biasflow.scoring.batching import token_budget_batches
+from biasflow.models.batch_invariant import batch_invariant
+from biasflow.scoring.batching import pad_right, token_budget_batches
 
 BLANK_FILL_KIND = "stereoset_blank_fill"
 CAUSAL_KIND = "stereoset_causal"  # not the core's generic causal kind: the first token is scored differently
@@ -42,16 +43,6 @@ NSP_KIND = "nsp"
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def _pad_batch(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(seqs), width), dtype=torch.long)
-    for r, s in enumerate(seqs):
-        ids[r, : len(s)] = torch.as_tensor(list(s), dtype=torch.long)
-        attn[r, : len(s)] = 1
-    return ids, attn
-
-
 def _pad_id(tokenizer) -> int:
     for tid in (tokenizer.pad_token_id, tokenizer.eos_token_id, 0):
         if tid is not None:
@@ -69,7 +60,7 @@ def _masked_logits(adapter, ids: torch.Tensor, attn: torch.Tensor, rows: torch.T
     """Vocabulary logits at (rows, cols); the adapter's head-only path when it has one."""
     if hasattr(adapter, "logits_at"):
         return adapter.logits_at(ids, attn, rows, cols)
-    with torch.inference_mode():
+    with torch.inference_mode(), batch_invariant(adapter.model):
         return adapter.model(input_ids=ids, attention_mask=attn).logits[rows, cols].float()
 
 
@@ -102,7 +93,7 @@ def blank_fill_probabilities(adapter, contexts: Sequence[str], words: Sequence[s
     jobs = [(i, k, seq, pos, target) for i, (_, js) in enumerate(prepared) for k, (seq, pos, target) in enumerate(js)]
     device = adapter.device
     for batch in token_budget_batches(jobs, [len(j[2]) for j in jobs], batch_tokens):
-        ids, attn = _pad_batch([j[2] for j in batch], _pad_id(tok))
+        ids, attn = pad_right([j[2] for j in batch], _pad_id(tok))
         rows = torch.arange(len(batch), device=device)
         cols = torch.tensor([j[3] for j in batch], device=device)
         logits = _masked_logits(adapter, ids.to(device), attn.to(device), rows, cols)
@@ -127,8 +118,8 @@ def start_token_id(adapter) -> int:
 
 def _causal_logprobs_batch(adapter, seqs: Sequence[Sequence[int]]) -> list[np.ndarray]:
     """log P(seq[i] | seq[:i]) for i >= 1 of each sequence (float64), one padded forward pass."""
-    ids, attn = _pad_batch(seqs, _pad_id(adapter.tokenizer))
-    with torch.inference_mode():
+    ids, attn = pad_right(seqs, _pad_id(adapter.tokenizer))
+    with torch.inference_mode(), batch_invariant(adapter.model):
         logits = adapter.model(input_ids=ids.to(adapter.device), attention_mask=attn.to(adapter.device)).logits
     logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
     nxt = ids[:, 1:].to(adapter.device)
@@ -197,9 +188,9 @@ def nsp_is_next_probabilities(adapter, contexts: Sequence[str], sentences: Seque
     enc = [tok(c, s, add_special_tokens=True) for c, s in zip(contexts, sentences)]
     out = np.full(len(enc), np.nan)
     for batch in token_budget_batches(list(range(len(enc))), [len(e["input_ids"]) for e in enc], batch_tokens):
-        ids, attn = _pad_batch([enc[i]["input_ids"] for i in batch], _pad_id(tok))
-        types, _ = _pad_batch([enc[i].get("token_type_ids", [0] * len(enc[i]["input_ids"])) for i in batch], 0)
-        with torch.inference_mode():
+        ids, attn = pad_right([enc[i]["input_ids"] for i in batch], _pad_id(tok))
+        types, _ = pad_right([enc[i].get("token_type_ids", [0] * len(enc[i]["input_ids"])) for i in batch], 0)
+        with torch.inference_mode(), batch_invariant(adapter.model):
             logits = adapter.model(input_ids=ids.to(adapter.device), attention_mask=attn.to(adapter.device),
                                    token_type_ids=types.to(adapter.device)).logits
         out[batch] = torch.softmax(logits.float(), dim=-1)[:, 0].double().cpu().numpy()

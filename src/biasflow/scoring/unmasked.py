@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from biasflow.models.batch_invariant import batch_invariant
 from biasflow.scoring.batching import pad_right, token_budget_batches
 from biasflow.scoring.cache import ScoreCache, request_key
 
@@ -71,7 +72,8 @@ def unmasked_scores(adapter, token_ids: Sequence[Sequence[int]], with_attention:
     for batch in token_budget_batches(list(range(len(token_ids))), [len(x) for x in token_ids], budget):
         ids, attn = pad_right([token_ids[t] for t in batch], pad_id)
         ids, attn = ids.to(device), attn.to(device)
-        res = model(input_ids=ids, attention_mask=attn, output_attentions=with_attention)
+        with batch_invariant(model):
+            res = model(input_ids=ids, attention_mask=attn, output_attentions=with_attention)
         logits = res.logits.float()
         lp = (logits.gather(-1, ids[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)).cpu().numpy()
         top1 = (logits.argmax(-1) == ids).cpu().numpy()

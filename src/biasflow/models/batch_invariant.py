@@ -1,0 +1,123 @@
+"""Batch-invariant matrix products: while scoring, a row's result must not depend on how many rows share its call.
+
+Matrix-multiply libraries choose their algorithm from the number of rows: measured on this project's CPU, MKL (torch's
+float32 ``nn.Linear``) computes a row differently when the call has fewer than 6-14 rows (up to 300 with 2 threads
+and 3072 inputs), and oneDNN's bfloat16 kernels differ at various row counts. Scores would then depend on which texts
+a run happened to batch together, and a resumed run would differ from an uninterrupted one in the last bits (enough
+to flip CrowS-Pairs' 3-decimal rounding). Inside ``batch_invariant(model)`` each linear layer of the model
+(``nn.Linear``, GPT-2 ``Conv1D``, ``OneDNNLinear``) is called in one of two ways:
+
+* oneDNN float32 linears (``models/onednn.py``, the default on CPU) compute a row the same way for any row count
+  from 2 up (``tests/test_batch_invariance.py`` checks it on this machine); a call with fewer than ``MIN_ROWS``
+  rows is zero-padded to ``MIN_ROWS``, everything else runs as it is, at full speed;
+* any other layer (MKL, bfloat16, GPU) multiplies fixed tiles of ``tile_rows`` rows per call (the last tile
+  zero-padded), so every row is computed in a call of the same shape. This costs speed (up to ~20-40% on small
+  models, where a call's work is small), so it is the fallback, not the default path.
+
+Every other op of a transformer (attention within one sequence, layer norm, softmax, activations) computes each
+row on its own. The patch is an instance attribute set on enter and removed on exit: parameters, ``state_dict`` and
+code that uses the model outside the block (generation, saving) are untouched.
+"""
+from __future__ import annotations
+
+import contextlib
+from functools import partial
+from typing import Iterator
+
+import torch
+
+MIN_ROWS = 16  # oneDNN float32: calls are padded to at least this many rows (a single row takes a GEMV path)
+MAX_TILE = 256  # fixed tiles: large enough to run near the matmul rate, small enough to pad little
+MIN_TILE = 64  # ... and never so small that a wide layer (the vocabulary head) re-reads its weights too often
+TILE_OUTPUTS = 1 << 18  # a tile of a layer with many outputs shrinks so that it yields about this many values
+
+
+def tile_rows(out_features: int) -> int:
+    """Rows per call of the fixed-tile path for a layer with ``out_features`` outputs (a power of two)."""
+    rows = 1 << max(0, (TILE_OUTPUTS // max(1, int(out_features))).bit_length() - 1)
+    return max(MIN_TILE, min(MAX_TILE, rows))
+
+
+def _linear_like(module: torch.nn.Module) -> bool:
+    # transformers' Conv1D (GPT-2) and our OneDNNLinear are matched by name to avoid importing either here
+    return isinstance(module, torch.nn.Linear) or type(module).__name__ in ("Conv1D", "OneDNNLinear")
+
+
+def _row_invariant(module: torch.nn.Module) -> bool:
+    """Layers whose kernel gives a row the same result for any row count >= 2: oneDNN's float32 linear op."""
+    return (type(module).__name__ == "OneDNNLinear" and getattr(module, "use_pointwise", False)
+            and module.weight.dtype == torch.float32)
+
+
+def _out_features(module: torch.nn.Module) -> int:
+    return int(module.nf) if type(module).__name__ == "Conv1D" else int(module.out_features)
+
+
+def _weight_in_out(module: torch.nn.Module) -> torch.Tensor | None:
+    """The (in, out) weight of a layer that is a plain ``x @ W + b`` torch can write into a given output."""
+    if type(module) is torch.nn.Linear:
+        return module.weight.t()
+    if type(module).__name__ == "Conv1D":
+        return module.weight
+    return None
+
+
+def _padded(part: torch.Tensor, rows: int) -> torch.Tensor:
+    if part.shape[0] >= rows:
+        return part
+    out = part.new_zeros((rows, part.shape[1]))
+    out[:part.shape[0]] = part
+    return out
+
+
+def _at_least_rows(forward, rows_min: int, x: torch.Tensor) -> torch.Tensor:
+    flat = x.reshape(-1, x.shape[-1])
+    rows = flat.shape[0]
+    if rows == 0 or rows >= rows_min:
+        return forward(x)
+    out = forward(_padded(flat, rows_min))[:rows]
+    return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+def _fixed_tiles(module: torch.nn.Module, forward, tile: int, x: torch.Tensor) -> torch.Tensor:
+    flat = x.reshape(-1, x.shape[-1])
+    rows = flat.shape[0]
+    if rows == 0:
+        return forward(x)
+    weight = _weight_in_out(module)
+    if weight is not None and not torch.is_grad_enabled() and weight.dtype == flat.dtype:
+        # each tile's product is written straight into the output: no copy of the (possibly very wide) result
+        out = flat.new_empty((-(-rows // tile) * tile, weight.shape[1]))
+        for start in range(0, rows, tile):
+            part = _padded(flat[start:start + tile], tile)
+            if module.bias is None:
+                torch.mm(part, weight, out=out[start:start + tile])
+            else:
+                torch.addmm(module.bias, part, weight, out=out[start:start + tile])
+    else:
+        outs = [forward(_padded(flat[start:start + tile], tile)) for start in range(0, rows, tile)]
+        out = outs[0] if len(outs) == 1 else torch.cat(outs)
+    out = out[:rows]
+    return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+@contextlib.contextmanager
+def batch_invariant(*modules: torch.nn.Module | None) -> Iterator[None]:
+    """Make the linear layers under ``modules`` batch-invariant until the block ends (re-entrant)."""
+    patched = []
+    try:
+        for root in modules:
+            if root is None:
+                continue
+            for module in root.modules():
+                if not _linear_like(module) or "forward" in module.__dict__:
+                    continue
+                if _row_invariant(module):
+                    module.forward = partial(_at_least_rows, module.forward, MIN_ROWS)
+                else:
+                    module.forward = partial(_fixed_tiles, module, module.forward, tile_rows(_out_features(module)))
+                patched.append(module)
+        yield
+    finally:
+        for module in patched:
+            del module.forward

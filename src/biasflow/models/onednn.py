@@ -1,0 +1,93 @@
+"""oneDNN linear layers for CPU inference, shared by the masked and causal LM adapters.
+
+torch sends float32 matmuls to MKL, which on non-Intel CPUs (this AMD EPYC) runs at less than half the rate oneDNN
+reaches; ``use_onednn_linears`` swaps a model's ``nn.Linear`` (and GPT-2 ``Conv1D``) layers for ``OneDNNLinear``:
+oneDNN's fused linear op on a weight packed once (the op torch.compile uses on CPU), same numbers to ~1e-6. Its
+float32 kernels also compute a row the same way whatever the number of rows in the call (``batch_invariant``
+relies on that; ``tests/test_batch_invariance.py`` checks it), which MKL's do not.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+_POINTWISE = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
+_REORDER = getattr(torch.ops.mkldnn, "_reorder_linear_weight", None)
+
+
+def _is_conv1d(module: torch.nn.Module) -> bool:
+    return type(module).__name__ == "Conv1D"  # transformers' GPT-2 layer: y = x @ W + b with W of shape (in, out)
+
+
+class OneDNNLinear(torch.nn.Module):
+    """Inference-only ``nn.Linear`` (or GPT-2 ``Conv1D``) computed by oneDNN on a weight packed once.
+
+    Uses oneDNN's fused linear op (the one torch.compile uses on CPU) on dense tensors, optionally with the exact
+    GELU fused in; falls back to converting activations to and from oneDNN tensors on torch builds without it.
+    """
+
+    def __init__(self, linear: torch.nn.Module):
+        super().__init__()
+        weight = linear.weight.detach()
+        weight = (weight.t() if _is_conv1d(linear) else weight).contiguous()  # (out, in)
+        self.out_features, self.in_features = weight.shape
+        self.bias = None if linear.bias is None else linear.bias.detach().contiguous()
+        self.fused_activation = "none"
+        self.use_pointwise = _POINTWISE is not None
+        if self.use_pointwise:
+            try:
+                self.weight = _REORDER(weight) if _REORDER is not None else weight
+            except RuntimeError:  # older oneDNN builds: an unpacked weight works too, a little slower
+                self.weight = weight
+        else:
+            self.weight = weight.to_mkldnn()
+            self.bias_onednn = None if self.bias is None else self.bias.to_mkldnn()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        flat = x.reshape(-1, self.in_features).contiguous()
+        if self.use_pointwise:
+            algorithm = "none" if self.fused_activation == "gelu" else ""
+            y = _POINTWISE(flat, self.weight, self.bias, self.fused_activation, [], algorithm)
+        else:
+            y = torch._C._nn.mkldnn_linear(flat.to_mkldnn(), self.weight, self.bias_onednn).to_dense()
+            if self.fused_activation == "gelu":
+                y = torch.nn.functional.gelu(y)
+        return y.reshape(*lead, self.out_features)
+
+
+def use_onednn_linears(module: torch.nn.Module) -> int:
+    """Swap every float32/bfloat16 ``nn.Linear`` and ``Conv1D`` under ``module`` for ``OneDNNLinear``; returns how many.
+
+    The exact-GELU feed-forward of BERT/RoBERTa-style layers (``*Intermediate`` with ``dense`` and
+    ``intermediate_act_fn``) is fused into its linear op.
+    """
+    swapped = 0
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if ((isinstance(child, torch.nn.Linear) or _is_conv1d(child))
+                    and child.weight.dtype in (torch.float32, torch.bfloat16)):
+                setattr(parent, name, OneDNNLinear(child))
+                swapped += 1
+    for parent in list(module.modules()):
+        act = getattr(parent, "intermediate_act_fn", None)
+        dense = getattr(parent, "dense", None)
+        if (isinstance(dense, OneDNNLinear) and dense.use_pointwise and type(act).__name__ == "GELUActivation"
+                and getattr(act, "act", None) is torch.nn.functional.gelu):
+            dense.fused_activation = "gelu"
+            parent.intermediate_act_fn = torch.nn.Identity()
+    return swapped
+
+
+def want_onednn(cfg: Mapping[str, Any], device: torch.device, dtype: torch.dtype) -> bool:
+    """``model.cpu_linear``: auto (oneDNN where usable), onednn (required), default (torch's own linear layers)."""
+    choice = str(cfg.get("cpu_linear") or "auto")
+    if choice not in ("auto", "onednn", "default"):
+        raise ValueError(f"model.cpu_linear={choice!r} is not one of auto, onednn, default")
+    usable = (device.type == "cpu" and dtype in (torch.float32, torch.bfloat16)
+              and torch.backends.mkldnn.is_available())
+    if choice == "onednn" and not usable:
+        raise ValueError("model.cpu_linear=onednn needs device=cpu, dtype float32 or bfloat16 and a torch built "
+                         "with oneDNN")
+    return usable and choice != "default"
