@@ -102,4 +102,7 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
                      reference=spec.plot_reference)
             if png.exists():
                 lines.append(f"\n![{family} {model}](plots/{png.name})\n")
+    from biasflow.report.timing import write_stage_times
+
+    lines += write_stage_times(plan, out)
     write_text("\n".join(lines) + "\n", out / "report.md")
