@@ -68,6 +68,9 @@ class MetricSpec:
     model_check: Callable[[Mapping[str, Any]], str | None] | None = None
     # files the metric stage writes beside its tables (the original tool's log, pages)
     write_extras: Callable[[pd.DataFrame, Mapping[str, Any], Path], None] | None = None
+    # every bootstrap replicate at once: (per_item, cfg, stats.bootstrap.Resamples) -> {(metric, category): values
+    # per replicate}, the same numbers as ``aggregate`` on each resampled table (None: use that generic path)
+    bootstrap_statistic: Callable[[pd.DataFrame, Mapping[str, Any], Any], Mapping | None] | None = None
 
 
 def register_loader(name: str):

@@ -1,0 +1,24 @@
+"""Names of the score tables and their pure readers, importable without torch.
+
+The metric stage (pure and cheap) reads the tables the score stage wrote. Importing the scorers
+(``biasflow.scoring.*``) just for these names would load torch into every metric, prepare and planning process,
+about a second each time. The scorers define the same names; ``tests/test_import_cost.py`` checks that they agree.
+"""
+from __future__ import annotations
+
+MASK_PLACEHOLDER = "[MASK]"  # the mask in templates; scorers replace it with the tokenizer's own mask token
+
+PLL_KIND = "pll"  # scoring.masked: per-token pseudo-log-likelihoods
+MASK_CANDIDATES_KIND = "mask_candidates"  # scoring.fill_mask: candidate words at one mask
+MULTI_MASK_KIND = "multi_mask"  # scoring.multi_mask: word pieces at several masks
+UNMASKED_KIND = "unmasked_logprobs"  # scoring.unmasked
+UNMASKED_ATTN_KIND = "unmasked_logprobs_attn"  # scoring.unmasked, with attention
+CAUSAL_KIND = "causal_token_logprobs"  # scoring.causal
+FIRST_TOKEN_MODES = ("prefix", "separate", "none")  # scoring.causal: how the first token is scored
+
+
+def top_k_probability(prob: float, rank: int, n_pieces: int, top_k: int | None) -> float:
+    """Probability as a top-k fill-mask list reports it: 0 when the word is not among the k best single pieces."""
+    if top_k is None:
+        return prob
+    return prob if (rank < top_k and n_pieces == 1) else 0.0
