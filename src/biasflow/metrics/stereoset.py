@@ -172,6 +172,10 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
 
 def _sum_columns(values: np.ndarray, codes: np.ndarray, n_codes: int) -> np.ndarray:
     """(rows, n_codes): the columns of ``values`` added up per code (integer-valued floats: exact in any order)."""
+    if len(codes) == n_codes and (np.sort(codes) == np.arange(n_codes)).all():  # one column per code
+        out = np.empty((values.shape[0], n_codes))
+        out[:, codes] = values
+        return out
     out = np.zeros((values.shape[0], n_codes))
     if len(codes):
         order = np.argsort(codes, kind="stable")
@@ -180,16 +184,20 @@ def _sum_columns(values: np.ndarray, codes: np.ndarray, n_codes: int) -> np.ndar
     return out
 
 
-def _mean_of_present(values: np.ndarray, present: np.ndarray) -> np.ndarray:
-    """Per row, the mean of ``values`` over the ``present`` columns, summed as numpy sums that row's present
+def _means_of_present(present: np.ndarray, *values: np.ndarray) -> list[np.ndarray]:
+    """Per row, the mean of each ``values`` over the ``present`` columns, summed as numpy sums that row's present
     values as one 1-D array in column order: what pandas' ``mean`` of the present terms gives, bit for bit."""
     k = present.sum(axis=1)
-    packed = np.take_along_axis(values, np.argsort(~present, axis=1, kind="stable"), axis=1)
-    out = np.full(len(values), np.nan)
-    for n in np.unique(k[k > 0]):
-        rows = k == n
-        out[rows] = packed[rows, :n].sum(axis=1) / float(n)
-    return out
+    packing = np.argsort(~present, axis=1, kind="stable")  # present columns first, in column order
+    outs = []
+    for v in values:
+        packed = np.take_along_axis(v, packing, axis=1)
+        out = np.full(len(v), np.nan)
+        for n in np.unique(k[k > 0]):
+            rows = k == n
+            out[rows] = packed[rows, :n].sum(axis=1) / float(n)
+        outs.append(out)
+    return outs
 
 
 def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resamples) -> dict | None:
@@ -203,13 +211,11 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resam
     task, domain, target = (r.first_values(per_item[c]) for c in ("task", "category", "target"))
     pro, related = r.item_values(per_item["pro"]), r.item_values(per_item["related"])
     group, keys = pd.factorize(pd.MultiIndex.from_arrays([task, domain, target]))
-    n_groups = len(keys)
-    counts = r.counts
-    totals = _sum_columns(counts, group, n_groups)
-    pros = _sum_columns(counts * pro, group, n_groups)
-    relateds = _sum_columns(counts * related, group, n_groups)
+    n_groups, n_boot = len(keys), r.n_boot
+    # rows: examples, pro and related counts of each replicate, stacked; columns: (task, domain, target) groups
+    by_group = np.concatenate(r.totals_by(group, n_groups, pro, related))
     g_task, g_domain, g_target = (keys.get_level_values(i).to_numpy() for i in range(3))
-    scored = {t: _sum_columns(totals, (g_task == t).astype(int), 2)[:, 1] > 0 for t in TASKS}
+    scored = {t: by_group[:n_boot, g_task == t].sum(axis=1) > 0 for t in TASKS}
     blocks = [(t, g_task == t, scored[t]) for t in TASKS]
     blocks.append(("overall", np.ones(n_groups, bool), np.logical_and.reduce([scored[t] for t in TASKS])))
     out = {}
@@ -217,12 +223,11 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resam
         for category in ["overall"] + domains:
             sel = in_task if category == "overall" else in_task & (g_domain == category)
             terms, term = np.unique(g_target[sel], return_inverse=True)  # sorted, as groupby("target") sorts
-            tot = _sum_columns(totals[:, sel], term, len(terms))
+            by_term = _sum_columns(by_group[:, sel], term, len(terms))
+            tot, pros, rel = by_term[:n_boot], by_term[n_boot:2 * n_boot], by_term[2 * n_boot:]
             present = tot > 0
             with np.errstate(divide="ignore", invalid="ignore"):
-                lms = _mean_of_present(100.0 * _sum_columns(relateds[:, sel], term, len(terms)) / (2.0 * tot),
-                                       present)
-                ss = _mean_of_present(100.0 * _sum_columns(pros[:, sel], term, len(terms)) / tot, present)
+                lms, ss = _means_of_present(present, 100.0 * rel / (2.0 * tot), 100.0 * pros / tot)
             lms[~valid], ss[~valid] = np.nan, np.nan
             out[(f"{task_name}_lms", category)] = lms
             out[(f"{task_name}_ss", category)] = ss

@@ -96,6 +96,17 @@ class Resamples:
         flags, 0/0.5/1 scores): every product and partial sum is then exact in float64. Other floats: ordered_sums."""
         return self.counts @ np.asarray(per_item, dtype=np.float64)
 
+    def totals_by(self, groups: np.ndarray, n_groups: int, *per_item: np.ndarray) -> list[np.ndarray]:
+        """Per replicate and group (``groups``: a code in 0..n_groups-1 per item), the number of draws and, for each
+        ``per_item`` array, the sum of its values over the draws: a list of (n_boot, n_groups) arrays. Exact like
+        ``totals``, for integer values."""
+        flat = (np.arange(self.n_boot)[:, None] * n_groups + np.asarray(groups)[self.index]).ravel()
+        size = self.n_boot * n_groups
+        out = [np.bincount(flat, minlength=size).astype(np.float64)]
+        out += [np.bincount(flat, weights=np.asarray(v, dtype=np.float64)[self.index].ravel(), minlength=size)
+                for v in per_item]
+        return [a.reshape(self.n_boot, n_groups) for a in out]
+
     def ordered_sums(self, per_item: np.ndarray, stratum: Any = None) -> np.ndarray:
         """(n_boot,) sums of per-item float values over each replicate's draws (of one stratum, or all), added in
         draw order: bit for bit what pandas' ``sum``/``mean`` gives on the resampled table's rows (numpy's pairwise
@@ -142,11 +153,14 @@ def generic_replicates(per_item: pd.DataFrame, aggregate: Callable[[pd.DataFrame
 
 def replicate_frame(values: ReplicateValues) -> pd.DataFrame:
     """The long table of :func:`generic_replicates` from a ``bootstrap_statistic``'s arrays."""
-    frames = [pd.DataFrame({"metric": metric, "category": category, "value": np.asarray(v, dtype=np.float64),
-                            "replicate": np.arange(len(v))})
-              for (metric, category), v in values.items()]
-    return pd.concat(frames, ignore_index=True) if frames else \
-        pd.DataFrame(columns=["metric", "category", "value", "replicate"])
+    if not values:
+        return pd.DataFrame(columns=["metric", "category", "value", "replicate"])
+    keys = list(values)
+    arrays = [np.asarray(values[k], dtype=np.float64) for k in keys]
+    sizes = [len(a) for a in arrays]
+    return pd.DataFrame({"metric": np.repeat([k[0] for k in keys], sizes),
+                         "category": np.repeat([k[1] for k in keys], sizes),
+                         "value": np.concatenate(arrays), "replicate": np.concatenate([np.arange(n) for n in sizes])})
 
 
 def bootstrap_ci(per_item: pd.DataFrame, aggregate: Callable[[pd.DataFrame], pd.DataFrame], n_boot: int = 1000,
