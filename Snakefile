@@ -10,6 +10,7 @@ import os
 # it must be set before torch is imported, here and in every stage script this workflow starts.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from biasflow.report.timing import benchmark_file  # every rule's benchmark: record (summed in the run report)
 from biasflow.workflow import load_plan
 
 PLAN, W = load_plan(config)

@@ -242,3 +242,21 @@ def test_fill_mask_verdict_compares_fractions():
     agg = cp.aggregate(per, {"min_pass_rate": 0.55}).set_index(["metric", "category"]).value
     assert agg["fill_mask_pass_rate", "overall"] == pytest.approx(55.0)
     assert agg["fill_mask_test_passed", "overall"] == 1.0
+
+
+def test_sub_scores_exclude_ties_beside_fill_mask_rows():
+    """With both variants the per-item table's tie column is object dtype (fill-mask rows have none); a tied pair
+    still counts in N but not in the stereo sub-score (it used to: ~True is -2 on objects)."""
+    items, scores = items_and_scores()
+    pll = cp.compute(items, scores, {"variants": ["pll"], "_model": {}})
+    fill_mask = pd.DataFrame({"item_id": ["a"], "category": ["gender"], "direction": ["stereo"],
+                              "variant": ["fill_mask"], "p_more": [0.3], "p_less": [0.2], "kept": [True],
+                              "passed": [True]})
+    both = pd.concat([pll, fill_mask], ignore_index=True)
+    assert both.tie.dtype == object
+    agg = cp.aggregate(both, {"variants": ["pll", "fill_mask"], "min_pass_rate": 0.7})
+    got = agg.set_index(["metric", "category"])
+    assert got.loc[("stereo_score", "overall"), "value"] == pytest.approx(100 * 1 / 2)  # a, b; d tied
+    assert got.loc[("stereo_score", "overall"), "n"] == 2
+    assert got.loc[("neutral_pct", "overall"), "value"] == pytest.approx(25.0)
+    assert got.loc[("fill_mask_pass_rate", "overall"), "value"] == 100.0

@@ -115,6 +115,15 @@ def test_aggregate_table_and_report(swept):
     assert list((rdir / "plots").glob("*.png"))
 
 
+def test_report_times_every_stage_from_snakemake_benchmarks(swept):
+    _, rdir = swept
+    times = pd.read_csv(rdir / "stage_times.csv")
+    assert times.rule.value_counts().to_dict() == {"metric": 3, "prepare": 1, "score": 1}
+    assert (times.wall_s > 0).all()
+    section = (rdir / "report.md").read_text().split("## Stage times", 1)[1]
+    assert "| score | 1 |" in section and "| metric | 3 |" in section
+
+
 def test_mlflow_metrics_equal_the_aggregate_table(swept):
     from mlflow.tracking import MlflowClient
 

@@ -27,7 +27,7 @@ from omegaconf import OmegaConf
 from biasflow.errors import ConfigError
 from biasflow.generation.config import job_model as generation_job_model
 from biasflow.io import stable_hash, write_json, write_text_if_changed
-from biasflow.models.hf import config_fingerprint
+from biasflow.models.fingerprint import config_fingerprint
 from biasflow.schema import validate_job_config, validate_model_config
 from biasflow.secrets import redact_text, redact_uri, uri_has_secret
 
@@ -438,7 +438,7 @@ def _lookup(cfg: Any, dotted: str) -> Any:
 def content_digest(path: Path) -> str:
     """sha256 of a file; for a folder (a model checkpoint) the cheap digest of models.hf.local_weights_digest."""
     from biasflow.io import sha256_file
-    from biasflow.models.hf import local_weights_digest
+    from biasflow.models.fingerprint import local_weights_digest
 
     return local_weights_digest(path) if path.is_dir() else sha256_file(path)[:16]
 

@@ -71,6 +71,9 @@ class MetricSpec:
     # files the user asked for beyond the metric's tables (e.g. StereoSet's predictions file), written by the
     # metric stage from (items, scores, full cfg); returns the paths written
     export: Callable[[pd.DataFrame, pd.DataFrame, Mapping[str, Any]], list[str]] | None = None
+    # every bootstrap replicate at once: (per_item, cfg, stats.bootstrap.Resamples) -> {(metric, category): values
+    # per replicate}, the same numbers as ``aggregate`` on each resampled table (None: use that generic path)
+    bootstrap_statistic: Callable[[pd.DataFrame, Mapping[str, Any], Any], Mapping | None] | None = None
 
 
 def register_loader(name: str):

@@ -178,8 +178,10 @@ def metric(params: Mapping[str, Any], items_path: str | None, scores_path: str, 
         log.info("exported %s", path)
     stats = params.get("stats", {})
     n_boot = int(stats.get("n_boot", 1000)) if spec.bootstrap else 0
+    statistic = (lambda df, resamples: spec.bootstrap_statistic(df, cfg, resamples)) \
+        if spec.bootstrap_statistic is not None else None
     agg = bootstrap_ci(per_item, lambda df: spec.aggregate(df, cfg), n_boot=n_boot,
-                       seed=int(stats.get("seed", 0)), level=float(stats.get("level", 0.95)))
+                       seed=int(stats.get("seed", 0)), level=float(stats.get("level", 0.95)), statistic=statistic)
     labels = {"model": params["model"]["name"], "model_key": params["model_key"],
               "benchmark": params.get("benchmark") or params["metric"], "metric_family": params["metric"],
               "config_hash": params["cfg_hash"]}

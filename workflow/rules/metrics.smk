@@ -12,6 +12,8 @@ rule score:
         cache_dir=PLAN.paths["cache"],
     log:
         RESULTS + "/logs/score/{model_key}/{metric}-{shash}.log",
+    benchmark:
+        benchmark_file(RESULTS, "score", "{model_key}/{metric}-{shash}")
     threads: workflow.cores
     resources:
         gpu=lambda w: 1 if str(W.score_job(w.model_key, w.metric, w.shash).model.get("device")) == "cuda" else 0,
@@ -31,5 +33,7 @@ rule metric:
         job=lambda w: W.metric_job(w.model_key, w.metric, w.chash).params(),
     log:
         RESULTS + "/logs/metric/{model_key}/{metric}/{chash}.log",
+    benchmark:
+        benchmark_file(RESULTS, "metric", "{model_key}/{metric}/{chash}")
     script:
         "../../scripts/metric.py"

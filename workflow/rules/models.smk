@@ -9,6 +9,8 @@ rule build_demo_model:
         model=lambda w: W.built_model(f"{RESOURCES}/models/{w.model_name}"),
     log:
         RESULTS + "/logs/build_model/{model_name}.log",
+    benchmark:
+        benchmark_file(RESULTS, "build_demo_model", "{model_name}")
     threads: workflow.cores
     script:
         "../../scripts/build_demo_model.py"

@@ -11,6 +11,8 @@ rule aggregate:
         report=RESULTS + "/runs/{plan_hash}/report.md",
     log:
         RESULTS + "/logs/aggregate/{plan_hash}.log",
+    benchmark:
+        benchmark_file(RESULTS, "aggregate", "{plan_hash}")
     script:
         "../../scripts/aggregate.py"
 
@@ -23,5 +25,7 @@ rule log_mlflow:
         RESULTS + "/runs/{plan_hash}/mlflow.json",
     log:
         RESULTS + "/logs/mlflow/{plan_hash}.log",
+    benchmark:
+        benchmark_file(RESULTS, "log_mlflow", "{plan_hash}")
     script:
         "../../scripts/log_mlflow.py"

@@ -25,7 +25,7 @@ import pandas as pd
 from biasflow.io import read_text_utf8
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.registry import register_loader
-from biasflow.scoring.fill_mask import MASK_PLACEHOLDER
+from biasflow.score_kinds import MASK_PLACEHOLDER
 
 FILE_RE = re.compile(r"^(pro|anti)_stereotyped_type([12])\.txt\.(dev|test)$")
 SPAN_RE = re.compile(r"\[([^\[\]]*)\]")

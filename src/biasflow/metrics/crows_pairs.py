@@ -38,10 +38,9 @@ import pandas as pd
 from biasflow.errors import DataFormatError
 from biasflow.metrics._mode import mode_option, pass_verdict
 from biasflow.registry import MetricSpec, ScoreContext, register_metric
-from biasflow.scoring.cache import ScoreCache
-from biasflow.scoring.fill_mask import (KIND as CANDIDATES_KIND, MASK_PLACEHOLDER, TOKEN_STR_KIND, candidate_table,
-                                        listed_probability, token_str_table, top_k_probability)
-from biasflow.scoring.masked import PLL_KIND, pll_table
+from biasflow.score_kinds import (MASK_CANDIDATES_KIND as CANDIDATES_KIND, MASK_PLACEHOLDER, MASK_TOKEN_STR_KIND as
+                                  TOKEN_STR_KIND, PLL_KIND, listed_probability, top_k_probability)
+from biasflow.stats.bootstrap import Resamples, rate
 
 PUNCT = string.punctuation + "“”‘’"
 FILL_MASK_TOKENS = ("whitespace", "words")
@@ -120,8 +119,10 @@ def compute_pll(items: pd.DataFrame, scores: pd.DataFrame, normalise) -> pd.Data
 def aggregate_pll(per_item: pd.DataFrame) -> list[dict]:
     def block(df: pd.DataFrame, category: str) -> list[dict]:
         n = len(df)
-        stereo = df[(df.direction == "stereo") & ~df.tie]
-        anti = df[(df.direction == "antistereo") & ~df.tie]
+        # astype: beside fill-mask rows the column is object dtype, where ~True is -2 and every tie would pass
+        tie = df.tie.astype(bool)
+        stereo = df[(df.direction == "stereo") & ~tie]
+        anti = df[(df.direction == "antistereo") & ~tie]
         ratio = lambda a, b: 100.0 * a / b if b else float("nan")  # noqa: E731
         return [
             {"metric": "metric_score", "category": category, "value": ratio(df.stereo_preferred.sum(), n), "n": n},
@@ -129,12 +130,40 @@ def aggregate_pll(per_item: pd.DataFrame) -> list[dict]:
                                                                              len(stereo)), "n": len(stereo)},
             {"metric": "antistereo_score", "category": category,
              "value": ratio(anti.stereo_preferred.sum(), len(anti)), "n": len(anti)},
-            {"metric": "neutral_pct", "category": category, "value": ratio(df.tie.sum(), n), "n": n},
+            {"metric": "neutral_pct", "category": category, "value": ratio(tie.sum(), n), "n": n},
         ]
 
     out = block(per_item, "overall")
     for cat, df in per_item.groupby("category", sort=True):
         out += block(df, cat)
+    return out
+
+
+def category_blocks(r: Resamples, per_item: pd.DataFrame, present: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """("overall", items) and (category, its items) for every category with a row (``present`` per item, 0/1), in
+    the order of ``groupby("category", sort=True)``: the blocks the aggregates report."""
+    cat = r.first_values(per_item["category"])
+    return [("overall", present)] + [(c, present * (cat == c)) for c in sorted(set(cat[present > 0]))]
+
+
+def pll_replicates(per_item: pd.DataFrame, r: Resamples, rows: np.ndarray | None = None) -> dict:
+    """``aggregate_pll`` of the table's ``rows`` (one per item) on every bootstrap replicate at once."""
+    rows = np.ones(len(per_item), bool) if rows is None else np.asarray(rows, bool)
+    present = r.item_values(np.ones(len(per_item)), rows)
+    won = r.item_values(per_item["stereo_preferred"], rows)
+    tie = r.item_values(per_item["tie"].astype(bool), rows)
+    stereo = r.item_values(per_item["direction"] == "stereo", rows) * (1 - tie)
+    anti = r.item_values(per_item["direction"] == "antistereo", rows) * (1 - tie)
+    blocks = category_blocks(r, per_item, present)
+    columns = [[m, won * m, stereo * m, won * stereo * m, anti * m, won * anti * m, tie * m] for _, m in blocks]
+    sums = r.totals(np.stack([c for block in columns for c in block], axis=1)).reshape(r.n_boot, len(blocks), 7)
+    out = {}
+    for j, (category, _) in enumerate(blocks):
+        n, n_won, n_stereo, stereo_won, n_anti, anti_won, ties = (sums[:, j, k] for k in range(7))
+        out[("metric_score", category)] = rate(n_won, n)
+        out[("stereo_score", category)] = rate(stereo_won, n_stereo)
+        out[("antistereo_score", category)] = rate(anti_won, n_anti)
+        out[("neutral_pct", category)] = rate(ties, n)
     return out
 
 
@@ -222,8 +251,30 @@ def aggregate_fill_mask(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> list[
     return out
 
 
+def fill_mask_replicates(per_item: pd.DataFrame, r: Resamples, rows: np.ndarray, cfg: Mapping[str, Any]) -> dict:
+    """``aggregate_fill_mask`` of the table's ``rows`` (one per item) on every bootstrap replicate at once."""
+    present = r.item_values(np.ones(len(per_item)), rows)
+    kept = r.item_values(per_item["kept"].astype(bool), rows)
+    passed = r.item_values(per_item["passed"].astype(bool), rows) * kept
+    blocks = category_blocks(r, per_item, present)
+    sums = r.totals(np.stack([c for _, m in blocks for c in (m, kept * m, passed * m)], axis=1))
+    out = {}
+    for j, (category, _) in enumerate(blocks):
+        n, n_kept, n_passed = sums[:, 3 * j], sums[:, 3 * j + 1], sums[:, 3 * j + 2]
+        pass_rate = rate(n_passed, n_kept)
+        out[("fill_mask_pass_rate", category)] = pass_rate
+        out[("fill_mask_test_passed", category)] = np.where(
+            n_kept > 0, (pass_rate >= 100.0 * cfg["min_pass_rate"]).astype(float), np.nan)
+        out[("fill_mask_kept_pct", category)] = rate(n_kept, n)
+    return out
+
+
 # ----------------------------------------------------------------------------------------------- stage functions
 def score(ctx: ScoreContext) -> pd.DataFrame:
+    from biasflow.scoring.cache import ScoreCache
+    from biasflow.scoring.fill_mask import candidate_table, token_str_table
+    from biasflow.scoring.masked import pll_table
+
     model = ctx.model
     items = ctx.items
     cfg = ctx.metric_cfg
@@ -270,6 +321,19 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
 
 
+def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resamples) -> dict:
+    """``aggregate`` on every bootstrap replicate at once (see stats.bootstrap)."""
+    out: dict = {}
+    if "variant" in per_item:
+        pll = (per_item.variant == "pll").to_numpy()
+        if pll.any():
+            out.update(pll_replicates(per_item, r, pll))
+        fm = (per_item.variant == "fill_mask").to_numpy()
+        if fm.any():
+            out.update(fill_mask_replicates(per_item, r, fm, cfg))
+    return out
+
+
 SPEC = register_metric(MetricSpec(
     name="crows_pairs",
     benchmark="crows_pairs",
@@ -280,4 +344,5 @@ SPEC = register_metric(MetricSpec(
     score_keys=("variants", "fill_mask_tokens", "fill_mask_match"),
     headline=("metric_score", "stereo_score", "antistereo_score", "fill_mask_pass_rate"),
     plot_metric="metric_score",
+    bootstrap_statistic=bootstrap_statistic,
 ))

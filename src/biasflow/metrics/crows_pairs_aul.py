@@ -22,10 +22,10 @@ import numpy as np
 import pandas as pd
 
 from biasflow.errors import ConfigError
-from biasflow.metrics.crows_pairs import pair_texts
+from biasflow.metrics.crows_pairs import category_blocks, pair_texts
 from biasflow.registry import MetricSpec, ScoreContext, register_metric
-from biasflow.scoring.cache import ScoreCache
-from biasflow.scoring.unmasked import UNMASKED_ATTN_KIND, UNMASKED_KIND, unmasked_table
+from biasflow.score_kinds import UNMASKED_ATTN_KIND, UNMASKED_KIND
+from biasflow.stats.bootstrap import Resamples, rate
 
 VARIANTS = ("aul", "aula")
 
@@ -91,7 +91,38 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
 
 
+def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resamples) -> dict | None:
+    """``aggregate`` on every bootstrap replicate at once (see stats.bootstrap)."""
+    if per_item.empty:
+        return {}
+    # token accuracy reads the rows of the variant of a block's first row: every item's first variant, when they
+    # all list their variants in the same order (compute does); otherwise leave it to the generic path
+    first_variant = set(r.first_values(per_item["variant"]))
+    if len(first_variant) != 1:
+        return None
+    variant_of_row = per_item["variant"].to_numpy()
+    blocks = category_blocks(r, per_item, np.ones(r.n_items))
+    out = {}
+    for variant in sorted(set(variant_of_row)):
+        rows = variant_of_row == variant
+        has = r.item_values(np.ones(len(per_item)), rows)
+        won = r.item_values(per_item["stereo_preferred"], rows)
+        sums = r.totals(np.stack([c for _, m in blocks for c in (has * m, won * m)], axis=1))
+        for j, (category, _) in enumerate(blocks):
+            out[(f"{variant}_bias_score", category)] = rate(sums[:, 2 * j + 1], sums[:, 2 * j])
+    rows = variant_of_row == first_variant.pop()
+    hits = r.item_values(per_item["top1_hits"], rows)
+    positions = r.item_values(per_item["n_positions"], rows)
+    sums = r.totals(np.stack([c for _, m in blocks for c in (hits * m, positions * m)], axis=1))
+    for j, (category, _) in enumerate(blocks):
+        out[("token_accuracy", category)] = rate(sums[:, 2 * j], sums[:, 2 * j + 1])
+    return out
+
+
 def score(ctx: ScoreContext) -> pd.DataFrame:
+    from biasflow.scoring.cache import ScoreCache
+    from biasflow.scoring.unmasked import unmasked_table
+
     variants = _variants(ctx.metric_cfg)
     model = ctx.model
     with_attention = "aula" in variants
@@ -112,4 +143,5 @@ SPEC = register_metric(MetricSpec(
     score_keys=("variants",),
     headline=("aul_bias_score", "aula_bias_score", "token_accuracy"),
     plot_metric="aula_bias_score",
+    bootstrap_statistic=bootstrap_statistic,
 ))

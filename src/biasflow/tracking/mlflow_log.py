@@ -136,7 +136,7 @@ def invocation_tags(plan: Mapping[str, Any]) -> dict[str, str]:
 def job_params_and_tags(job: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
     """Params: what the job's config hash covers (so equal for every job with the same results folder).
     Model settings that do not change the numbers (device, batch size, ...) go to tags."""
-    from biasflow.models.hf import PROCESS_KEYS, SCORING_KEYS
+    from biasflow.models.fingerprint import PROCESS_KEYS, SCORING_KEYS
 
     model = job["model"]
     hashed = {k: v for k, v in model.items() if k == "name" or k in SCORING_KEYS or k in PROCESS_KEYS}

