@@ -263,8 +263,9 @@ def fill_mask_replicates(per_item: pd.DataFrame, r: Resamples, rows: np.ndarray,
         n, n_kept, n_passed = sums[:, 3 * j], sums[:, 3 * j + 1], sums[:, 3 * j + 2]
         pass_rate = rate(n_passed, n_kept)
         out[("fill_mask_pass_rate", category)] = pass_rate
-        out[("fill_mask_test_passed", category)] = np.where(
-            n_kept > 0, (pass_rate >= 100.0 * cfg["min_pass_rate"]).astype(float), np.nan)
+        with np.errstate(divide="ignore", invalid="ignore"):  # fractions compared, as pass_verdict does
+            out[("fill_mask_test_passed", category)] = np.where(
+                n_kept > 0, (n_passed / n_kept >= float(cfg["min_pass_rate"])).astype(float), np.nan)
         out[("fill_mask_kept_pct", category)] = rate(n_kept, n)
     return out
 

