@@ -52,7 +52,6 @@ def run_pipeline(work: Path, overrides: list[str], env: dict[str, str]) -> tuple
         mp.setenv("BIASFLOW_COMMAND", COMMAND)
         for key, value in env.items():
             mp.setenv(key, value)
-        clock = time.monotonic()
         plan = build_plan(overrides, multirun=True)
         plan_path = plan.write()
         lookups = Lookups(plan, plan_path)
@@ -65,10 +64,7 @@ def run_pipeline(work: Path, overrides: list[str], env: dict[str, str]) -> tuple
                 stages.score(job.score_params(keys), job.items_path, job.scores_path(keys), plan.paths["cache"])
             stages.metric(job.params(), job.items_path, job.scores_path(keys), job.metric_dir)
         stages.aggregate_run(plan_path, plan.run_dir)
-        print(f"pipeline {time.monotonic() - clock:.1f} s", end="; ")
-        clock = time.monotonic()
         record = stages.log_mlflow(plan_path, plan.run_dir, f"{plan.run_dir}/mlflow.json")
-        print(f"logging {time.monotonic() - clock:.1f} s")
         return Path(plan.run_dir), record
 
 
