@@ -114,10 +114,21 @@ def postgres() -> Iterator[str]:
 
 # --- MLflow server -------------------------------------------------------------------------------------------------
 
+class Server:
+    def __init__(self, url: str, proc: subprocess.Popen, log: Path):
+        self.url, self.proc, self.log = url, proc, log
+
+    def wait(self, timeout: float = 180) -> str:
+        """The URL, once /health answers."""
+        _wait_for(f"{self.url}/health", self.proc, self.log, timeout)
+        return self.url
+
+
 @contextlib.contextmanager
-def mlflow_server(backend_uri: str, workdir: Path, command: str = "server") -> Iterator[str]:
+def mlflow_server(backend_uri: str, workdir: Path, command: str = "server", ready: bool = True) -> Iterator[Server]:
     """``mlflow server`` (artifacts proxied, stored under ``workdir``) or ``mlflow ui`` (its defaults), run in
-    ``workdir`` on 127.0.0.1 with one worker over ``backend_uri``. Yields its URL once /health answers."""
+    ``workdir`` on 127.0.0.1 with one worker over ``backend_uri``. Yields once /health answers (``ready``), or at
+    once: the caller does other work while it starts and calls ``wait()`` before using it."""
     port = free_port()
     cmd = [sys.executable, "-m", "mlflow", command, "--backend-store-uri", backend_uri, "--host", "127.0.0.1",
            "--port", str(port), "--workers", "1"]
@@ -127,9 +138,10 @@ def mlflow_server(backend_uri: str, workdir: Path, command: str = "server") -> I
     with open(log, "w") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=workdir, start_new_session=True)
     try:
-        url = f"http://127.0.0.1:{port}"
-        _wait_for(f"{url}/health", proc, log, timeout=180)
-        yield url
+        server = Server(f"http://127.0.0.1:{port}", proc, log)
+        if ready:
+            server.wait()
+        yield server
     finally:
         _stop(proc)
 
