@@ -26,6 +26,8 @@ from biasflow.workflow import Lookups
 from conftest import ROOT
 from mlflow_services import Browser, mlflow_server, postgres
 
+pytestmark = pytest.mark.slow  # real services: about a minute each
+
 SWEEP = ["metric=[crows_pairs]", "model=tiny_bert", "benchmark.crows_pairs.limit=20", "stats.n_boot=20",
          "metric.crows_pairs.diff_threshold=0.05,0.1"]
 COMMAND = "biasflow run -m " + " ".join(SWEEP)
@@ -228,6 +230,7 @@ def test_mlflow_ui_in_a_browser(tmp_path, tiny_bert_dir, crows_csv, timings):
             assert f"diff_threshold\n{job['metric_cfg']['diff_threshold']}" in page  # a short param for Compare
             # its metrics tab: every metric as a chart
             logged = MlflowClient(f"sqlite:///{work}/results/mlflow.db").get_run(child).data.metrics
+
             def charts(text: str) -> list[str]:  # a chart shows its metric's name above its value
                 return [k for k, v in logged.items() if f"\n{k}\n{v:.2f}\n" in text]
 

@@ -138,14 +138,20 @@ def git_tags() -> dict[str, str]:
 
 
 def source_tags(command: str) -> dict[str, str]:
-    from mlflow.utils.mlflow_tags import MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE, MLFLOW_USER
+    from mlflow.utils.mlflow_tags import MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE
 
-    tags = {MLFLOW_SOURCE_NAME: command, MLFLOW_SOURCE_TYPE: "LOCAL", **git_tags()}
+    return {MLFLOW_SOURCE_NAME: command, MLFLOW_SOURCE_TYPE: "LOCAL", **git_tags()}
+
+
+def creation_tags() -> dict[str, str]:
+    """Tags set once, when a run is created: who created it (the UI's "Created by")."""
+    from mlflow.utils.mlflow_tags import MLFLOW_USER
+
     with contextlib.suppress(Exception):  # no user name in some containers
         import getpass
 
-        tags[MLFLOW_USER] = getpass.getuser()
-    return tags
+        return {MLFLOW_USER: getpass.getuser()}
+    return {}
 
 
 # --- datasets -------------------------------------------------------------------------------------------------
@@ -530,7 +536,8 @@ def _log_plan(plan: Mapping[str, Any], run_dir: Path, real_uri: str, redactor: R
     if parent_id is None:
         parent_id = client.create_run(exp_id, start_time=min(starts) if starts else None,
                                       run_name=f"plan-{plan_hash}",
-                                      tags={"biasflow.plan_hash": plan_hash, "biasflow.role": "parent"}).info.run_id
+                                      tags={"biasflow.plan_hash": plan_hash, "biasflow.role": "parent",
+                                            **creation_tags()}).info.run_id
         kept = None
     else:
         kept = _kept_end(client, parent_id, None)
@@ -564,8 +571,8 @@ def _log_plan(plan: Mapping[str, Any], run_dir: Path, real_uri: str, redactor: R
             if child_id is None:
                 child_id = client.create_run(exp_id, start_time=start, run_name=names[jid],
                                              tags={MLFLOW_PARENT_RUN_ID: parent_id, "biasflow.job": jid,
-                                                   "biasflow.role": "job", "biasflow.plan_hash": plan_hash}
-                                             ).info.run_id
+                                                   "biasflow.role": "job", "biasflow.plan_hash": plan_hash,
+                                                   **creation_tags()}).info.run_id
             else:
                 end = _kept_end(client, child_id, end)
             if end is not None:
