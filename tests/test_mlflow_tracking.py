@@ -332,3 +332,94 @@ def test_biasflow_log_refuses_a_password_on_the_command_line(tmp_path, capsys):
     assert cli.main(["log", str(tmp_path), "--tracking-uri", f"http://bob:{PASSWORD}@host:5000"]) == 2
     err = capsys.readouterr().err
     assert "MLFLOW_TRACKING_URI" in err and PASSWORD not in err
+
+
+# --- issue 13: runs in MLflow's own terms ---------------------------------------------------------------------------
+
+def with_stage_records(run_dir: Path, t0: float) -> dict:
+    """Add what the stages record to a hand-written plan: the items' raw file (prepare), the score and metric stage
+    times; returns the plan."""
+    plan = json.loads((run_dir / "plan.json").read_text())
+    items = run_dir.parents[1] / "items" / "crows_pairs-0000.parquet"
+    items.parent.mkdir(parents=True, exist_ok=True)
+    (items.parent / f"{items.name}.meta.json").write_text(json.dumps(
+        {"benchmark": "crows_pairs", "rows": 200,
+         "files": {"csv": {"path": "/data/crows.csv", "sha256": "ab" * 32, "source": "https://example.org/crows.csv"}}}))
+    for i, job in enumerate(plan["jobs"]):
+        job["items_path"] = str(items)
+        mdir = Path(job["metric_dir"])
+        (mdir / "score_meta.json").write_text(json.dumps({"provenance": {"model.revision": "local:0123"},
+                                                          "started": t0, "finished": t0 + 5}))
+        (mdir / "metric_meta.json").write_text(json.dumps({"started": t0 + 6 + i, "finished": t0 + 9 + i}))
+    (run_dir / "plan.json").write_text(json.dumps(plan))
+    return plan
+
+
+def test_runs_carry_mlflows_own_metadata_and_logging_again_changes_nothing(tmp_path, empty_store, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    uri = store_in(tmp_path, empty_store)
+    run_dir = write_plan(tmp_path, uri)
+    t0 = time.time() - 3600
+    plan = with_stage_records(run_dir, t0)
+    command = "biasflow run -m metric=[crows_pairs_aul,crows_pairs_biasbench] stats.n_boot=0"
+    monkeypatch.setenv("BIASFLOW_COMMAND", command)
+    first = log_mlflow(str(run_dir / "plan.json"), str(run_dir), str(run_dir / "mlflow.json"))
+    record = log_mlflow(str(run_dir / "plan.json"), str(run_dir), str(run_dir / "mlflow.json"))
+    assert record["children"] == first["children"]
+    client = MlflowClient(tracking_uri=uri)
+    # the experiment opens as model training, not GenAI
+    assert client.get_experiment(record["experiment_id"]).tags["mlflow.experimentKind"] == "custom_model_development"
+    assert record["ui"] == f"#/experiments/{record['experiment_id']}/runs/{record['parent_run_id']}" \
+                           f"?workflowType=machine_learning"
+    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    parent = client.get_run(record["parent_run_id"])
+    for run in [parent, *(client.get_run(r) for r in record["children"].values())]:
+        tags = run.data.tags
+        assert tags["mlflow.source.name"] == command and tags["mlflow.source.type"] == "LOCAL"
+        assert tags["mlflow.source.git.commit"] == head and "git.commit" not in tags
+        assert run.info.status == "FINISHED"
+    assert parent.data.tags["mlflow.note.content"].startswith("# report")
+    # the jobs' real times: first scoring start to last metric end
+    assert (parent.info.start_time, parent.info.end_time) == (int(t0 * 1000), int((t0 + 10) * 1000))
+    for i, job in enumerate(plan["jobs"]):
+        child = client.get_run(record["children"][f"tiny-0123abcd/{job['metric']}/{job['cfg_hash']}"])
+        assert (child.info.start_time, child.info.end_time) == (int(t0 * 1000), int((t0 + 9 + i) * 1000))
+        assert child.info.run_name == f"tiny/{job['metric']}"
+        # the description: the job's numbers in Markdown
+        note = child.data.tags["mlflow.note.content"]
+        assert f"## {job['metric']} / tiny" in note and "| metric_score | 55.00 |" in note
+        # the dataset, with the sha256 of the raw file that was read
+        [dataset] = child.inputs.dataset_inputs
+        assert (dataset.dataset.name, dataset.dataset.digest) == ("crows_pairs", "ab" * 8)
+        assert json.loads(dataset.dataset.source) == {"url": "https://example.org/crows.csv"}
+        assert json.loads(dataset.dataset.profile)["sha256"] == "ab" * 32
+        # short params to compare by
+        params = child.data.params
+        assert (params["model"], params["metric"], params["variant"]) == ("tiny", job["metric"], job["metric"])
+        # tables the UI renders, not doubled by the second logging; one point per metric
+        assert {a.path for a in client.list_artifacts(child.info.run_id, "tables")} == {"tables/aggregate.json",
+                                                                                        "tables/per_item.json"}
+        table = json.loads(Path(client.download_artifacts(child.info.run_id, "tables/per_item.json",
+                                                          str(tmp_path / f"dl{i}"))).read_text())
+        assert table == {"columns": ["item_id", "score"], "data": [[1, 0.1], [2, 0.2]]}
+        assert json.loads(child.data.tags["mlflow.loggedArtifacts"]) == [
+            {"path": "tables/aggregate.json", "type": "table"}, {"path": "tables/per_item.json", "type": "table"}]
+        assert len(client.get_metric_history(child.info.run_id, "metric_score.overall")) == 1
+    assert [d.dataset.name for d in parent.inputs.dataset_inputs] == ["crows_pairs"]
+    # `biasflow log` later, from a shell: the runs keep the command that produced them
+    monkeypatch.delenv("BIASFLOW_COMMAND")
+    assert cli.main(["log", str(run_dir)]) == 0
+    assert client.get_run(record["parent_run_id"]).data.tags["mlflow.source.name"] == command
+
+
+def test_sweep_runs_are_named_by_what_differs():
+    from biasflow.tracking.mlflow_log import child_run_names
+
+    jobs = [{"model": {"name": "bert"}, "metric": "crows_pairs", "model_key": "bert-1", "cfg_hash": h,
+             "metric_cfg": {"diff_threshold": t, "variants": ["pll"]}} for h, t in (("a1", 0.05), ("b2", 0.1))]
+    jobs.append({"model": {"name": "bert"}, "metric": "seat", "model_key": "bert-1", "cfg_hash": "c3",
+                 "metric_cfg": {}})
+    assert child_run_names(jobs) == {"bert-1/crows_pairs/a1": "bert/crows_pairs diff_threshold=0.05",
+                                     "bert-1/crows_pairs/b2": "bert/crows_pairs diff_threshold=0.1",
+                                     "bert-1/seat/c3": "bert/seat"}

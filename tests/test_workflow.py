@@ -137,6 +137,12 @@ def test_mlflow_metrics_equal_the_aggregate_table(swept):
         assert run.data.tags["mlflow.parentRunId"] == record["parent_run_id"]
         assert run.data.params["metric.diff_threshold"] in {"0.05", "0.1", "0.2"}
         assert "dataset.csv.sha256" in run.data.tags and run.data.tags["model.revision"].startswith("local:")
+        assert run.data.tags["mlflow.source.name"].startswith("snakemake ")  # the command that was run
+        # the run lasts as long as the job's work: its scoring start to its metric stage's end
+        mdir = rdir.parents[1] / "metrics" / job_id
+        started = json.loads((mdir / "score_meta.json").read_text())["started"]
+        finished = json.loads((mdir / "metric_meta.json").read_text())["finished"]
+        assert (run.info.start_time, run.info.end_time) == (int(started * 1000), int(finished * 1000))
         rows = agg[agg.config_hash == job_id.rsplit("/", 1)[1]].dropna(subset=["value"])
         expected = {f"{r.metric}.{r.category}": r.value for r in rows.itertuples()}
         logged = {k: v for k, v in run.data.metrics.items() if not k.endswith(("_ci_low", "_ci_high"))}

@@ -99,6 +99,8 @@ def cmd_run(args, extra: list[str]) -> int:
     print("+", " ".join(cmd), flush=True)
     env = dict(os.environ)
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see docs/performance.md: spinning threads hurt shared machines
+    # the MLflow runs' Source: what the user ran
+    env["BIASFLOW_COMMAND"] = shlex.join(["biasflow", "run", *(["-m"] if args.multirun else []), *args.overrides])
     rc, locked = run_snakemake(cmd, project_root(), env)
     root = project_root()
     report = root / plan.run_dir / "report.md"
@@ -106,7 +108,13 @@ def cmd_run(args, extra: list[str]) -> int:
         print(f"\nresults: {plan.run_dir}/report.md (tables: aggregate.csv, per_item.parquet, plots/)")
         uri = (plan.tracking or {}).get("uri")
         if uri and (plan.tracking or {}).get("enabled", True):
-            print(f"MLflow:  mlflow ui --backend-store-uri {redact_uri(uri)}")
+            record = root / plan.run_dir / "mlflow.json"
+            page = json.loads(record.read_text()).get("ui", "") if record.exists() else ""
+            if uri.startswith(("http://", "https://")):
+                print(f"MLflow:  {redact_uri(uri).rstrip('/')}/{page}")
+            else:
+                print(f"MLflow:  mlflow ui --backend-store-uri {redact_uri(uri)}   "
+                      f"then open http://127.0.0.1:5000/{page}")
     elif rc != 0:
         shown = " ".join((["-m"] if args.multirun else []) + [shlex.quote(o) for o in args.overrides])
         if locked:
@@ -188,10 +196,16 @@ def cmd_status(args) -> int:
 def cmd_ui(args) -> int:
     from biasflow.plan import compose
     from biasflow.secrets import redact_uri, tracking_uri
+    from biasflow.tracking.mlflow_log import ui_path
 
-    uri = compose([])["tracking"]["uri"]
+    cfg = compose([])
+    uri = cfg["tracking"]["uri"]
     cmd = ["mlflow", "ui", "--backend-store-uri", tracking_uri(uri), "--port", str(args.port)]
     print("+", " ".join(cmd[:3] + [redact_uri(uri)] + cmd[4:]), flush=True)
+    # MLflow opens experiments in its GenAI view unless told (or switched to "Model training" in the browser)
+    records = sorted(Path(cfg["paths"]["results"]).glob("runs/*/mlflow.json"), key=lambda p: p.stat().st_mtime)
+    experiment = json.loads(records[-1].read_text()).get("experiment_id") if records else None
+    print(f"open http://127.0.0.1:{args.port}/{ui_path(experiment) if experiment else ''}", flush=True)
     return subprocess.call(cmd)
 
 

