@@ -24,8 +24,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "installing biasflow and its dependencies into .venv ..."
   python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "is ignored" || true
   python -m pip install -q --disable-pip-version-check "$TORCH_SPEC" 2>&1 | grep -v "is ignored" || true
-  python -m pip install -q --disable-pip-version-check -e ".[test,offline-models]" 2>&1 | grep -v "is ignored" || true
-  python -c "import biasflow, torch, transformers, snakemake, mlflow" || { echo "installation failed" >&2; exit 1; }
+  # cluster: the SLURM executor plugin (workflow/profiles/slurm; tests/test_slurm.py runs it on a local cluster)
+  python -m pip install -q --disable-pip-version-check -e ".[test,offline-models,cluster]" 2>&1 | grep -v "is ignored" || true
+  python -c "import biasflow, torch, transformers, snakemake, mlflow, snakemake_executor_plugin_slurm" || { echo "installation failed" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi
 export TOKENIZERS_PARALLELISM=false OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
