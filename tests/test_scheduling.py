@@ -92,3 +92,27 @@ def test_a_bad_resource_names_the_option(project, monkeypatch):
         build_plan(["model=mistral_7b", "metric=[crows_pairs_causal]", "model.resources.gpus=-1"])
     with pytest.raises(ConfigError, match=r"model\.resources\.memory: unknown option"):
         build_plan(["model=gpt2", "metric=[crows_pairs_causal]", "+model.resources.memory=2000"])
+
+
+@pytest.mark.parametrize("model,partition", [("mistral_7b", "gpu"), ("glove_6b_50d", "cpu"), ("gpt2", "cpu")])
+def test_slurm_gpu_profile_sends_only_gpu_jobs_to_the_gpu_partition(model, partition):
+    """workflow/profiles/slurm_gpu: the executor plugin picks each job's partition from partitions.yaml by the
+    resources the score rule gives it (gpu, mem_mb, runtime, threads)."""
+    partitions = pytest.importorskip("snakemake_executor_plugin_slurm.partitions")
+    import logging
+    from types import SimpleNamespace
+
+    from biasflow.plan import load_model_config
+    from biasflow.scheduling import score_resources
+
+    profile = ROOT / "workflow" / "profiles" / "slurm_gpu"
+    config = yaml.safe_load((profile / "config.yaml").read_text())
+    choices = partitions.read_partition_file(profile / config["slurm-partition-config"])
+
+    class Resources(dict):
+        __getattr__ = dict.get
+
+    want = score_resources(load_model_config(model, {}))
+    job = SimpleNamespace(name="score", threads=want["cpus"], resources=Resources(
+        gpu=want["gpus"], mem_mb=want["mem_mb"], runtime=want["runtime_min"]))
+    assert partitions.get_best_partition(choices, job, logging.getLogger("test")) == partition
