@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, TEST_CACHE, build_tiny_bert
-from slurm_cluster import INSTALL_HINT, PARTITION, LocalSlurm, skip_reason
+from slurm_cluster import PARTITION, LocalSlurm, skip_reason
 
 pytestmark = pytest.mark.slow
 
@@ -38,15 +38,15 @@ LOCAL_RULES = {"all", "aggregate", "log_mlflow"}
 
 
 def _require_slurm() -> None:
-    reason = skip_reason()
     import importlib.util
 
+    reason = skip_reason()
     if reason is None and importlib.util.find_spec("snakemake_executor_plugin_slurm") is None:
         reason = 'snakemake-executor-plugin-slurm is not installed: pip install -e ".[cluster]"'
     if reason:
         if os.environ.get("CI") == "true":  # CI installs everything (.ci/run): a skip there hides a broken set-up
             pytest.fail(f"the SLURM test cannot run in CI: {reason}")
-        pytest.skip(f"{reason} (Debian: {INSTALL_HINT})")
+        pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +122,7 @@ def biasflow_run(project: Path, extra: list[str], env_extra: dict[str, str] | No
     cmd = [sys.executable, "-m", "biasflow.cli", "run", "-m", *SWEEP, "--", "--directory", str(project), *extra]
     env = dict(os.environ, BIASFLOW_ROOT=str(ROOT), BIASFLOW_CONF=str(project / "conf"), HF_HUB_OFFLINE="1",
                **(env_extra or {}))
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=2400)
     out = proc.stdout + proc.stderr
     if proc.returncode != 0:  # the SLURM job logs say why a job failed (the rule logs may not exist yet)
         logs = sorted((project / ".snakemake" / "slurm_logs").rglob("*.log"))[:3]
