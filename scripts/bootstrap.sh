@@ -25,8 +25,9 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v "is ignored" || true
   python -m pip install -q --disable-pip-version-check "$TORCH_SPEC" 2>&1 | grep -v "is ignored" || true
   # server: the PostgreSQL driver (tracking on a PostgreSQL-backed MLflow; the team-server test)
-  python -m pip install -q --disable-pip-version-check -e ".[test,offline-models,server]" 2>&1 | grep -v "is ignored" || true
-  python -c "import biasflow, torch, transformers, snakemake, mlflow" || { echo "installation failed" >&2; exit 1; }
+  # cluster: the SLURM executor plugin (workflow/profiles/slurm; tests/test_slurm.py runs it on a local cluster)
+  python -m pip install -q --disable-pip-version-check -e ".[test,offline-models,server,cluster]" 2>&1 | grep -v "is ignored" || true
+  python -c "import biasflow, torch, transformers, snakemake, mlflow, snakemake_executor_plugin_slurm" || { echo "installation failed" >&2; exit 1; }
   echo "$want" > "$stamp"
 fi
 export TOKENIZERS_PARALLELISM=false OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"

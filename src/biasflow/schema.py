@@ -82,6 +82,16 @@ ModelKind = Literal["masked_lm", "causal_lm", "bert_nsp", "word_vectors", "sente
 DType = Literal["float32", "fp32", "bfloat16", "bf16", "float16", "fp16"]
 
 
+class ModelResources(Strict):
+    """What one scoring job of this model asks the scheduler for (src/biasflow/scheduling.py has the defaults per
+    kind). Not part of any cache key: changing them never re-runs a model."""
+
+    mem_mb: Optional[PositiveInt] = None
+    gpus: Optional[NonNegativeInt] = None
+    cpus: Optional[PositiveInt] = None
+    runtime_min: Optional[PositiveInt] = None
+
+
 class ModelConfig(Strict):
     name: Slug
     kind: ModelKind
@@ -101,7 +111,7 @@ class ModelConfig(Strict):
     attn_implementation: Optional[Literal["eager", "sdpa", "flash_attention_2"]] = None
     cpu_linear: Optional[Literal["auto", "onednn", "default"]] = None
     threads: Optional[PositiveInt] = None
-    mem_mb: Optional[PositiveInt] = None
+    resources: Optional[ModelResources] = None
     build: Optional[Literal["demo_mlm"]] = None
     demo: bool = False
     train: Optional[dict[str, Any]] = None

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from biasflow.plan import Job, Plan, build_plan
+from biasflow.scheduling import score_resources
 
 
 def _overrides(config: Mapping[str, Any]) -> list[str]:
@@ -138,6 +139,10 @@ class Lookups:
 
     def metric_job(self, model_key: str, metric: str, chash: str) -> Job:
         return self.by_metric_dir[f"{self.results}/metrics/{model_key}/{metric}/{chash}"]
+
+    def score_resources(self, wildcards) -> dict[str, int]:
+        """The score rule's threads and resources, from its model's config (biasflow.scheduling)."""
+        return score_resources(self.score_job(wildcards.model_key, wildcards.metric, wildcards.shash).model)
 
     def score_inputs(self, job: Job) -> dict[str, Any]:
         inputs: dict[str, Any] = {"model": self.model_inputs(job.model), "user_files": self.user_file_inputs(job)}

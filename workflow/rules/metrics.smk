@@ -14,10 +14,13 @@ rule score:
         RESULTS + "/logs/score/{model_key}/{metric}-{shash}.log",
     benchmark:
         benchmark_file(RESULTS, "score", "{model_key}/{metric}-{shash}")
-    threads: workflow.cores
+    # What the scheduler gives one job comes from the model config (model.resources, defaults per kind), so one
+    # profile serves GloVe and a 7B LM alike; locally threads are capped by --cores.
+    threads: lambda w: W.score_resources(w)["cpus"]
     resources:
-        gpu=lambda w: 1 if str(W.score_job(w.model_key, w.metric, w.shash).model.get("device")) == "cuda" else 0,
-        mem_mb=lambda w: int(W.score_job(w.model_key, w.metric, w.shash).model.get("mem_mb", 8000)),
+        gpu=lambda w: W.score_resources(w)["gpus"],
+        mem_mb=lambda w: W.score_resources(w)["mem_mb"],
+        runtime=lambda w: W.score_resources(w)["runtime_min"],
     script:
         "../../scripts/score.py"
 

@@ -1,0 +1,47 @@
+"""What one scoring job asks the scheduler for: memory, GPUs, CPUs and a time limit, from the model config.
+
+The score rule's ``resources:``/``threads:`` read these, so one Snakemake profile (local, GPU box or SLURM)
+serves every model: a 7B causal LM's config asks for a GPU and 32 GB, GloVe's for one CPU and a little memory.
+A model config sets any of them under ``resources:``; the rest come from defaults per model kind. None of them
+changes a number, so none is in a cache key or a results folder name (``SCORING_KEYS`` in ``models/hf.py``).
+
+Snakemake maps them as: ``mem_mb`` -> ``sbatch --mem``, ``gpu`` -> ``--gpus``, ``runtime`` (minutes) -> ``-t``,
+threads -> ``--cpus-per-task``; locally ``threads`` is capped by ``--cores``, and ``gpu`` counts against a
+``--resources gpu=N`` limit (``workflow/profiles/gpu``).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+# Per model kind: what a typical model of the kind needs to score a benchmark. Kinds that never run on a GPU
+# (vector tables, n-gram models, external processes) ask for none even when model.device says cuda.
+KIND_DEFAULTS: dict[str, dict[str, Any]] = {
+    "masked_lm": {"mem_mb": 8000, "cpus": 4, "runtime_min": 120, "gpu_capable": True},
+    "bert_nsp": {"mem_mb": 8000, "cpus": 4, "runtime_min": 120, "gpu_capable": True},
+    "causal_lm": {"mem_mb": 16000, "cpus": 4, "runtime_min": 240, "gpu_capable": True},
+    "sentence_encoder": {"mem_mb": 4000, "cpus": 2, "runtime_min": 60, "gpu_capable": True},
+    "word_vectors": {"mem_mb": 4000, "cpus": 1, "runtime_min": 30, "gpu_capable": False},
+    "ngram": {"mem_mb": 4000, "cpus": 1, "runtime_min": 60, "gpu_capable": False},
+    "lmc_process": {"mem_mb": 4000, "cpus": 1, "runtime_min": 120, "gpu_capable": False},
+}
+FALLBACK = {"mem_mb": 8000, "cpus": 2, "runtime_min": 120, "gpu_capable": False}
+
+
+def score_resources(model: Mapping[str, Any]) -> dict[str, int]:
+    """``{"mem_mb", "gpus", "cpus", "runtime_min"}`` for scoring with ``model`` (a composed model config).
+
+    GPUs: ``resources.gpus`` if set, else one when ``model.device`` names a CUDA device and the kind can use it.
+    """
+    base = KIND_DEFAULTS.get(str(model.get("kind")), FALLBACK)
+    given = dict(model.get("resources") or {})
+    device = str(model.get("device") or "")
+    default_gpus = 1 if base["gpu_capable"] and device.startswith("cuda") else 0
+    return {
+        "mem_mb": int(given.get("mem_mb") or base["mem_mb"]),
+        "gpus": int(given["gpus"] if given.get("gpus") is not None else default_gpus),
+        "cpus": int(given.get("cpus") or base["cpus"]),
+        "runtime_min": int(given.get("runtime_min") or base["runtime_min"]),
+    }
+
+
+__all__ = ["score_resources", "KIND_DEFAULTS"]
