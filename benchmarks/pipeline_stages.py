@@ -76,8 +76,9 @@ def timed(cmd: list[str], project: Path, log: Path) -> float:
 
 
 def stage_table(project: Path) -> dict[str, dict]:
-    """Per rule, from every benchmark record under results/benchmarks/: jobs, summed/longest wall s, peak RSS."""
-    sys.path.insert(0, str(project / "src"))
+    """Per rule, from every benchmark record under results/benchmarks/: jobs, summed/longest wall s, summed CPU s,
+    peak RSS."""
+    sys.path.insert(0, str(ROOT / "src"))  # this checkout's reader: the timed one may predate it
     from biasflow.report.timing import read_benchmark
 
     out: dict[str, dict] = {}
@@ -86,9 +87,10 @@ def stage_table(project: Path) -> dict[str, dict]:
         rec = read_benchmark(tsv)
         if rec is None:
             continue
-        row = out.setdefault(rule, {"jobs": 0, "wall_s": 0.0, "longest_s": 0.0, "max_rss_mb": 0.0})
+        row = out.setdefault(rule, {"jobs": 0, "wall_s": 0.0, "longest_s": 0.0, "cpu_s": 0.0, "max_rss_mb": 0.0})
         row["jobs"] += 1
         row["wall_s"] += rec["wall_s"]
+        row["cpu_s"] += rec["cpu_s"] if rec["cpu_s"] == rec["cpu_s"] else 0.0
         row["longest_s"] = max(row["longest_s"], rec["wall_s"])
         if rec["max_rss_mb"] == rec["max_rss_mb"]:
             row["max_rss_mb"] = max(row["max_rss_mb"], rec["max_rss_mb"])
@@ -112,16 +114,16 @@ RULE_ORDER = ("download", "build_demo_model", "prepare", "score", "metric", "agg
 
 
 def print_table(cold: dict, warm: dict) -> str:
-    lines = ["| stage | cold: jobs | cold: wall s (sum) | cold: longest s | cold: max RSS MB | warm: jobs | "
-             "warm: wall s (sum) | warm: longest s |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| stage | cold: jobs | cold: wall s (sum) | cold: longest s | cold: CPU s | cold: max RSS MB | "
+             "warm: jobs | warm: wall s (sum) | warm: longest s | warm: CPU s |", "|---|" + "---|" * 9]
     for rule in RULE_ORDER:
         c, w = cold["stages"].get(rule, {}), warm["stages"].get(rule, {})
         cell = lambda d, k, f: format(d[k], f) if k in d else "-"  # noqa: E731
         lines.append(f"| {rule} | {cell(c, 'jobs', 'd')} | {cell(c, 'wall_s', '.1f')} | {cell(c, 'longest_s', '.1f')}"
-                     f" | {cell(c, 'max_rss_mb', '.0f')} | {cell(w, 'jobs', 'd')} | {cell(w, 'wall_s', '.1f')} | "
-                     f"{cell(w, 'longest_s', '.1f')} |")
-    lines.append(f"| **total (wall)** | | **{cold['total_s']:.1f}** | | | | **{warm['total_s']:.1f}** | |")
-    lines.append(f"| Snakefile parse (dry run) | | {cold['parse_s']:.1f} | | | | {warm['parse_s']:.1f} | |")
+                     f" | {cell(c, 'cpu_s', '.1f')} | {cell(c, 'max_rss_mb', '.0f')} | {cell(w, 'jobs', 'd')} | "
+                     f"{cell(w, 'wall_s', '.1f')} | {cell(w, 'longest_s', '.1f')} | {cell(w, 'cpu_s', '.1f')} |")
+    lines.append(f"| **total (wall)** | | **{cold['total_s']:.1f}** | | | | | **{warm['total_s']:.1f}** | | |")
+    lines.append(f"| Snakefile parse (dry run) | | {cold['parse_s']:.1f} | | | | | {warm['parse_s']:.1f} | | |")
     table = "\n".join(lines)
     print(table)
     return table

@@ -76,6 +76,12 @@ NOT_RUNNABLE = {
     "HF_HUB_OFFLINE=1 python benchmarks/scoring_speed.py --sections base --base-sentences 80 --dtypes "
     "float32,bfloat16": "a benchmark (minutes), not a test",
     "HF_HUB_OFFLINE=1 python benchmarks/weat_seat.py": "a benchmark (minutes), not a test",
+    "python benchmarks/pipeline_stages.py --quick": "runs a slice of the pipeline twice (minutes), not a test",
+    "python benchmarks/pipeline_stages.py": "runs the default pipeline twice (20 minutes), not a test",
+    "python benchmarks/pipeline_stages.py --quick --project /work/main": "a benchmark of another checkout (minutes)",
+    "python benchmarks/bootstrap_speed.py": "a benchmark (minutes), not a test",
+    "python benchmarks/bootstrap_speed.py --old-reps 1000": "a benchmark (minutes), not a test",
+    "python benchmarks/job_overhead.py --before /work/main": "a benchmark of two checkouts (minutes), not a test",
     "python3 -m venv /tmp/mcvenv": "sets up a scratch environment for the optional minicons comparison",
     '/tmp/mcvenv/bin/pip install "transformers<5" wonderwords': "installs packages (pip install)",
     "/tmp/mcvenv/bin/pip install --no-deps minicons": "installs packages (pip install)",
