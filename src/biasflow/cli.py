@@ -121,6 +121,7 @@ def cmd_run(args, extra: list[str]) -> int:
             print("\n" + LOCK_HINT.format(args=shown), file=sys.stderr)
         elif not args.dry_run and not {"--unlock", "-n", "--dry-run", "--list", "--touch"} & set(extra):
             workdir = Path(extra[extra.index("--directory") + 1]) if "--directory" in extra[:-1] else root
+            os.environ["BIASFLOW_COMMAND"] = env["BIASFLOW_COMMAND"]  # the partial MLflow runs' Source too
             report_partial(plan, plan_path, workdir)
         else:
             print(f"\nbiasflow: Snakemake failed (exit {rc}); the log of the failed job (named above) holds its "
