@@ -333,11 +333,12 @@ def section_mlm(name: str, size: str, tok, sentences: list[str], naive_n: int, a
 
 
 def section_gpt2(tok, sentences: list[str], naive_n: int, args):
-    """Causal LM: biasflow.scoring.causal (batched) vs one text per forward; GPT-2 small shape, vocab 50257."""
+    """Causal LM: biasflow.scoring.causal (batched, oneDNN linears) vs one text per forward; GPT-2 small shape."""
     from types import SimpleNamespace
 
     from transformers import GPT2Config, GPT2LMHeadModel
 
+    from biasflow.models.onednn import use_onednn_linears
     from biasflow.scoring.causal import causal_token_logprobs
 
     torch.manual_seed(0)
@@ -370,6 +371,7 @@ def section_gpt2(tok, sentences: list[str], naive_n: int, args):
         rec = record("gpt2", "gpt2-size", "a naive (batch 1)", torch.float32, len(sub),
                      0, sum(len(i) + 1 for i in sub), s_work, out, n_threads=n_thr)
         best = max(best, rec["tok_per_s"])
+    use_onednn_linears(model)  # as the causal_lm adapter does on CPU (after the naive runs on the plain model)
     out = measure(lambda: causal_token_logprobs(adapter, ids_list, first_token="prefix",
                                                 batch_tokens=args.batch_tokens, progress=False), torch.float32)
     rec = record("gpt2", "gpt2-size", "b biasflow scoring.causal fp32", torch.float32, len(sentences), 0,

@@ -268,25 +268,7 @@ def test_mc_from_responses_by_hand(tmp_path):
         wb.read_responses(bad)
 
 
-def build_tiny_gpt2(out: Path) -> Path:
-    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
-
-    from conftest import minilm_vocab_dir
-
-    tok = AutoTokenizer.from_pretrained(minilm_vocab_dir())
-    torch.manual_seed(1)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=128))
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def tiny_gpt2(tmp_path_factory):
-    from biasflow.models import load_model
-
-    path = build_tiny_gpt2(tmp_path_factory.mktemp("tiny-gpt2-wb"))
-    return load_model({"name": "tiny-gpt2", "kind": "causal_lm", "path": str(path), "device": "cpu"})
+# tiny_gpt2: the session fixture of conftest.py
 
 
 def loop_option_logprob(adapter, prompt: str, option: str) -> float:

@@ -112,7 +112,7 @@ class PartStore:
             if _verified.get(str(path)) == _signature(path):
                 return path
             if match is None or match["sha"] is None:
-                return self._adopt(path, match["stem"] if match else path.stem)
+                return self._adopt(path, match["stem"] if match else path.stem.removeprefix("part-"))
             actual = sha256_file(path)
             if actual != match["sha"]:
                 self._quarantine(path, _damage(path, match["sha"], actual))
