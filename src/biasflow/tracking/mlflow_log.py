@@ -142,6 +142,15 @@ def git_tags() -> dict[str, str]:
     return tags
 
 
+def git_commit() -> str:
+    """The project checkout's commit ("unknown" outside a git checkout), for reports (no MLflow import)."""
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                              timeout=20).stdout.strip()
+    except Exception:  # not a git checkout, or no git
+        return "unknown"
+
+
 def source_tags(command: str) -> dict[str, str]:
     from mlflow.utils.mlflow_tags import MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE
 
