@@ -182,7 +182,7 @@ def local_runs(project, tmp_path_factory):
 
     ``++`` sets both generators' key on each; hf_generate ignores ``path`` and responses_file ignores ``model``."""
     from biasflow.data.prompts import load_langfair_prompts
-    from test_crows_causal import build_tiny_gpt2
+    from conftest import build_tiny_gpt2
 
     model_dir = build_tiny_gpt2(tmp_path_factory.mktemp("models") / "tiny-gpt2")
     prompts = load_langfair_prompts({}, {})["prompt"].head(3).tolist()
