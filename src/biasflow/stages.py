@@ -236,10 +236,8 @@ def log_mlflow(plan_path: str, run_dir: str, out: str | None, uri: str | None = 
     from biasflow.tracking.mlflow_log import log_plan
 
     plan = json.loads(Path(plan_path).read_text())
+    # the whole plan always: the parent's params describe the plan, so the complete run later logs the same params
     unfinished = [s for s in job_states(plan) if s.state != "done"] if partial else []
-    if unfinished:
-        gone = {s.metric_dir for s in unfinished}
-        plan = dict(plan, jobs=[j for j in plan["jobs"] if j["metric_dir"] not in gone])
     record = log_plan(plan, Path(run_dir), uri=uri, unfinished=[vars(s) for s in unfinished])
     if out:
         write_json(record, out)

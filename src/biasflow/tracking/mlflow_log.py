@@ -512,7 +512,8 @@ def log_plan(plan: Mapping[str, Any], run_dir: Path, uri: str | None = None,
     real_uri = connect_uri(configured)
     shown = redact_uri(configured)
     run_dir = Path(run_dir)
-    missing = [str(p) for p in _required_files(plan) if not p.exists()]
+    skip = {u["metric_dir"] for u in unfinished or []}  # a partial run: its unfinished jobs get no child run yet
+    missing = [str(p) for p in _required_files(plan) if not p.exists() and str(p.parent) not in skip]
     if missing:
         raise TrackingError(f"cannot log plan {plan['plan_hash']} to MLflow: its results are incomplete "
                             f"({len(missing)} file(s) missing, e.g. {missing[0]}); run the plan first")
@@ -520,7 +521,7 @@ def log_plan(plan: Mapping[str, Any], run_dir: Path, uri: str | None = None,
     try:
         with mlflow_env():
             open_store(real_uri)
-            record = _log_plan(plan, run_dir, real_uri, redactor)
+            record = _log_plan(plan, run_dir, real_uri, redactor, skip)
             _note_unfinished(record["parent_run_id"], unfinished or [], real_uri, redactor)
     except TrackingError as exc:
         raise TrackingError(f"{redactor(str(exc))}\n{where_results(run_dir)}") from None
@@ -545,7 +546,8 @@ def _note_unfinished(parent_id: str, unfinished: list[dict[str, Any]], real_uri:
         client.log_text(parent_id, json.dumps(rows, indent=2), "unfinished_jobs.json")
 
 
-def _log_plan(plan: Mapping[str, Any], run_dir: Path, real_uri: str, redactor: Redactor) -> dict[str, Any]:
+def _log_plan(plan: Mapping[str, Any], run_dir: Path, real_uri: str, redactor: Redactor,
+              skip: set[str] = frozenset()) -> dict[str, Any]:
     from mlflow.tracking import MlflowClient
     from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE, MLFLOW_SOURCE_NAME
 
@@ -592,6 +594,8 @@ def _log_plan(plan: Mapping[str, Any], run_dir: Path, real_uri: str, redactor: R
             _log_files(client, parent_id, sorted(p for p in plots.iterdir() if p.is_file()), redactor,
                        artifact_path="plots")
         for job in plan["jobs"]:
+            if job["metric_dir"] in skip:
+                continue
             jid = job_id(job)
             start, end = times[jid]
             child_id = _find_run(client, exp_id, f"tags.`biasflow.job` = '{jid}' and "
