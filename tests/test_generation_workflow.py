@@ -139,14 +139,16 @@ def test_failed_generations_fail_the_run_and_a_rerun_retries_exactly_them(openai
     assert rc != 0
     assert "3 of 6 requests failed" in out and "re-run the same command to retry exactly the 3 failed" in out
     letters = lambda log: [(r["prompt"], r["seed"]) for r in log if r["prompt"].startswith("Write a letter")]
-    # --keep-going: every job that needs a failed request tries it (the cache keeps only answers), so a request
-    # may be sent once per job in the failing run; what counts is which requests failed and which are sent again
+    # The server fails each seed-1 request the first time it sees it. With --keep-going a later job of the failing
+    # run may already retry a failed request (the cache keeps only answers); the re-run sends what is still missing.
     failed = {x for x in letters(openai_runs["sent_first"]) if x[1] == 1}
     assert len(failed) == 3
     rc, out = openai_runs["second"]
     assert rc == 0, out[-4000:]
-    assert set(letters(openai_runs["sent_second"])) == failed  # answered ones are not sent again
-    assert len(letters(openai_runs["sent_second"])) == 3  # and each failed one is answered once, then cached
+    assert set(letters(openai_runs["sent_second"])) <= failed  # answered requests are never sent again
+    sends = Counter(letters(openai_runs["sent_first"]) + letters(openai_runs["sent_second"]))
+    assert {k: n for k, n in sends.items() if k in failed} == {k: 2 for k in failed}  # one failure, one answer
+    assert all(n == 1 for k, n in sends.items() if k not in failed)
     honest = Counter((r["prompt"], r["seed"]) for r in openai_runs["sent_first"] + openai_runs["sent_second"]
                      if not r["prompt"].startswith("Write a letter"))
     assert len(honest) == 3 * 2 and set(honest.values()) == {1}  # HONEST: 3 templates x k=2, each asked once

@@ -63,9 +63,20 @@ def project(tmp_path_factory):
     cfg.write_text(cfg.read_text().replace("results: results", f"results: {work / 'results'}").replace(
         "resources: resources", f"resources: {work / 'resources'}").replace(
         "cache: results/cache", f"cache: {work / 'results' / 'cache'}"))
-    gold = work / "resources" / "datasets" / "stereoset" / "stereoset_dev.json"
+    # a small dev file, pinned as the dev split's source by its checksum (a hand-placed file that matches no pinned
+    # checksum is refused where it is read)
+    import hashlib
+
+    import yaml
+
+    gold = work / "gold" / "stereoset_dev.json"
     gold.parent.mkdir(parents=True)
     gold.write_text(json.dumps(small_stereoset()))
+    bench = work / "conf" / "benchmark" / "stereoset.yaml"
+    doc = yaml.safe_load(bench.read_text())
+    doc["stereoset"]["files"]["dev"]["sources"] = [
+        {"url": gold.resolve().as_uri(), "sha256": hashlib.sha256(gold.read_bytes()).hexdigest()}]
+    bench.write_text(yaml.safe_dump(doc, sort_keys=False))
     return work
 
 
