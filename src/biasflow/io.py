@@ -93,6 +93,20 @@ def write_text_if_changed(text: str, path: str | os.PathLike) -> bool:
     return True
 
 
+def flatten_mapping(d, prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as one level of dotted keys (``{"a": {"b": 1}}`` -> ``{"a.b": 1}``); values kept as they are."""
+    from collections.abc import Mapping
+
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten_mapping(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
 def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:

@@ -11,20 +11,11 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-
-def _flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, Mapping):
-            out.update(_flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
+from biasflow.io import flatten_mapping
 
 
 def _job_options(job: Mapping[str, Any]) -> dict[str, Any]:
-    return _flatten({"metric": job.get("metric_cfg") or {}, "benchmark": job.get("benchmark_cfg") or {},
+    return flatten_mapping({"metric": job.get("metric_cfg") or {}, "benchmark": job.get("benchmark_cfg") or {},
                      "stats": job.get("stats") or {}, "mode": job.get("mode")})
 
 

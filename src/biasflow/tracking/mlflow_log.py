@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterator, Mapping
 import pandas as pd
 
 from biasflow.errors import TrackingError
+from biasflow.io import flatten_mapping
 from biasflow.secrets import redact_uri
 from biasflow.tracking.store import Redactor, connect_uri, mlflow_env, open_store, safe_artifacts
 
@@ -71,14 +72,9 @@ def metric_key(metric: str, category: str, suffix: str = "") -> str:
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
-    out: dict[str, str] = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, Mapping):
-            out.update(flatten(v, key + "."))
-        else:
-            out[key] = json.dumps(v) if isinstance(v, (list, tuple)) else str(v)
-    return out
+    """Dotted keys with MLflow's string values (lists as JSON)."""
+    return {k: json.dumps(v) if isinstance(v, (list, tuple)) else str(v)
+            for k, v in flatten_mapping(d, prefix).items()}
 
 
 def ui_path(experiment_id: str, run_id: str | None = None) -> str:
