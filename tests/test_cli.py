@@ -2,25 +2,18 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, project_copy
 
 
 @pytest.fixture()
 def project(tmp_path):
-    conf = tmp_path / "conf"
-    shutil.copytree(ROOT / "conf", conf)
-    (conf / "config.yaml").write_text((conf / "config.yaml").read_text().replace(
-        "results: results", f"results: {tmp_path / 'results'}").replace(
-        "resources: resources", f"resources: {tmp_path / 'resources'}").replace(
-        "cache: results/cache", f"cache: {tmp_path / 'results' / 'cache'}"))
-    return tmp_path
+    return project_copy(tmp_path)
 
 
 def biasflow(project: Path, *args: str) -> subprocess.CompletedProcess:

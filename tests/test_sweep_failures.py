@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, project_copy
 from test_workflow import planned_jobs
 
 pytestmark = pytest.mark.slow
@@ -19,18 +19,13 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture()
 def project(tmp_path, tiny_bert_dir, crows_csv):
-    conf = tmp_path / "conf"
-    shutil.copytree(ROOT / "conf", conf)
+    conf = project_copy(tmp_path) / "conf"
     broken = tmp_path / "broken_model"
     broken.mkdir()
     (broken / "README.txt").write_text("weights still uploading")
     for name, path in (("tiny_ok", tiny_bert_dir), ("tiny_broken", broken)):
         (conf / "model" / f"{name}.yaml").write_text(
             f"name: {name}\nkind: masked_lm\npath: {path}\nlowercase: true\ndevice: cpu\nbatch_tokens: 2048\n")
-    (conf / "config.yaml").write_text((conf / "config.yaml").read_text().replace(
-        "results: results", f"results: {tmp_path / 'results'}").replace(
-        "resources: resources", f"resources: {tmp_path / 'resources'}").replace(
-        "cache: results/cache", f"cache: {tmp_path / 'results' / 'cache'}"))
     raw = tmp_path / "resources" / "datasets" / "crows_pairs" / "crows_pairs_anonymized.csv"
     raw.parent.mkdir(parents=True)
     shutil.copy(crows_csv, raw)
