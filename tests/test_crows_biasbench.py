@@ -11,9 +11,9 @@ import torch
 
 from biasflow.metrics import crows_pairs as cp
 from biasflow.metrics import crows_pairs_biasbench as bb
-from biasflow.registry import ScoreContext
-from biasflow.scoring.cache import ScoreCache
-from biasflow.scoring.masked import PLL_KIND
+from biasflow.scoring.answer import metric_answers, request_frame
+from biasflow.scoring.cache import AnswerCache
+from biasflow.scoring.requests import PseudoLogLikelihood
 
 NAN = float("nan")
 
@@ -46,14 +46,18 @@ def pairs_frame():
     items = pd.DataFrame([{"item_id": p[0], "direction": p[1], "category": p[2], "sent_more": p[3],
                            "sent_less": p[4]} for p in PAIRS])
     rows = [r for p in PAIRS for r in ((p[3], p[5], p[6]), (p[4], p[7], p[8]))]
-    scores = pd.DataFrame({"key": [r[0] for r in rows], "kind": PLL_KIND, "text": [r[0] for r in rows],
-                           "token_ids": [r[1] for r in rows], "logprobs": [r[2] for r in rows]})
-    return items, scores
+    return items, pll_answers(rows)
+
+
+def pll_answers(rows):
+    """An answers table for (text, token_ids, logprobs) rows, as the score stage writes it."""
+    frame = request_frame([PseudoLogLikelihood(r[0]) for r in rows])
+    return frame.assign(token_ids=[r[1] for r in rows], logprobs=[r[2] for r in rows])
 
 
 def test_hand_computed_pairs():
     items, scores = pairs_frame()
-    per = bb.compute(items, scores, {"_model": {}}).set_index("item_id")
+    per = bb.compute(items, scores, {}).set_index("item_id")
     assert per.loc["a", ["score_more", "score_less"]].tolist() == [-1.0, -1.5]
     assert per.loc["a", ["n_diff_tokens_more", "n_diff_tokens_less"]].tolist() == [1, 2]
     assert per.loc["b", ["score_more", "score_less"]].tolist() == [-4.0, -2.0]
@@ -73,11 +77,11 @@ def test_hand_computed_pairs():
 def test_special_token_in_diff_is_a_clear_error():
     items = pd.DataFrame([{"item_id": "z", "direction": "stereo", "category": "age", "sent_more": "m",
                            "sent_less": "l"}])
-    scores = pd.DataFrame({"key": ["m", "l"], "kind": PLL_KIND, "text": ["m", "l"],
-                           "token_ids": [[101, 5, 100, 102], [101, 5, 6, 102]],
-                           "logprobs": [[NAN, -1.0, NAN, NAN], [NAN, -1.0, -2.0, NAN]]})
+    scores = pll_answers([("m", [101, 5, 100, 102], [NAN, -1.0, NAN, NAN]),
+                          ("l", [101, 5, 6, 102], [NAN, -1.0, -2.0, NAN])])
+    items = items.head(1).assign(sent_more="m", sent_less="l")
     with pytest.raises(ValueError, match="special token"):
-        bb.compute(items, scores, {"_model": {}})
+        bb.compute(items, scores, {})
 
 
 def naive_bias_bench(adapter, items):
@@ -115,9 +119,8 @@ def test_against_reference_loop_on_real_pairs(tiny_bert, crows_csv, tmp_path):
     from biasflow.registry import get_loader
 
     items = get_loader("crows_pairs")({"csv": crows_csv}, {"split": "all"}).head(25)
-    ctx = ScoreContext(items=items, metric_cfg={"benchmark": "crows_pairs"}, model_cfg={"name": "tiny"},
-                       cache_dir=tmp_path, _model=tiny_bert)
-    per = bb.compute(items, bb.score(ctx), {"_model": {"lowercase": True}})
+    answers = metric_answers("crows_pairs_biasbench", items, {}, None, tmp_path, model=tiny_bert)
+    per = bb.compute(items, answers, {})
     want = naive_bias_bench(tiny_bert, items)
     kept = per[~per.skipped]
     assert set(kept.item_id) == set(want)
@@ -135,23 +138,19 @@ def test_reuses_the_core_pll_cache(tiny_bert, tmp_path):
     items = pd.DataFrame({"item_id": ["p1"], "category": ["gender"], "direction": ["stereo"],
                           "sent_more": ["The doctor said she was tired."],
                           "sent_less": ["The doctor said he was tired."]})
-    core_ctx = ScoreContext(items=items, metric_cfg={"variants": ["pll"]}, model_cfg={"name": "tiny"},
-                            cache_dir=tmp_path, _model=tiny_bert)
-    cp.score(core_ctx)
+    metric_answers("crows_pairs", items, {"variants": ["pll"]}, None, tmp_path, model=tiny_bert)
     writes = []
-    real_put = ScoreCache.put
+    real_put = AnswerCache.put
 
     def counting_put(self, df):
         writes.append(len(df))
         return real_put(self, df)
 
-    ScoreCache.put = counting_put
+    AnswerCache.put = counting_put
     try:
-        ctx = ScoreContext(items=items, metric_cfg={}, model_cfg={"name": "tiny"}, cache_dir=tmp_path,
-                           _model=tiny_bert)
-        scores = bb.score(ctx)
+        scores = metric_answers("crows_pairs_biasbench", items, {}, None, tmp_path, model=tiny_bert)
     finally:
-        ScoreCache.put = real_put
+        AnswerCache.put = real_put
     assert writes == [] and len(scores) == 2
-    per = bb.compute(items, scores, {"_model": {"lowercase": True}})
+    per = bb.compute(items, scores, {})
     assert per.n_diff_tokens_more.tolist() == [1] and not per.skipped.any()

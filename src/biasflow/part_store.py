@@ -95,8 +95,10 @@ class PartStore:
             if not parts:
                 return None
             try:
-                return ds.dataset([str(p) for p in parts], format="parquet").to_table(columns=columns,
-                                                                                     filter=filter)
+                # parts may differ in columns (an answer column all-null in one chunk): read them under one schema
+                schema = pa.unify_schemas([pq.read_schema(p) for p in parts], promote_options="permissive")
+                return ds.dataset([str(p) for p in parts], schema=schema, format="parquet").to_table(
+                    columns=[c for c in columns if c in schema.names] if columns else None, filter=filter)
             except FileNotFoundError:
                 continue  # another process quarantined or renamed a part meanwhile: list again
             except pa.ArrowException:

@@ -56,9 +56,12 @@ class MetricSpec:
     name: str
     benchmark: str | None
     model_kinds: tuple[str, ...]
-    score: Callable[[ScoreContext], pd.DataFrame]
     compute: Callable[[pd.DataFrame, pd.DataFrame, Mapping[str, Any]], pd.DataFrame]
     aggregate: Callable[[pd.DataFrame, Mapping[str, Any]], pd.DataFrame]
+    # what the metric asks of the model: (items, cfg, model kind) -> [scoring.requests.Request]; the score stage
+    # answers them (scoring.answer) and ``compute(items, answers, cfg)`` reads the answers by request key
+    requests: Callable[[pd.DataFrame, Mapping[str, Any], str], list] | None = None
+    score: Callable[[ScoreContext], pd.DataFrame] | None = None  # TEMPORARY: metrics not yet on requests
     score_keys: tuple[str, ...] = ()
     headline: tuple[str, ...] = ()  # metric names shown first in tables and logged as the run's headline
     plot_metric: str | None = None  # the per-category metric drawn as a bar plot

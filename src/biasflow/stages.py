@@ -153,15 +153,28 @@ def prepare(benchmark: str, benchmark_cfg: Mapping[str, Any], raw_files: Mapping
 
 
 def score(params: Mapping[str, Any], items_path: str | None, out: str, cache_dir: str) -> pd.DataFrame:
+    """The generic score stage: the metric's requests, answered by the model behind the one cache."""
     spec = get_metric(params["metric"])
     items = pd.read_parquet(items_path) if items_path else pd.DataFrame()
     # run.mode reaches the metric as cfg["_mode"] (options that follow it: biasflow.metrics._mode)
-    ctx = ScoreContext(items=items, metric_cfg=dict(params["metric_cfg"], _mode=params.get("mode", "parity")),
-                       model_cfg=params["model"], cache_dir=Path(cache_dir))
+    cfg = dict(params["metric_cfg"], _mode=params.get("mode", "parity"))
+    model_cfg = params["model"]
     started, start = time.time(), time.perf_counter()
-    scores = spec.score(ctx)
+    if spec.requests is not None:
+        from biasflow.scoring.answer import Models, metric_answers
+
+        models = Models(model_cfg)
+        scores = metric_answers(spec.name, items, cfg, model_cfg, Path(cache_dir), models=models)
+        loaded = list(models.loaded.values())
+    else:  # TEMPORARY: metrics not yet on requests
+        ctx = ScoreContext(items=items, metric_cfg=cfg, model_cfg=model_cfg, cache_dir=Path(cache_dir))
+        scores = spec.score(ctx)
+        loaded = [ctx._model] if ctx._model is not None else []
     write_parquet(scores, out)
-    provenance = ctx.model.provenance() if ctx._model is not None and hasattr(ctx.model, "provenance") else {}
+    provenance = {}
+    for model in loaded:
+        if hasattr(model, "provenance"):
+            provenance.update(model.provenance())
     write_json({"provenance": provenance, "rows": len(scores), "seconds": time.perf_counter() - start,
                 "started": started, "finished": time.time()}, f"{out}.meta.json")
     log.info("scored %d rows in %.1fs -> %s", len(scores), time.perf_counter() - start, out)

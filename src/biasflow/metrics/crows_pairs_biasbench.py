@@ -13,8 +13,8 @@
 * counting as Nangia: a tie counts in N as neither; metric score = 100 x (stereo wins + anti-stereo wins) / N.
   bias-bench evaluates one bias type per run; the per-category rows here are those runs.
 
-The per-token PLL vectors come from the core's shared PLL cache (kind ``pll``), so this metric and the Nangia
-metric on the same model run the masked LM once.
+The per-token PLL vectors answer the same ``PseudoLogLikelihood`` requests as the Nangia metric's, so the two
+metrics on the same model run the masked LM once (one cache).
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from biasflow.metrics.crows_pairs import aggregate_pll, judge, pair_texts, pll_replicates, sent_order
-from biasflow.registry import MetricSpec, ScoreContext, register_metric
-from biasflow.score_kinds import PLL_KIND
+from biasflow.registry import MetricSpec, register_metric
+from biasflow.scoring.requests import PseudoLogLikelihood
 from biasflow.stats.bootstrap import Resamples
 
 SCORE_DIGITS = 3
@@ -53,14 +53,17 @@ def mean_span_logprob(logprobs, span: list[int], text: str) -> float:
     return float(np.mean(values))
 
 
-def compute(items: pd.DataFrame, scores: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
-    lower = bool(cfg.get("_model", {}).get("lowercase"))
-    norm = (lambda s: s.lower()) if lower else (lambda s: s)
-    by_text = scores[scores.kind == PLL_KIND].set_index("text")
+def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[PseudoLogLikelihood]:
+    """The PLL of both sentences of every pair (the same requests as metric crows_pairs: scored once)."""
+    return [PseudoLogLikelihood(t) for t in pair_texts(items)]
+
+
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    by_key = answers.set_index("key")
     rows = []
     for it in items.itertuples(index=False):
-        t1, t2 = sent_order(it.direction, norm(it.sent_more), norm(it.sent_less))
-        r1, r2 = by_text.loc[t1], by_text.loc[t2]
+        t1, t2 = sent_order(it.direction, it.sent_more, it.sent_less)
+        r1, r2 = by_key.loc[PseudoLogLikelihood(t1).key], by_key.loc[PseudoLogLikelihood(t2).key]
         span1, span2 = diff_spans(r1["token_ids"], r2["token_ids"])
         base = {"item_id": it.item_id, "category": it.category, "direction": it.direction, "variant": "biasbench",
                 "n_diff_tokens_more": 0, "n_diff_tokens_less": 0}
@@ -95,21 +98,11 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resam
     return out
 
 
-def score(ctx: ScoreContext) -> pd.DataFrame:
-    from biasflow.scoring.cache import ScoreCache
-    from biasflow.scoring.masked import pll_table
-
-    model = ctx.model
-    texts = pair_texts(ctx.items)
-    cache = ScoreCache(ctx.cache_dir, model.fingerprint, PLL_KIND)  # shared with metric crows_pairs
-    return pll_table(model, texts, cache=cache, batch_tokens=int(ctx.model_cfg.get("batch_tokens", 8192)))
-
-
 SPEC = register_metric(MetricSpec(
     name="crows_pairs_biasbench",
     benchmark="crows_pairs",
     model_kinds=("masked_lm",),
-    score=score,
+    requests=requests,
     compute=compute,
     aggregate=aggregate,
     score_keys=(),

@@ -1,19 +1,22 @@
-"""Append-only, content-addressed Parquet cache of model outputs.
+"""The one cache of model answers: append-only, content-addressed Parquet parts.
 
-Layout: ``<root>/<fingerprint>/<kind>/part-<time>-<pid>-<rand>-sha256-<hex>.parquet``, a ``PartStore``
+Layout: ``<root>/<model fingerprint>/<request kind>/part-<time>-<pid>-<rand>-sha256-<hex>.parquet``, a ``PartStore``
 (``biasflow.part_store``): every write is a new part file written atomically under a unique name, so concurrent jobs
 (threads, processes, cluster nodes on a shared file system) never corrupt each other and appending never rewrites
 old results; every part is checked against its sha256 before it is read, and a damaged one is quarantined (with a
-warning) so its rows are computed again. Reads push a ``key in (...)`` filter down to the Parquet files and load
-only the rows asked for. Duplicate keys (two jobs that raced on the same request) are harmless: the first row wins.
+warning) so its rows are computed again. A row is one answer: ``key`` (``Request.key``: request kind and fields),
+``kind``, the request's fields and the answer's columns. Reads push a ``key in (...)`` filter down to the Parquet
+files and load only the rows asked for.
+
+Duplicate keys (two jobs that raced on the same request) are harmless: the first row wins. Answers that can fail
+(a generation request to a server) carry ``status``; a lookup prefers an ``ok`` row and otherwise returns the latest
+failure, so a later successful retry supersedes a failure without deleting anything.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Iterable
 
 import pandas as pd
 import pyarrow as pa
@@ -22,13 +25,7 @@ import pyarrow.dataset as ds
 from biasflow.part_store import PartStore
 
 
-def request_key(fingerprint: str, kind: str, inputs: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> str:
-    """sha256 of (model fingerprint, request kind, normalised inputs, options that change the numbers)."""
-    blob = json.dumps([fingerprint, kind, inputs, options or {}], sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-class ScoreCache:
+class AnswerCache:
     def __init__(self, root: str | os.PathLike, fingerprint: str, kind: str):
         self.fingerprint = fingerprint
         self.kind = kind
@@ -37,12 +34,20 @@ class ScoreCache:
         self.writes = 0  # number of part files this instance wrote (tests count model work with it)
 
     def get(self, keys: Iterable[str], columns: list[str] | None = None) -> pd.DataFrame:
+        """The best row per key among ``keys`` (those never answered are absent)."""
         keys = list(dict.fromkeys(keys))
         table = self.store.read(columns=columns, filter=ds.field("key").isin(pa.array(keys, type=pa.string()))) \
             if keys else None
-        if table is None:
+        if table is None or table.num_rows == 0:
             return pd.DataFrame({"key": pd.Series([], dtype=str)})
-        return table.to_pandas().drop_duplicates("key", keep="first").reset_index(drop=True)
+        df = table.to_pandas()
+        if "status" not in df:
+            return df.drop_duplicates("key", keep="first").reset_index(drop=True)
+        ok = df["status"] == "ok"
+        first_ok = df[ok].drop_duplicates("key", keep="first")
+        # parts are read in name order, which starts with the write time: the last failure is the latest
+        last_failure = df[~ok & ~df["key"].isin(first_ok["key"])].drop_duplicates("key", keep="last")
+        return pd.concat([first_ok, last_failure], ignore_index=True)
 
     def put(self, df: pd.DataFrame) -> Path | None:
         if df.empty:
@@ -57,21 +62,25 @@ class ScoreCache:
         table = self.store.read(columns=["key"])
         return set() if table is None else set(table.column("key").to_pylist())
 
-    def fetch_or_compute(self, requests: pd.DataFrame, compute: Callable[[pd.DataFrame], pd.DataFrame],
-                         chunk_size: int = 512) -> pd.DataFrame:
-        """Rows for every request (one per distinct ``key``), computing only the missing ones.
 
-        Missing requests are computed in chunks and each chunk is written as it finishes, so an interrupted run
-        keeps its progress and a restart computes only what is still missing.
-        """
+# --- TEMPORARY: the per-metric scorers' old interface, removed once every metric declares requests -----------
+import hashlib as _hashlib  # noqa: E402
+import json as _json  # noqa: E402
+
+
+def request_key(fingerprint, kind, inputs, options=None):
+    blob = _json.dumps([fingerprint, kind, inputs, options or {}], sort_keys=True, separators=(",", ":"))
+    return _hashlib.sha256(blob.encode()).hexdigest()
+
+
+class ScoreCache(AnswerCache):
+    def fetch_or_compute(self, requests, compute, chunk_size=512):
         requests = requests.drop_duplicates("key").reset_index(drop=True)
         hits = self.get(requests["key"])
-        have = set(hits["key"]) if not hits.empty else set()
-        missing = requests[~requests["key"].isin(have)]
+        missing = requests[~requests["key"].isin(set(hits["key"]))]
         frames = [hits] if not hits.empty else []
         for start in range(0, len(missing), chunk_size):
-            chunk = missing.iloc[start:start + chunk_size]
-            out = compute(chunk)
+            out = compute(missing.iloc[start:start + chunk_size])
             self.put(out)
             frames.append(out)
         if not frames:

@@ -138,6 +138,23 @@ def token_str_table(adapter, templates: Sequence[str], words: Sequence[Sequence[
                          token_str_probabilities, cache, batch_tokens, progress)
 
 
+def answer_mask_candidates(adapter, requests, budget) -> pd.DataFrame:
+    """Answerer of ``MaskCandidates``: template and words cased as the model expects (``model.lowercase``), each
+    word scored by its first piece: ``piece_ids``, ``n_pieces``, ``probs``, ``ranks``."""
+    templates = [adapter.normalise(r.template).replace(MASK_PLACEHOLDER.lower(), MASK_PLACEHOLDER) for r in requests]
+    words = [[adapter.normalise(w) for w in r.candidates] for r in requests]
+    found = candidate_probabilities(adapter, templates, words, budget.batch_tokens, budget.progress)
+    return pd.DataFrame(found).drop(columns="candidates")
+
+
+def answer_mask_token_str(adapter, requests, budget) -> pd.DataFrame:
+    """Answerer of ``MaskTokenStr``: templates and words as written (the HF pipeline's tokenizer does its own
+    lowercasing): ``match_probs``, ``match_ranks``."""
+    found = token_str_probabilities(adapter, [r.template for r in requests], [list(r.candidates) for r in requests],
+                                    budget.batch_tokens, budget.progress)
+    return pd.DataFrame(found).drop(columns="candidates")
+
+
 def top_k_probability(prob: float, rank: int, n_pieces: int, top_k: int | None) -> float:
     """Probability as a top-k fill-mask list reports it: 0 when the word is not among the k best single pieces."""
     if top_k is None:

@@ -77,6 +77,14 @@ def pseudo_log_likelihoods(adapter, token_ids: Sequence[Sequence[int]], batch_to
     return [scores[o].copy() for o in owner]
 
 
+def answer_pll(adapter, requests, budget) -> pd.DataFrame:
+    """Answerer of ``PseudoLogLikelihood`` requests: token_ids, logprobs (NaN at special tokens), total."""
+    ids = encode(adapter, [adapter.normalise(r.text) for r in requests])
+    lps = pseudo_log_likelihoods(adapter, ids, batch_tokens=budget.batch_tokens, progress=budget.progress)
+    return pd.DataFrame({"token_ids": [list(map(int, x)) for x in ids], "logprobs": [x.tolist() for x in lps],
+                         "total": [float(np.nansum(x)) for x in lps]})
+
+
 def pll_table(adapter, texts: Sequence[str], cache: ScoreCache | None = None, batch_tokens: int = 8192,
               progress: bool = True) -> pd.DataFrame:
     """One row per distinct (normalised) text: key, text, token_ids, logprobs, total. Uses the cache if given."""

@@ -1,0 +1,203 @@
+"""Answering requests: each model kind answers the request kinds it can, behind the one cache.
+
+``answer_requests(requests, model_cfg, cache_root)`` de-duplicates the requests, looks every one up in the cache
+(``AnswerCache``: ``<cache_root>/<model fingerprint>/<request kind>/``), loads the model only if something is missing,
+answers the missing requests in chunks through the answerer ``ANSWERERS[(model kind, request kind)]`` (each chunk
+written to the cache as it finishes, so an interrupted run keeps its progress) and returns one row per distinct
+request: ``key``, ``kind``, the request's fields and the answer's columns.
+
+An answerer is ``fn(model, requests, budget) -> DataFrame`` with one row per request, in order, holding the answer's
+columns only. ``budget`` (``Budget``) carries the model config's token budgets; when a chunk runs out of memory the
+dispatcher halves the token budget and answers the chunk again, for every request kind.
+
+The table below is the whole map of who answers what; answerers are imported only when needed (this module imports
+neither torch nor transformers).
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import pandas as pd
+
+from biasflow.errors import ConfigError
+from biasflow.scoring.requests import Request
+
+log = logging.getLogger(__name__)
+
+# (model kind, request kind) -> "module:function"
+ANSWERERS: dict[tuple[str, str], str] = {
+    ("masked_lm", "pll"): "biasflow.scoring.masked:answer_pll",
+    ("masked_lm", "unmasked_logprobs"): "biasflow.scoring.unmasked:answer_unmasked_logprobs",
+    ("masked_lm", "mask_candidates"): "biasflow.scoring.fill_mask:answer_mask_candidates",
+    ("masked_lm", "mask_token_str"): "biasflow.scoring.fill_mask:answer_mask_token_str",
+    ("masked_lm", "mask_top_k"): "biasflow.scoring.fill_mask:answer_mask_top_k",
+    ("masked_lm", "multi_mask"): "biasflow.scoring.multi_mask:answer_multi_mask",
+    ("masked_lm", "blank_fill"): "biasflow.scoring.stereoset:answer_blank_fill",
+    ("masked_lm", "next_sentence"): "biasflow.scoring.stereoset:answer_next_sentence",
+    ("bert_nsp", "next_sentence"): "biasflow.scoring.stereoset:answer_next_sentence",
+    ("causal_lm", "token_logprobs"): "biasflow.scoring.causal:answer_token_logprobs",
+    ("causal_lm", "continuation_logprobs"): "biasflow.scoring.causal_options:answer_continuation_logprobs",
+    ("sentence_encoder", "sentence_embedding"): "biasflow.scoring.embeddings:answer_sentence_embedding",
+    ("word_vectors", "word_vector"): "biasflow.models.vectors:answer_word_vector",
+}
+
+# a request kind a model kind answers with a sibling head of the same checkpoint (loaded as that kind)
+LOAD_AS: dict[tuple[str, str], str] = {("masked_lm", "next_sentence"): "bert_nsp"}
+
+DEFAULT_BATCH_TOKENS = 8192
+DEFAULT_MAX_LOGITS = 1 << 26  # 64M floats = 256 MB of logits per forward pass
+MIN_BATCH_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much one forward pass may hold: ``batch_tokens`` (rows x padded length) and ``max_logits`` (rows x
+    length x vocabulary floats), from the model config; ``progress`` shows bars."""
+
+    batch_tokens: int = DEFAULT_BATCH_TOKENS
+    max_logits: int = DEFAULT_MAX_LOGITS
+    progress: bool = True
+
+    @classmethod
+    def from_model_cfg(cls, cfg: Mapping[str, Any], progress: bool = True) -> "Budget":
+        return cls(batch_tokens=int(cfg.get("batch_tokens") or DEFAULT_BATCH_TOKENS),
+                   max_logits=int(cfg.get("max_logits") or DEFAULT_MAX_LOGITS), progress=progress)
+
+
+def answerer(model_kind: str, request_kind: str, metric: str | None = None) -> Callable:
+    target = ANSWERERS.get((model_kind, request_kind))
+    if target is None:
+        can = sorted(m for m, r in ANSWERERS if r == request_kind)
+        who = f" (asked by metric {metric!r})" if metric else ""
+        raise ConfigError(f"model.kind={model_kind!r} cannot answer {request_kind!r} requests{who}; "
+                          f"model kinds that can: {can or 'none'}")
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def can_answer(model_kind: str, request_kind: str) -> bool:
+    return (model_kind, request_kind) in ANSWERERS
+
+
+class Models:
+    """The job's model(s), loaded on first use: the configured one and any sibling head (``LOAD_AS``)."""
+
+    def __init__(self, model_cfg: Mapping[str, Any], model: Any = None):
+        self.cfg = dict(model_cfg)
+        self._loaded: dict[str, Any] = {self.cfg.get("kind"): model} if model is not None else {}
+
+    def get(self, kind: str | None = None):
+        kind = kind or self.cfg.get("kind")
+        if kind not in self._loaded:
+            from biasflow.models import load_model
+
+            self._loaded[kind] = load_model({**self.cfg, "kind": kind})
+        return self._loaded[kind]
+
+    @property
+    def loaded(self) -> dict[str, Any]:
+        return dict(self._loaded)
+
+
+def _answer_chunk(fn: Callable, model: Any, chunk: Sequence[Request], budget: Budget) -> pd.DataFrame:
+    """``fn`` on ``chunk``; on out-of-memory the token budget is halved and the chunk answered again."""
+    from biasflow.scoring.batching import is_out_of_memory
+
+    while True:
+        try:
+            out = fn(model, list(chunk), budget)
+        except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled
+            if not is_out_of_memory(exc) or budget.batch_tokens <= MIN_BATCH_TOKENS:
+                raise
+            smaller = replace(budget, batch_tokens=max(MIN_BATCH_TOKENS, budget.batch_tokens // 2),
+                              max_logits=max(1, budget.max_logits // 2))
+            log.warning("out of memory answering %d %s requests; token budget %d -> %d", len(chunk),
+                        chunk[0].kind, budget.batch_tokens, smaller.batch_tokens)
+            budget = smaller
+            continue
+        if len(out) != len(chunk):
+            raise RuntimeError(f"answerer {fn.__module__}.{fn.__name__} returned {len(out)} rows "
+                               f"for {len(chunk)} {chunk[0].kind} requests")
+        return out.reset_index(drop=True)
+
+
+def request_frame(requests: Sequence[Request]) -> pd.DataFrame:
+    """``key``, ``kind`` and the request's fields, one row per request."""
+    return pd.DataFrame([{"key": r.key, "kind": r.kind, **r.fields()} for r in requests])
+
+
+def answer_requests(requests: Sequence[Request], model_cfg: Mapping[str, Any], cache_root: str | Path | None,
+                    *, model: Any = None, models: Models | None = None, metric: str | None = None,
+                    chunk_size: int = 512, progress: bool = True) -> pd.DataFrame:
+    """One row per distinct request (first-asked order): key, kind, request fields, answer columns.
+
+    ``cache_root`` None answers everything without the cache. ``model`` is an already loaded adapter of
+    ``model_cfg``'s kind (else loaded on first need).
+    """
+    models = models or Models(model_cfg, model)
+    budget = Budget.from_model_cfg(model_cfg, progress=progress)
+    unique = list({r.key: r for r in requests}.values())
+    kind_of_model = str(model_cfg.get("kind"))
+    frames = []
+    for request_kind in dict.fromkeys(r.kind for r in unique):
+        todo = [r for r in unique if r.kind == request_kind]
+        fn = answerer(kind_of_model, request_kind, metric)
+        adapter = models.get(LOAD_AS.get((kind_of_model, request_kind)))
+        cache = None
+        hits = pd.DataFrame({"key": pd.Series([], dtype=str)})
+        if cache_root is not None:
+            from biasflow.scoring.cache import AnswerCache
+
+            cache = AnswerCache(cache_root, adapter.fingerprint, request_kind)
+            hits = cache.get([r.key for r in todo])
+            if "status" in hits:  # failed answers (a server error) are asked again
+                hits = hits[hits["status"] == "ok"]
+        have = set(hits["key"])
+        missing = [r for r in todo if r.key not in have]
+        log.info("%s requests: %d, %d cached, %d to answer (%s)", request_kind, len(todo), len(todo) - len(missing),
+                 len(missing), getattr(adapter, "name", kind_of_model))
+        parts = [hits] if len(hits) else []
+        for start in range(0, len(missing), chunk_size):
+            chunk = missing[start:start + chunk_size]
+            answers = _answer_chunk(fn, adapter, chunk, budget)
+            rows = pd.concat([request_frame(chunk), answers.drop(columns=[c for c in ("key", "kind")
+                                                                          if c in answers])], axis=1)
+            if cache is not None:
+                cache.put(rows)
+            parts.append(rows)
+        if parts:
+            table = pd.concat(parts, ignore_index=True).drop_duplicates("key", keep="first")
+            order = {r.key: i for i, r in enumerate(todo)}
+            frames.append(table.sort_values("key", key=lambda s: s.map(order), kind="stable"))
+    if not frames:
+        return pd.DataFrame({"key": pd.Series([], dtype=str), "kind": pd.Series([], dtype=str)})
+    return pd.concat(frames, ignore_index=True)
+
+
+def lookup(answers: pd.DataFrame, requests: Sequence[Request], column: str) -> list:
+    """``column`` of the answer to each request, in the requests' order (KeyError naming a missing one)."""
+    by_key = answers.drop_duplicates("key").set_index("key")[column]
+    missing = [r for r in requests if r.key not in by_key.index]
+    if missing:
+        raise KeyError(f"no answer to {len(missing)} {missing[0].kind} requests (first: {missing[0]}); "
+                       f"the scores file does not match the items or the metric config")
+    return [by_key[r.key] for r in requests]
+
+
+def metric_answers(metric: str, items: pd.DataFrame, metric_cfg: Mapping[str, Any],
+                   model_cfg: Mapping[str, Any] | None, cache_root: str | Path | None, *, model: Any = None,
+                   models: Models | None = None, progress: bool = True) -> pd.DataFrame:
+    """What the score stage writes for one metric: its requests on ``items``, answered (see ``answer_requests``).
+    ``model_cfg`` None takes the config of the loaded ``model``."""
+    from biasflow.registry import get_metric
+
+    spec = get_metric(metric)
+    if model_cfg is None:
+        model_cfg = dict(getattr(model, "cfg", None) or {"kind": model.kind})
+    models = models or Models(model_cfg, model)
+    requests = spec.requests(items, metric_cfg, str(model_cfg.get("kind")))
+    return answer_requests(requests, model_cfg, cache_root, models=models, metric=spec.name, progress=progress)
