@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -60,51 +61,80 @@ def resolve_device(name: str | None) -> torch.device:
     return torch.device(name)
 
 
+@dataclass
+class Loaded:
+    """What ``load_pretrained`` gives: the model (eval mode, on its device), its tokenizer and where it came from."""
+
+    model: Any
+    tokenizer: Any
+    source: str
+    device: torch.device
+    dtype: torch.dtype
+    resolved_revision: str
+
+    def fingerprint(self, cfg: Mapping[str, Any]) -> str:
+        """Changes whenever the model's outputs could: the scoring options, the resolved revision, the class."""
+        return stable_hash({"config": config_fingerprint(cfg), "revision": self.resolved_revision,
+                            "cls": type(self.model).__name__}, 24)
+
+
+def load_pretrained(cfg: Mapping[str, Any], auto_class: Any, *, tokenizer: bool = True) -> Loaded:
+    """THE way biasflow loads a Hugging Face model: ``model.path`` (a local ``save_pretrained`` folder, checked) or
+    ``model.hub_id`` at ``model.revision``, in ``model.dtype`` on ``model.device`` (auto: cuda, mps, cpu), with
+    ``model.attn_implementation`` if set. Errors name the model and where it was looked for."""
+    from transformers import AutoTokenizer
+
+    name = cfg.get("name") or source_of(cfg)
+    source = source_of(cfg)
+    revision = cfg.get("revision") or None
+    device = resolve_device(cfg.get("device", "auto"))
+    dtype_name = str(cfg.get("dtype", "float32"))
+    if dtype_name not in DTYPES:
+        raise ModelLoadError(f"model.dtype={dtype_name!r} is not one of {sorted(DTYPES)}")
+    local = Path(source).expanduser()
+    is_local = local.exists()
+    if cfg.get("path") and not is_local:
+        raise ModelLoadError(f"model.path={source!r} does not exist")
+    if is_local:
+        check_model_folder(local, name)
+    kwargs: dict[str, Any] = {}
+    if not is_local and revision:
+        kwargs["revision"] = revision
+    where_from = str(local) if is_local else source
+    try:
+        tok = AutoTokenizer.from_pretrained(where_from, **kwargs) if tokenizer else None
+        model_kwargs = dict(kwargs, dtype=DTYPES[dtype_name])
+        if cfg.get("attn_implementation"):
+            model_kwargs["attn_implementation"] = cfg["attn_implementation"]
+        model = auto_class.from_pretrained(where_from, **model_kwargs)
+    except (OSError, ValueError, ImportError) as exc:
+        where = f"local folder {local}" if is_local else f"hub id {source!r} (revision {revision})"
+        raise ModelLoadError(f"could not load model {name!r} from {where}: {exc}") from exc
+    model.to(device).eval()
+    if is_local:
+        resolved = "local:" + local_weights_digest(local)
+    else:
+        resolved = getattr(model.config, "_commit_hash", None) or revision or "unpinned"
+    return Loaded(model=model, tokenizer=tok, source=source, device=device, dtype=DTYPES[dtype_name],
+                  resolved_revision=resolved)
+
+
 class HFAdapter:
-    """Base adapter: loads tokenizer + model once, records provenance, runs in eval + inference mode."""
+    """Base adapter: loads tokenizer + model once (``load_pretrained``), records provenance, runs in eval mode."""
 
     auto_class: Any = None
     kind = "hf"
 
     def __init__(self, cfg: Mapping[str, Any]):
-        from transformers import AutoTokenizer
-
         self.cfg = dict(cfg)
         self.name = cfg.get("name") or source_of(cfg)
-        self.source = source_of(cfg)
-        self.revision = cfg.get("revision") or None
-        self.device = resolve_device(cfg.get("device", "auto"))
-        dtype_name = str(cfg.get("dtype", "float32"))
-        if dtype_name not in DTYPES:
-            raise ModelLoadError(f"model.dtype={dtype_name!r} is not one of {sorted(DTYPES)}")
-        self.dtype = DTYPES[dtype_name]
         self.lowercase = bool(cfg.get("lowercase", False))
-        local = Path(self.source).expanduser()
-        is_local = local.exists()
-        if cfg.get("path") and not is_local:
-            raise ModelLoadError(f"model.path={self.source!r} does not exist")
-        if is_local:
-            check_model_folder(local, self.name)
-        kwargs: dict[str, Any] = {}
-        if not is_local and self.revision:
-            kwargs["revision"] = self.revision
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(str(local) if is_local else self.source, **kwargs)
-            model_kwargs = dict(kwargs, dtype=self.dtype)
-            if cfg.get("attn_implementation"):
-                model_kwargs["attn_implementation"] = cfg["attn_implementation"]
-            self.model = self.auto_class.from_pretrained(str(local) if is_local else self.source, **model_kwargs)
-        except (OSError, ValueError, ImportError) as exc:
-            where = f"local folder {local}" if is_local else f"hub id {self.source!r} (revision {self.revision})"
-            raise ModelLoadError(f"could not load model {self.name!r} from {where}: {exc}") from exc
-        self.model.to(self.device).eval()
-        if is_local:
-            self.resolved_revision = "local:" + local_weights_digest(local)
-        else:
-            self.resolved_revision = getattr(self.model.config, "_commit_hash", None) or self.revision or "unpinned"
-        self.fingerprint = stable_hash(
-            {"config": config_fingerprint(cfg), "revision": self.resolved_revision, "cls": type(self.model).__name__},
-            24)
+        loaded = load_pretrained(cfg, self.auto_class)
+        self.source, self.revision = loaded.source, cfg.get("revision") or None
+        self.device, self.dtype = loaded.device, loaded.dtype
+        self.tokenizer, self.model = loaded.tokenizer, loaded.model
+        self.resolved_revision = loaded.resolved_revision
+        self.fingerprint = loaded.fingerprint(cfg)
 
     def normalise(self, text: str) -> str:
         return text.lower() if self.lowercase else text
