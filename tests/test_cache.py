@@ -16,51 +16,97 @@ import pyarrow.parquet as pq
 import pytest
 
 from biasflow.part_store import PartStore
-from biasflow.scoring.cache import ScoreCache, request_key
+from biasflow.scoring.answer import answer_requests
+from biasflow.scoring.cache import AnswerCache
+from biasflow.scoring.requests import PseudoLogLikelihood
 
 
 def rows(keys, value=1.0):
     return pd.DataFrame({"key": keys, "total": [value] * len(keys)})
 
 
-def test_fetch_or_compute_only_computes_missing(tmp_path):
-    cache = ScoreCache(tmp_path, "fp", "pll")
-    calls = []
+class FakeModel:
+    """A model of kind ``fake`` whose PLL answer of a text is its length; it records what it was asked."""
 
-    def compute(chunk):
-        calls.append(list(chunk.key))
-        return rows(list(chunk.key))
+    kind = "fake"
+    fingerprint = "fake-fp"
+    name = "fake"
 
-    req = pd.DataFrame({"key": ["a", "b", "c"]})
-    out = cache.fetch_or_compute(req, compute)
-    assert list(out.key) == ["a", "b", "c"]
-    out = cache.fetch_or_compute(pd.DataFrame({"key": ["c", "d", "a"]}), compute)
-    assert list(out.key) == ["c", "d", "a"]  # request order
-    assert calls == [["a", "b", "c"], ["d"]]
+    def __init__(self, fail_on=None):
+        self.asked, self.fail_on = [], fail_on
+
+    def answer(self, model, requests, budget):
+        self.asked.append([r.text for r in requests])
+        if self.fail_on and any(r.text == self.fail_on for r in requests):
+            raise KeyboardInterrupt  # the run is killed while answering this chunk
+        return pd.DataFrame({"total": [float(len(r.text)) for r in requests]})
 
 
-def test_interrupted_compute_keeps_finished_chunks(tmp_path):
-    cache = ScoreCache(tmp_path, "fp", "pll")
-    seen = []
+@pytest.fixture
+def fake_model(monkeypatch):
+    from biasflow.scoring import answer
 
-    def flaky(chunk):
-        seen.extend(chunk.key)
-        if "k3" in set(chunk.key):
-            raise KeyboardInterrupt  # the run is killed while scoring the second chunk
-        return rows(list(chunk.key))
+    model = FakeModel()
+    monkeypatch.setitem(answer.ANSWERERS, ("fake", "pll"), model.answer)
+    return model
 
-    req = pd.DataFrame({"key": [f"k{i}" for i in range(6)]})
+
+def ask(model, texts, root, **kw):
+    return answer_requests([PseudoLogLikelihood(t) for t in texts], {"kind": "fake"}, root, model=model, **kw)
+
+
+def test_only_missing_requests_are_answered(tmp_path, fake_model):
+    out = ask(fake_model, ["a", "bb", "a", "ccc"], tmp_path)
+    assert list(out.text) == ["a", "bb", "ccc"] and list(out.total) == [1.0, 2.0, 3.0]  # de-duplicated, in order
+    out = ask(fake_model, ["ccc", "dddd", "a"], tmp_path)
+    assert list(out.text) == ["ccc", "dddd", "a"] and list(out.total) == [3.0, 4.0, 1.0]  # request order
+    assert fake_model.asked == [["a", "bb", "ccc"], ["dddd"]]
+    assert set(out.key) == {PseudoLogLikelihood(t).key for t in ["ccc", "dddd", "a"]} and set(out.kind) == {"pll"}
+
+
+def test_interrupted_answering_keeps_finished_chunks(tmp_path, fake_model):
+    texts = [f"k{i}" for i in range(6)]
+    fake_model.fail_on = "k3"
     with pytest.raises(KeyboardInterrupt):
-        cache.fetch_or_compute(req, flaky, chunk_size=3)
-    assert cache.keys() == {"k0", "k1", "k2"}
-    seen.clear()
-    cache.fetch_or_compute(req, lambda c: (seen.extend(c.key), rows(list(c.key)))[1], chunk_size=3)
-    assert seen == ["k3", "k4", "k5"]  # the restart redoes nothing that finished
+        ask(fake_model, texts, tmp_path, chunk_size=3)
+    cache = AnswerCache(tmp_path, "fake-fp", "pll")
+    assert cache.keys() == {PseudoLogLikelihood(t).key for t in texts[:3]}
+    fake_model.fail_on, fake_model.asked = None, []
+    ask(fake_model, texts, tmp_path, chunk_size=3)
+    assert fake_model.asked == [["k3", "k4", "k5"]]  # the restart redoes nothing that finished
+
+
+def test_out_of_memory_halves_the_token_budget_and_answers_again(tmp_path, monkeypatch):
+    from biasflow.scoring import answer
+
+    budgets = []
+
+    def answer_pll(model, requests, budget):
+        budgets.append(budget.batch_tokens)
+        if budget.batch_tokens > 1024:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return pd.DataFrame({"total": [1.0] * len(requests)})
+
+    monkeypatch.setitem(answer.ANSWERERS, ("fake", "pll"), answer_pll)
+    out = answer_requests([PseudoLogLikelihood("a")], {"kind": "fake", "batch_tokens": 4096}, tmp_path,
+                          model=FakeModel())
+    assert budgets == [4096, 2048, 1024] and list(out.total) == [1.0]
+    monkeypatch.setitem(answer.ANSWERERS, ("fake", "pll"), lambda m, r, b: (_ for _ in ()).throw(ValueError("bad")))
+    with pytest.raises(ValueError, match="bad"):  # anything else is not retried
+        answer_requests([PseudoLogLikelihood("b")], {"kind": "fake"}, tmp_path, model=FakeModel())
+
+
+def test_a_model_kind_that_cannot_answer_a_request_says_which_can(tmp_path):
+    from biasflow.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"model.kind='causal_lm' cannot answer 'pll'.*crows_pairs.*masked_lm"):
+        answer_requests([PseudoLogLikelihood("a")], {"kind": "causal_lm"}, tmp_path, model=FakeModel(),
+                        metric="crows_pairs")
 
 
 def _writer(args):
     root, worker = args
-    cache = ScoreCache(root, "fp", "pll")
+    cache = AnswerCache(root, "fp", "pll")
     for i in range(10):
         cache.put(rows([f"w{worker}-{i}", "shared"], value=float(worker)))
 
@@ -68,19 +114,29 @@ def _writer(args):
 def test_concurrent_writers_do_not_corrupt(tmp_path):
     with mp.get_context("spawn").Pool(4) as pool:
         pool.map(_writer, [(str(tmp_path), w) for w in range(4)])
-    cache = ScoreCache(tmp_path, "fp", "pll")
+    cache = AnswerCache(tmp_path, "fp", "pll")
     assert cache.keys() == {f"w{w}-{i}" for w in range(4) for i in range(10)} | {"shared"}
     got = cache.get(["shared", "w2-3"])
     assert len(got) == 2  # duplicate keys from racing writers collapse to one row
 
 
-def test_request_key_depends_on_every_part():
-    base = request_key("fp", "pll", {"text": "a"}, {"x": 1})
-    assert base == request_key("fp", "pll", {"text": "a"}, {"x": 1})
-    assert len({base, request_key("fp2", "pll", {"text": "a"}, {"x": 1}),
-                request_key("fp", "aul", {"text": "a"}, {"x": 1}),
-                request_key("fp", "pll", {"text": "b"}, {"x": 1}),
-                request_key("fp", "pll", {"text": "a"}, {"x": 2})}) == 5
+def test_request_key_depends_on_the_kind_and_every_field():
+    from biasflow.scoring.requests import REQUEST_TYPES, TokenLogprobs, UnmaskedLogprobs
+
+    base = TokenLogprobs("a", "prefix").key
+    assert base == TokenLogprobs("a", "prefix").key == TokenLogprobs(text="a").key
+    assert len({base, TokenLogprobs("b").key, TokenLogprobs("a", "none").key, PseudoLogLikelihood("a").key,
+                UnmaskedLogprobs("a").key}) == 5
+    assert REQUEST_TYPES["pll"] is PseudoLogLikelihood  # every kind names one type
+
+
+def test_failed_answers_are_kept_but_an_ok_row_wins(tmp_path):
+    cache = AnswerCache(tmp_path, "fp", "generation")
+    cache.put(pd.DataFrame({"key": ["a", "b"], "status": ["failed", "failed"], "error": ["500", "timeout"]}))
+    cache.put(pd.DataFrame({"key": ["a"], "status": ["ok"], "error": [None]}))
+    cache.put(pd.DataFrame({"key": ["b"], "status": ["failed"], "error": ["503"]}))
+    got = cache.get(["a", "b"]).set_index("key")
+    assert got.status.to_dict() == {"a": "ok", "b": "failed"} and got.error["b"] == "503"  # the latest failure
 
 
 # ----------------------------------------------------------------------------------------- integrity (issue 9/14)
@@ -117,10 +173,8 @@ class FakeEncoder:
 
 
 def _scores(request, root, texts):
-    from biasflow.scoring.masked import PLL_KIND, pll_table
-
     model = request.getfixturevalue("tiny_bert")
-    table = pll_table(model, texts, cache=ScoreCache(root, model.fingerprint, PLL_KIND), progress=False)
+    table = answer_requests([PseudoLogLikelihood(t) for t in texts], model.cfg, root, model=model, progress=False)
     # bytes of the float64 vector: exact, and NaN (special tokens) compares equal to NaN
     return {t: (tot, np.asarray(lp, dtype=np.float64).tobytes()) for t, tot, lp in
             zip(table.text, table.total, table.logprobs)}
@@ -200,7 +254,7 @@ def test_a_damaged_part_is_quarantined_with_a_warning_and_its_rows_computed_agai
 
 
 def test_parts_carry_their_checksum_and_older_parts_are_adopted(tmp_path, caplog):
-    cache = ScoreCache(tmp_path, "fp", "pll")
+    cache = AnswerCache(tmp_path, "fp", "pll")
     path = cache.put(rows(["a", "b"]))
     assert path.name.endswith(f"-sha256-{hashlib.sha256(path.read_bytes()).hexdigest()}.parquet")
     # parts written before checksums existed: read whole once, then renamed to carry their checksum

@@ -9,14 +9,20 @@ import pytest
 
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.metrics import crows_pairs as cp
+from biasflow.scoring.answer import request_frame
 from biasflow.scoring.fill_mask import listed_probability
+from biasflow.scoring.requests import MaskCandidates, MaskTokenStr, PseudoLogLikelihood
 
 
 def scores_table(rows):
-    """rows: (text, token_ids, logprobs) -> the PLL table layout the scorer produces."""
-    return pd.DataFrame({"key": [r[0] for r in rows], "kind": "pll", "text": [r[0] for r in rows],
-                         "token_ids": [r[1] for r in rows], "logprobs": [r[2] for r in rows],
-                         "total": [float(np.nansum(r[2])) for r in rows]})
+    """rows: (text, token_ids, logprobs) -> the answers to PLL requests, as the score stage writes them."""
+    return request_frame([PseudoLogLikelihood(r[0]) for r in rows]).assign(
+        token_ids=[r[1] for r in rows], logprobs=[r[2] for r in rows], total=[float(np.nansum(r[2])) for r in rows])
+
+
+def mask_answers(request_type, rows, **columns):
+    """Answers to fill-mask requests (template, candidates) with the given answer columns."""
+    return request_frame([request_type(t, tuple(c)) for t, c in rows]).assign(**columns)
 
 
 NAN = float("nan")
@@ -43,7 +49,7 @@ def items_and_scores():
 
 def test_hand_computed_pairs():
     items, scores = items_and_scores()
-    per_item = cp.compute(items, scores, {"variants": ["pll"], "_model": {}})
+    per_item = cp.compute(items, scores, {"variants": ["pll"]})
     got = per_item.set_index("item_id")
     assert got.loc["a", "score_more"] == -3.0 and got.loc["a", "score_less"] == -3.5
     assert got.stereo_preferred.to_dict() == {"a": 1, "b": 0, "c": 1, "d": 0}
@@ -69,7 +75,7 @@ def test_antistereo_alignment_runs_in_reference_order():
     items = pd.DataFrame([{"item_id": "x", "direction": "antistereo", "category": "age",
                            "sent_more": "more", "sent_less": "less"}])
     scores = scores_table([("more", a, lp_a), ("less", b, lp_b)])
-    row = cp.compute(items, scores, {"variants": ["pll"], "_model": {}}).iloc[0]
+    row = cp.compute(items, scores, {"variants": ["pll"]}).iloc[0]
     s1, s2, _ = cp.pair_scores(b, lp_b, a, lp_a)  # sent1 = sent_less for antistereo
     assert (row.score_less, row.score_more) == (round(s1, 3), round(s2, 3))
 
@@ -119,7 +125,7 @@ def test_matches_naive_reference_on_random_pairs():
                      "category": "x", "sent_more": f"m{i}", "sent_less": f"l{i}"})
     items = pd.DataFrame(rows)
     scores = scores_table([(k, v[0], v[1]) for k, v in token_scores.items()])
-    agg = cp.aggregate(cp.compute(items, scores, {"variants": ["pll"], "_model": {}}), {"variants": ["pll"]})
+    agg = cp.aggregate(cp.compute(items, scores, {"variants": ["pll"]}), {"variants": ["pll"]})
     agg = agg.set_index(["metric", "category"]).value
     metric, stereo, neutral = naive_reference(items, token_scores)
     assert agg["metric_score", "overall"] == pytest.approx(metric)
@@ -174,19 +180,15 @@ def test_exact_match_scores_capitalised_and_punctuated_words_zero():
         {"item_id": "2", "category": "race-color", "direction": "stereo",
          "sent_more": "He's black.", "sent_less": "He's white."},
     ])
-    exact = pd.DataFrame({"key": ["e1", "e2"], "kind": "mask_token_str",
-                          "template": ["A [MASK] man.", "He's [MASK]"],
-                          "candidates": [["Mexican", "white"], ["black.", "white."]],
-                          "match_probs": [[[0.0], [0.30]], [[0.0], [0.0]]],
-                          "match_ranks": [[[-1], [0]], [[-1], [-1]]]})
-    normalised = pd.DataFrame({"key": ["n1", "n2"], "kind": "mask_candidates",
-                               "template": ["a [MASK] man.", "he's [MASK]."],
-                               "candidates": [["mexican", "white"], ["black", "white"]],
-                               "probs": [[0.25, 0.30], [0.40, 0.05]], "ranks": [[1, 0], [0, 3]],
-                               "n_pieces": [[1, 1], [1, 1]]})
+    # the model's answers (an uncased model: the normalised requests are lowercased by the model, not the metric)
+    exact = mask_answers(MaskTokenStr, [("A [MASK] man.", ["Mexican", "white"]), ("He's [MASK]", ["black.", "white."])],
+                         match_probs=[[[0.0], [0.30]], [[0.0], [0.0]]], match_ranks=[[[-1], [0]], [[-1], [-1]]])
+    normalised = mask_answers(MaskCandidates, [("A [MASK] man.", ["Mexican", "white"]),
+                                               ("He's [MASK].", ["black", "white"])],
+                              probs=[[0.25, 0.30], [0.40, 0.05]], ranks=[[1, 0], [0, 3]], n_pieces=[[1, 1], [1, 1]])
     scores = pd.concat([exact, normalised], ignore_index=True)
     base = {"variants": ["fill_mask"], "diff_threshold": 0.10, "filter_threshold": 0.15, "min_pass_rate": 0.5,
-            "fill_mask_top_k": 5, "_model": {"lowercase": True}}
+            "fill_mask_top_k": 5, }
     parity = cp.compute(items, scores, base).set_index("item_id")
     assert parity.p_more.tolist() == [0.0, 0.0] and parity.p_less.tolist() == [0.30, 0.0]
     assert parity.kept.tolist() == [True, False] and parity.passed.tolist() == [False, False]
@@ -214,13 +216,12 @@ def test_fill_mask_thresholds_by_hand():
         {"item_id": "2", "category": "gender", "direction": "stereo", "sent_more": "She runs.", "sent_less": "He runs."},
         {"item_id": "3", "category": "age", "direction": "stereo", "sent_more": "Old sleep.", "sent_less": "Young sleep."},
     ])
-    scores = pd.DataFrame({"key": ["k1", "k2", "k3"], "kind": "mask_candidates",
-                           "template": ["[MASK] cooks.", "[MASK] runs.", "[MASK] sleep."],
-                           "candidates": [["She", "He"], ["She", "He"], ["Old", "Young"]],
-                           "probs": [[0.30, 0.25], [0.50, 0.10], [0.05, 0.04]],
-                           "ranks": [[0, 1], [0, 7], [3, 4]], "n_pieces": [[1, 1], [1, 1], [1, 1]]})
+    scores = mask_answers(MaskCandidates, [("[MASK] cooks.", ["She", "He"]), ("[MASK] runs.", ["She", "He"]),
+                                           ("[MASK] sleep.", ["Old", "Young"])],
+                          probs=[[0.30, 0.25], [0.50, 0.10], [0.05, 0.04]], ranks=[[0, 1], [0, 7], [3, 4]],
+                          n_pieces=[[1, 1], [1, 1], [1, 1]])
     cfg = {"variants": ["fill_mask"], "diff_threshold": 0.10, "filter_threshold": 0.15, "min_pass_rate": 0.70,
-           "fill_mask_top_k": None, "fill_mask_tokens": "words", "fill_mask_match": "normalised", "_model": {}}
+           "fill_mask_top_k": None, "fill_mask_tokens": "words", "fill_mask_match": "normalised"}
     per_item = cp.compute(items, scores, cfg).set_index("item_id")
     assert per_item.kept.to_dict() == {"1": True, "2": True, "3": False}  # 3: both below 0.15
     assert per_item.passed.to_dict() == {"1": True, "2": False, "3": False}
@@ -248,7 +249,7 @@ def test_sub_scores_exclude_ties_beside_fill_mask_rows():
     """With both variants the per-item table's tie column is object dtype (fill-mask rows have none); a tied pair
     still counts in N but not in the stereo sub-score (it used to: ~True is -2 on objects)."""
     items, scores = items_and_scores()
-    pll = cp.compute(items, scores, {"variants": ["pll"], "_model": {}})
+    pll = cp.compute(items, scores, {"variants": ["pll"]})
     fill_mask = pd.DataFrame({"item_id": ["a"], "category": ["gender"], "direction": ["stereo"],
                               "variant": ["fill_mask"], "p_more": [0.3], "p_less": [0.2], "kept": [True],
                               "passed": [True]})

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from biasflow.io import atomic_path, atomic_write, write_json, write_parquet, write_text
-from biasflow.scoring.cache import ScoreCache
+from biasflow.scoring.cache import AnswerCache
 
 
 @pytest.fixture
@@ -35,7 +35,7 @@ def test_written_files_follow_the_umask(tmp_path, umask, mask, expected):
         fh.write(b"x")
     with atomic_path(tmp_path / "c.csv", suffix=".csv") as tmp:
         pd.DataFrame({"a": [1]}).to_csv(tmp)
-    part = ScoreCache(tmp_path / "cache", "fp", "kind").put(pd.DataFrame({"key": ["k"], "v": [1]}))
+    part = AnswerCache(tmp_path / "cache", "fp", "kind").put(pd.DataFrame({"key": ["k"], "v": [1]}))
     for p in ("a.txt", "sub/a.json", "a.parquet", "b.bin", "c.csv", part):
         assert mode(tmp_path / p) == expected, p
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no temp files left

@@ -18,8 +18,10 @@ import torch
 
 from biasflow.models.masked_lm import MaskedLM, OneDNNLinear
 from biasflow.scoring.batching import is_out_of_memory, padded_width, run_with_backoff, token_budget_batches
-from biasflow.scoring.cache import ScoreCache
-from biasflow.scoring.masked import encode, pll_table, pseudo_log_likelihoods, scored_positions
+from biasflow.scoring.answer import answer_requests
+from biasflow.scoring.cache import AnswerCache
+from biasflow.scoring.masked import encode, pseudo_log_likelihoods, scored_positions
+from biasflow.scoring.requests import PseudoLogLikelihood
 
 FIXTURE = Path(__file__).parent / "fixtures" / "crows_sample.csv"
 TOL = 1e-4
@@ -214,14 +216,16 @@ def test_onednn_linears_are_optional_and_agree(bert_tokenizer):
         _tiny_bert(bert_tokenizer, cpu_linear="fast")
 
 
-def test_pll_table_uses_cache_and_matches_direct(tiny_bert, tmp_path):
-    cache = ScoreCache(tmp_path, tiny_bert.fingerprint, "pll")
+def test_pll_answers_use_the_cache_and_match_direct(tiny_bert, tmp_path):
     texts = SENTENCES[:5] + SENTENCES[:2]
-    first = pll_table(tiny_bert, texts, cache=cache, progress=False)
-    assert len(first) == 5 and cache.writes == 1
-    again = pll_table(tiny_bert, list(reversed(texts)), cache=cache, progress=False)
-    assert cache.writes == 1  # everything was served from the cache
-    direct = pseudo_log_likelihoods(tiny_bert, encode(tiny_bert, SENTENCES[:5]), progress=False)
+    requests = [PseudoLogLikelihood(t) for t in texts]
+    first = answer_requests(requests, tiny_bert.cfg, tmp_path, model=tiny_bert, progress=False)
+    cache = AnswerCache(tmp_path, tiny_bert.fingerprint, "pll")
+    assert len(first) == 5 and len(cache.store.parts()) == 1
+    again = answer_requests(requests[::-1], tiny_bert.cfg, tmp_path, model=tiny_bert, progress=False)
+    assert len(cache.store.parts()) == 1  # everything was served from the cache
+    # the model lowercases (an uncased model), not the request
+    direct = pseudo_log_likelihoods(tiny_bert, encode(tiny_bert, [t.lower() for t in SENTENCES[:5]]), progress=False)
     by_text = dict(zip(again["text"], again["logprobs"]))
     _assert_same([np.asarray(by_text[t]) for t in SENTENCES[:5]], direct, tol=1e-12)
     np.testing.assert_allclose(first["total"], [np.nansum(x) for x in direct], atol=1e-9)

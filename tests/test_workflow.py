@@ -197,15 +197,17 @@ def test_rerun_with_reordered_overrides_logs_to_the_same_mlflow_runs(project, sw
 def test_interrupted_scoring_resumes_without_redoing_finished_work(project, tiny_bert_dir):
     """A killed score job leaves its finished cache chunks; the restart computes only the rest."""
     from biasflow.models import load_model
-    from biasflow.scoring.cache import ScoreCache
-    from biasflow.scoring.masked import pll_table
+    from biasflow.scoring.answer import answer_requests
+    from biasflow.scoring.cache import AnswerCache
+    from biasflow.scoring.requests import PseudoLogLikelihood
 
     model = load_model({"name": "t", "kind": "masked_lm", "path": str(tiny_bert_dir), "device": "cpu"})
     items = pd.read_parquet(next((project / "results" / "items").glob("crows_pairs-*.parquet")))
-    texts = items.sent_more.tolist()
-    cache = ScoreCache(project / "interrupt-cache", model.fingerprint, "pll")
-    pll_table(model, texts[:12], cache=cache, progress=False)  # the part that finished before the kill
-    again = ScoreCache(project / "interrupt-cache", model.fingerprint, "pll")
-    table = pll_table(model, texts, cache=again, progress=False)
-    assert len(table) == len(set(t.lower() for t in texts)) and again.writes == 1
-    assert len(again.keys()) == len(table)
+    requests = [PseudoLogLikelihood(t) for t in items.sent_more]
+    root = project / "interrupt-cache"
+    answer_requests(requests[:12], model.cfg, root, model=model, progress=False)  # finished before the kill
+    parts = AnswerCache(root, model.fingerprint, "pll").store.parts()
+    table = answer_requests(requests, model.cfg, root, model=model, progress=False)
+    after = AnswerCache(root, model.fingerprint, "pll")
+    assert len(table) == len(set(items.sent_more)) and len(after.store.parts()) == len(parts) + 1
+    assert len(after.keys()) == len(table)

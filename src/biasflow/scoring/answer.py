@@ -28,8 +28,8 @@ from biasflow.scoring.requests import Request
 
 log = logging.getLogger(__name__)
 
-# (model kind, request kind) -> "module:function"
-ANSWERERS: dict[tuple[str, str], str] = {
+# (model kind, request kind) -> "module:function" (or the function itself)
+ANSWERERS: dict[tuple[str, str], str | Callable] = {
     ("masked_lm", "pll"): "biasflow.scoring.masked:answer_pll",
     ("masked_lm", "unmasked_logprobs"): "biasflow.scoring.unmasked:answer_unmasked_logprobs",
     ("masked_lm", "mask_candidates"): "biasflow.scoring.fill_mask:answer_mask_candidates",
@@ -75,6 +75,8 @@ def answerer(model_kind: str, request_kind: str, metric: str | None = None) -> C
         who = f" (asked by metric {metric!r})" if metric else ""
         raise ConfigError(f"model.kind={model_kind!r} cannot answer {request_kind!r} requests{who}; "
                           f"model kinds that can: {can or 'none'}")
+    if callable(target):  # registered in process (tests, plugins)
+        return target
     module, name = target.split(":")
     return getattr(importlib.import_module(module), name)
 

