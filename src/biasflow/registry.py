@@ -77,6 +77,9 @@ class MetricSpec:
     # every bootstrap replicate at once: (per_item, cfg, stats.bootstrap.Resamples) -> {(metric, category): values
     # per replicate}, the same numbers as ``aggregate`` on each resampled table (None: use that generic path)
     bootstrap_statistic: Callable[[pd.DataFrame, Mapping[str, Any], Any], Mapping | None] | None = None
+    # the metric's options as a pydantic model (a ``schema.MetricBase`` subclass): checked for every job at plan
+    # time; a built-in metric may list its model in ``schema.METRIC_OPTIONS`` instead
+    options: type | None = None
 
 
 def register_loader(name: str):

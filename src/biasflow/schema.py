@@ -5,7 +5,7 @@ option fails in seconds with its full name and what is allowed (``metric.crows_p
 one of 'pll', 'fill_mask'``) instead of after an hour of scoring, or silently. Unknown keys are errors too (a
 misspelled ``+metric.crows_pairs.diff_treshold=0.1`` would otherwise be ignored).
 
-A new metric adds its options model to ``METRIC_OPTIONS``; a new model kind to ``ModelConfig.kind``.
+A new metric gives its options model as ``MetricSpec.options`` (built-in ones are listed in ``METRIC_OPTIONS``); a new model kind to ``ModelConfig.kind``.
 """
 from __future__ import annotations
 
@@ -414,8 +414,11 @@ def validate_job_config(cfg: Mapping[str, Any]) -> None:
         split = (bcfg or {}).get("split")
         if name in SPLITS and split is not None and split not in SPLITS[name]:
             problems.append(f"benchmark.{name}.split={split!r}: must be one of {list(SPLITS[name])}")
+    from biasflow.registry import METRICS, load_all
+
+    load_all()
     for name, mcfg in (cfg.get("metric") or {}).items():
-        options = METRIC_OPTIONS.get(name)
+        options = METRIC_OPTIONS.get(name) or getattr(METRICS.get(name), "options", None)
         if options is not None and isinstance(mcfg, Mapping):
             check_generator_config(mcfg.get("generator"), f"metric.{name}.generator")
             _check(options, f"metric.{name}", mcfg, problems)
