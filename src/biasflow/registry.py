@@ -95,12 +95,20 @@ def register_metric(spec: MetricSpec) -> MetricSpec:
     return spec
 
 
+_loaded = False
+
+
 def load_all() -> None:
+    """Import every built-in loader and metric module once (they register themselves)."""
+    global _loaded
+    if _loaded:
+        return
     for pkg_name in DISCOVERED_PACKAGES:
         pkg = importlib.import_module(pkg_name)
         for info in pkgutil.iter_modules(pkg.__path__):
             if not info.name.startswith("_"):
                 importlib.import_module(f"{pkg_name}.{info.name}")
+    _loaded = True
 
 
 def get_metric(name: str) -> MetricSpec:
