@@ -121,9 +121,14 @@ def threads(n: int | None):
         torch.set_num_threads(before)
 
 
-def measure(fn, dtype: torch.dtype, n_threads: int | None = None):
-    """Run fn once; return (result, seconds, cpu seconds, peak RSS MB, matmul rate around the run, load)."""
+def measure(fn, dtype: torch.dtype, n_threads: int | None = None, warm: bool = True):
+    """Run fn once; return (result, seconds, cpu seconds, peak RSS MB, matmul rate around the run, load).
+
+    ``warm``: run fn once untimed first, so the timed run is the steady state a pipeline job is in after its first
+    batches (oneDNN builds a kernel for each new input shape on first use; thread pools start; caches fill)."""
     with threads(n_threads):
+        if warm:
+            fn()
         rate_before = matmul_gflops(dtype)
         load_before = load()
         with RssPeak() as mem:

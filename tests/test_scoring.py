@@ -320,3 +320,32 @@ def test_backoff_keeps_the_smaller_budget():
     final = run_with_backoff(list(range(20)), [4] * 20, 64, run, on_backoff=lambda old, new: budgets.append(new))
     assert sorted(done) == list(range(20))
     assert budgets == [32, 16] and final == 16
+
+
+# ------------------------------------------------------------------------------- causal fast path vs plain model
+@pytest.mark.parametrize("first_token", ["prefix", "none"])
+def test_causal_fast_path_equals_the_plain_model_loop(tiny_gpt2, first_token):
+    """The causal_lm adapter's scorer (oneDNN linears with GPT-2's gelu_new fused in, batched, padded) against the
+    untouched transformers model (Conv1D + NewGELUActivation), one text and one forward per token: 1e-4 per token."""
+    from transformers import AutoModelForCausalLM
+
+    from biasflow.models.onednn import OneDNNLinear
+    from biasflow.scoring.causal import causal_token_logprobs, encode
+
+    plain = AutoModelForCausalLM.from_pretrained(tiny_gpt2.source).eval()
+    assert not any(isinstance(m, OneDNNLinear) for m in plain.modules())
+    fused = [m for m in tiny_gpt2.model.modules() if isinstance(m, OneDNNLinear) and m.fused_activation == "gelu"]
+    assert len(fused) == plain.config.n_layer  # every block's c_fc carries its GELU
+    texts = SENTENCES[:8] + ["x", "A much longer sentence with many more words in it than the others have."]
+    ids = encode(tiny_gpt2, texts)
+    got = causal_token_logprobs(tiny_gpt2, ids, first_token=first_token, batch_tokens=40, progress=False)
+    bos = tiny_gpt2.bos_token_id
+    with torch.no_grad():
+        for seq, lp in zip(ids, got):
+            for i, token in enumerate(seq):
+                context = [bos] + seq[:i] if first_token == "prefix" else seq[:i]
+                if not context:
+                    assert np.isnan(lp[i])
+                    continue
+                want = torch.log_softmax(plain(torch.tensor([context])).logits[0, -1], -1)[token]
+                assert abs(lp[i] - float(want)) < 1e-4

@@ -34,6 +34,7 @@ class OneDNNLinear(torch.nn.Module):
         self.out_features, self.in_features = weight.shape
         self.bias = None if linear.bias is None else linear.bias.detach().contiguous()
         self.fused_activation = "none"
+        self.gelu_approximation = "none"  # "tanh": GPT-2's gelu_new, fused the same way
         self.use_pointwise = _POINTWISE is not None
         if self.use_pointwise:
             try:
@@ -48,20 +49,21 @@ class OneDNNLinear(torch.nn.Module):
         lead = x.shape[:-1]
         flat = x.reshape(-1, self.in_features).contiguous()
         if self.use_pointwise:
-            algorithm = "none" if self.fused_activation == "gelu" else ""
+            algorithm = self.gelu_approximation if self.fused_activation == "gelu" else ""
             y = _POINTWISE(flat, self.weight, self.bias, self.fused_activation, [], algorithm)
         else:
             y = torch._C._nn.mkldnn_linear(flat.to_mkldnn(), self.weight, self.bias_onednn).to_dense()
             if self.fused_activation == "gelu":
-                y = torch.nn.functional.gelu(y)
+                y = torch.nn.functional.gelu(y, approximate=self.gelu_approximation)
         return y.reshape(*lead, self.out_features)
 
 
 def use_onednn_linears(module: torch.nn.Module) -> int:
     """Swap every float32/bfloat16 ``nn.Linear`` and ``Conv1D`` under ``module`` for ``OneDNNLinear``; returns how many.
 
-    The exact-GELU feed-forward of BERT/RoBERTa-style layers (``*Intermediate`` with ``dense`` and
-    ``intermediate_act_fn``) is fused into its linear op.
+    The GELU of the feed-forward is fused into its first linear op: the exact GELU of BERT/RoBERTa-style layers
+    (``*Intermediate`` with ``dense`` and ``intermediate_act_fn``) and GPT-2's tanh approximation (``gelu_new``: an
+    MLP with ``c_fc`` and ``act``). One pass over the feed-forward activations instead of eight elementwise ones.
     """
     swapped = 0
     for parent in list(module.modules()):
@@ -77,7 +79,18 @@ def use_onednn_linears(module: torch.nn.Module) -> int:
                 and getattr(act, "act", None) is torch.nn.functional.gelu):
             dense.fused_activation = "gelu"
             parent.intermediate_act_fn = torch.nn.Identity()
+        c_fc, act = getattr(parent, "c_fc", None), getattr(parent, "act", None)
+        if isinstance(c_fc, OneDNNLinear) and c_fc.use_pointwise and _is_tanh_gelu(act):
+            c_fc.fused_activation, c_fc.gelu_approximation = "gelu", "tanh"
+            parent.act = torch.nn.Identity()
     return swapped
+
+
+def _is_tanh_gelu(act: Any) -> bool:
+    """transformers' ``gelu_new`` (NewGELUActivation) or ``gelu_pytorch_tanh``: 0.5 x (1 + tanh(sqrt(2/pi) (x +
+    0.044715 x^3)))."""
+    name = type(act).__name__
+    return name in ("NewGELUActivation", "GELUTanh", "PytorchGELUTanh")
 
 
 def want_onednn(cfg: Mapping[str, Any], device: torch.device, dtype: torch.dtype) -> bool:

@@ -61,8 +61,8 @@ def _check_mode(first_token: str) -> None:
 @torch.inference_mode()
 def _target_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """log P(targets[r, j] | ids[r, :j+1]) for every position j (float32), whatever else shares the batch."""
-    with batch_invariant(model):
-        logits = model(input_ids=ids, attention_mask=attn).logits.float()
+    with batch_invariant(model):  # no key/value cache: one pass, nothing to continue from
+        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits.float()
     return logits.gather(-1, targets[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)
 
 
