@@ -65,12 +65,20 @@ class PseudoLogLikelihood(Request):
 
 @dataclass(frozen=True)
 class UnmaskedLogprobs(Request):
-    """Log P(token_i | the whole unmasked text) at every position (AUL), with the attention weights (AULA).
-    Answer: ``token_ids``, ``logprobs``, and ``attention`` when ``with_attention``."""
+    """log P(token_i | the whole unmasked ``text``) at every position, special tokens included (Kaneko & Bollegala's
+    AUL). Answer: ``token_ids`` (with special tokens), ``logprobs``, ``top1`` (token i is the arg-max prediction)."""
 
     kind: ClassVar[str] = "unmasked_logprobs"
     text: str
-    with_attention: bool = False
+
+
+@dataclass(frozen=True)
+class UnmaskedLogprobsAttention(Request):
+    """``UnmaskedLogprobs`` plus the attention each position receives, averaged over layers, heads and all query
+    positions (AULA; the model runs eager attention). Answer: ``token_ids``, ``logprobs``, ``top1``, ``attention``."""
+
+    kind: ClassVar[str] = "unmasked_logprobs_attn"
+    text: str
 
 
 @dataclass(frozen=True)
