@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from biasflow.registry import ScoreContext, get_metric
+from biasflow.registry import get_metric
 from biasflow.stats.bootstrap import bootstrap_ci, draw_resamples, generic_replicates, replicate_frame
 
 from conftest import ROOT, TEST_CACHE
@@ -194,6 +194,7 @@ def test_stereoset_macro_means_over_terms(stereoset_examples, n_examples, n_boot
 def crows_tables(tiny_bert_dir, crows_csv, tmp_path_factory) -> dict[str, tuple[pd.DataFrame, dict]]:
     """Per-item tables of the CrowS-Pairs metrics from the tiny BERT on real pairs (4 per bias type)."""
     from biasflow.registry import get_loader
+    from biasflow.scoring.answer import metric_answers
 
     items = get_loader("crows_pairs")({"csv": crows_csv}, {})
     items = items.groupby("category", sort=False).head(4).reset_index(drop=True)
@@ -206,12 +207,12 @@ def crows_tables(tiny_bert_dir, crows_csv, tmp_path_factory) -> dict[str, tuple[
     tables = {}
     for metric, cfg in cfgs.items():
         spec = get_metric(metric)
-        scores = spec.score(ScoreContext(items=items, metric_cfg=cfg, model_cfg=model, cache_dir=cache))
-        per_item = spec.compute(items, scores, dict(cfg, _model=model))
+        scores = metric_answers(metric, items, cfg, model, cache, progress=False)
+        per_item = spec.compute(items, scores, cfg)
         if metric == "crows_pairs":  # a threshold that passes about half the pairs
             fm = per_item[per_item.variant == "fill_mask"]
             cfg["diff_threshold"] = float((fm.p_more - fm.p_less).abs().median())
-            per_item = spec.compute(items, scores, dict(cfg, _model=model))
+            per_item = spec.compute(items, scores, cfg)
         tables[metric] = (per_item, cfg)
     return tables
 

@@ -1,5 +1,5 @@
-"""AUL / AULA (Kaneko & Bollegala 2022): unmasked scorer vs a plain per-text computation on a tiny BERT, caching,
-and the metric on hand-made pairs and against a transcription of the reference loop."""
+"""AUL / AULA (Kaneko & Bollegala 2022): unmasked scorer vs a plain per-text computation on a tiny BERT, the answers
+behind the cache, and the metric on hand-made pairs and against a transcription of the reference loop."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from biasflow.metrics import crows_pairs_aul as aul
-from biasflow.registry import ScoreContext
-from biasflow.scoring.cache import ScoreCache
-from biasflow.scoring.unmasked import UNMASKED_ATTN_KIND, UNMASKED_KIND, encode, unmasked_scores, unmasked_table
+from biasflow.scoring.answer import answer_requests, metric_answers, request_frame
+from biasflow.scoring.cache import AnswerCache
+from biasflow.scoring.requests import UnmaskedLogprobs, UnmaskedLogprobsAttention
+from biasflow.scoring.unmasked import encode, unmasked_scores
 
 TEXTS = ["the doctor said she was tired.", "a cat", "poor people are lazy and never work hard enough.",
          "he is a nurse", "x"]
@@ -62,17 +63,38 @@ def test_sdpa_model_is_switched_to_eager(tiny_bert_dir):
 
 
 def test_cache_second_call_computes_nothing(eager_bert, tmp_path, monkeypatch):
-    cache = ScoreCache(tmp_path, eager_bert.fingerprint, UNMASKED_ATTN_KIND)
-    first = unmasked_table(eager_bert, TEXTS, with_attention=True, cache=cache, progress=False)
-    assert cache.writes == 1 and {"attention", "top1", "logprobs"} <= set(first.columns)
+    requests = [UnmaskedLogprobsAttention(t) for t in TEXTS]
+    first = answer_requests(requests, eager_bert.cfg, tmp_path, model=eager_bert, progress=False)
+    cache = AnswerCache(tmp_path, eager_bert.fingerprint, UnmaskedLogprobsAttention.kind)
+    assert len(cache.store.parts()) == 1 and {"attention", "top1", "logprobs", "token_ids"} <= set(first.columns)
+    # the uncased model lowercases the text it answers: upper-cased requests get the same numbers
+    upper = answer_requests([UnmaskedLogprobsAttention(t.upper()) for t in TEXTS], eager_bert.cfg, None,
+                            model=eager_bert, progress=False)
+    assert upper.token_ids.tolist() == first.token_ids.tolist()
+    np.testing.assert_allclose(np.concatenate(upper.attention.tolist()), np.concatenate(first.attention.tolist()))
     calls = []
     real_forward = eager_bert.model.forward
     monkeypatch.setattr(eager_bert.model, "forward", lambda *a, **k: calls.append(1) or real_forward(*a, **k))
-    again = ScoreCache(tmp_path, eager_bert.fingerprint, UNMASKED_ATTN_KIND)
-    second = unmasked_table(eager_bert, [t.upper() for t in TEXTS], with_attention=True, cache=again,
-                            progress=False)  # the uncased model lowercases: same requests
-    assert again.writes == 0 and calls == []
-    np.testing.assert_allclose(np.concatenate(second.attention.tolist()), np.concatenate(first.attention.tolist()))
+    second = answer_requests(requests[::-1], eager_bert.cfg, tmp_path, model=eager_bert, progress=False)
+    assert len(cache.store.parts()) == 1 and calls == []
+    np.testing.assert_allclose(np.concatenate(second.attention.tolist()[::-1]),
+                               np.concatenate(first.attention.tolist()))
+
+
+def test_plain_and_attention_requests_are_two_kinds(eager_bert, tmp_path):
+    """AUL alone asks for the answers without attention; with AULA both variants read the attention kind."""
+    items = pd.DataFrame({"item_id": ["p"], "category": ["age"], "direction": ["stereo"], "sent_more": ["a cat"],
+                          "sent_less": ["a dog"]})
+    assert {type(r) for r in aul.requests(items, {"variants": ["aul"]}, "masked_lm")} == {UnmaskedLogprobs}
+    assert {type(r) for r in aul.requests(items, {"variants": ["aula", "aul"]}, "masked_lm")} == \
+        {UnmaskedLogprobsAttention}
+    plain_answers = metric_answers("crows_pairs_aul", items, {"variants": ["aul"]}, None, tmp_path, model=eager_bert)
+    assert set(plain_answers.kind) == {"unmasked_logprobs"} and "attention" not in plain_answers
+    with_attention = metric_answers("crows_pairs_aul", items, {"variants": ["aul", "aula"]}, None, tmp_path,
+                                    model=eager_bert)
+    assert set(with_attention.kind) == {"unmasked_logprobs_attn"} and "attention" in with_attention
+    np.testing.assert_allclose(np.concatenate(plain_answers.logprobs.tolist()),
+                               np.concatenate(with_attention.logprobs.tolist()), atol=1e-6)
 
 
 # ------------------------------------------------------------------------------------------------ metric rules
@@ -90,20 +112,22 @@ PAIRS = [
 ]
 
 
-def pairs_frame(pairs=PAIRS, top1=True):
+def pairs_frame(pairs=PAIRS, request=UnmaskedLogprobsAttention):
+    """Items and the answers to their requests (of type ``request``), as the score stage writes them."""
     items = pd.DataFrame([{"item_id": p[0], "direction": p[1], "category": p[2], "sent_more": p[3],
                            "sent_less": p[4]} for p in pairs])
     rows = [(p[3], p[5]) for p in pairs] + [(p[4], p[6]) for p in pairs]
-    scores = pd.DataFrame({"key": [t for t, _ in rows], "kind": UNMASKED_ATTN_KIND, "text": [t for t, _ in rows],
-                           "token_ids": [list(range(len(v[0]))) for _, v in rows],
-                           "logprobs": [v[0] for _, v in rows], "attention": [v[1] for _, v in rows],
-                           "top1": [[i % 2 == 0 for i in range(len(v[0]))] for _, v in rows]})
+    scores = request_frame([request(t) for t, _ in rows]).assign(
+        token_ids=[list(range(len(v[0]))) for _, v in rows], logprobs=[v[0] for _, v in rows],
+        top1=[[i % 2 == 0 for i in range(len(v[0]))] for _, v in rows])
+    if request is UnmaskedLogprobsAttention:
+        scores["attention"] = [v[1] for _, v in rows]
     return items, scores
 
 
 def test_hand_computed_pairs():
     items, scores = pairs_frame()
-    per = aul.compute(items, scores, {"variants": ["aul", "aula"], "_model": {}})
+    per = aul.compute(items, scores, {"variants": ["aul", "aula"]})
     got = per.set_index(["variant", "item_id"])
     assert got.loc[("aul", "a"), "score_more"] == pytest.approx(-1.5)
     assert got.loc[("aula", "a"), "score_less"] == pytest.approx(-0.35)
@@ -122,11 +146,14 @@ def test_hand_computed_pairs():
 
 def test_aul_only_uses_plain_kind_and_rejects_unknown_variant():
     items, scores = pairs_frame()
-    plain_scores = scores.drop(columns="attention").assign(kind=UNMASKED_KIND)
-    per = aul.compute(items, plain_scores, {"variants": ["aul"], "_model": {}})
+    _, plain_scores = pairs_frame(request=UnmaskedLogprobs)
+    per = aul.compute(items, plain_scores, {"variants": ["aul"]})
     assert set(per.variant) == {"aul"}
+    assert per.stereo_preferred.tolist() == [1, 0, 0]
+    with pytest.raises(KeyError):  # AUL alone does not read the attention kind's answers
+        aul.compute(items, scores, {"variants": ["aul"]})
     with pytest.raises(Exception, match="crows_pairs_aul.variants"):
-        aul.compute(items, scores, {"variants": ["aulx"], "_model": {}})
+        aul.compute(items, scores, {"variants": ["aulx"]})
 
 
 def naive_reference(items, table, attention: bool):
@@ -160,7 +187,7 @@ def test_against_naive_reference():
                       f"more {i}", f"less {i}", sent(), sent()))
     items, scores = pairs_frame(pairs)
     table = {t: (lp, a) for t, lp, a in zip(scores.text, scores.logprobs, scores.attention)}
-    agg = aul.aggregate(aul.compute(items, scores, {"variants": ["aul", "aula"], "_model": {}}), {})
+    agg = aul.aggregate(aul.compute(items, scores, {"variants": ["aul", "aula"]}), {})
     agg = agg.set_index(["metric", "category"]).value
     for variant, att in (("aul", False), ("aula", True)):
         overall, per_type = naive_reference(items, table, att)
@@ -174,9 +201,8 @@ def test_score_stage_end_to_end(eager_bert, tmp_path):
                           "sent_more": ["The doctor said she was tired.", "He is a nurse"],
                           "sent_less": ["The doctor said he was tired.", "She is a nurse"]})
     cfg = {"benchmark": "crows_pairs", "variants": ["aul", "aula"]}
-    ctx = ScoreContext(items=items, metric_cfg=cfg, model_cfg={"name": "tiny"}, cache_dir=tmp_path, _model=eager_bert)
-    scores = aul.score(ctx)
-    per = aul.compute(items, scores, dict(cfg, _model={"lowercase": True}))
+    answers = metric_answers("crows_pairs_aul", items, cfg, None, tmp_path, model=eager_bert)
+    per = aul.compute(items, answers, cfg)  # the cased sentences: the uncased model lowercased them
     lp, att, _ = plain(eager_bert, encode(eager_bert, ["the doctor said she was tired."])[0])
     row = per.set_index(["variant", "item_id"])
     assert row.loc[("aul", "p1"), "score_more"] == pytest.approx(lp[1:-1].mean(), abs=1e-5)

@@ -67,13 +67,11 @@ def test_registry_and_plan_import_no_torch():
 
 def test_torch_free_names_agree_with_the_scorers():
     from biasflow import score_kinds as K
-    from biasflow.scoring import causal, fill_mask, masked, multi_mask, unmasked
+    from biasflow.scoring import causal, fill_mask, masked
 
     assert K.MASK_PLACEHOLDER == fill_mask.MASK_PLACEHOLDER
     assert K.MASK_CANDIDATES_KIND == fill_mask.KIND
     assert K.PLL_KIND == masked.PLL_KIND
-    assert K.MULTI_MASK_KIND == multi_mask.KIND
-    assert (K.UNMASKED_KIND, K.UNMASKED_ATTN_KIND) == (unmasked.UNMASKED_KIND, unmasked.UNMASKED_ATTN_KIND)
     assert (K.CAUSAL_KIND, K.FIRST_TOKEN_MODES) == (causal.CAUSAL_KIND, causal.FIRST_TOKEN_MODES)
     grid = [(p, r, n, k) for p in (0.0, 0.3) for r in (0, 4, 5, 9) for n in (1, 2) for k in (None, 1, 5, 10)]
     assert [K.top_k_probability(*g) for g in grid] == [fill_mask.top_k_probability(*g) for g in grid]

@@ -12,9 +12,11 @@ import torch
 from biasflow.data.templates import load_cbs, load_lpbs
 from biasflow.errors import DataFormatError
 from biasflow.metrics import cbs, lpbs
-from biasflow.registry import ScoreContext, get_metric
-from biasflow.scoring.cache import ScoreCache
-from biasflow.scoring.multi_mask import KIND, multi_mask_table
+from biasflow.registry import get_metric
+from biasflow.scoring.answer import answer_requests, metric_answers
+from biasflow.scoring.cache import AnswerCache
+from biasflow.scoring.multi_mask import logprob_matrices, read_positions
+from biasflow.scoring.requests import MultiMaskLogprobs
 
 
 # ----------------------------------------------------------------------------------------------- by hand
@@ -57,17 +59,21 @@ def test_cbs_aggregate_by_hand():
 def test_read_positions_and_piece_rules():
     M = 9  # mask id
     # "[CLS] m m is a programmer . [SEP]": target first, 2 pieces, attribute filled
-    assert lpbs.read_positions([1, M, M, 5, 6, 7, 8, 2], M, 2, 0, True, "aligned") == [1, 2]
+    # (placeholder i has counts[i] masks; the target is placeholder ``target``)
+    assert read_positions([1, M, M, 5, 6, 7, 8, 2], M, [2], 0, "aligned") == [1, 2]
+    assert read_positions([1, M, M, 5, 6, 7, 8, 2], M, [2], 0, "reference") == [1, 2]
+    # prior, target first with 1 mask, attribute 2 masks: "[CLS] m is a m m . [SEP]"
+    assert read_positions([1, M, 5, 6, M, M, 8, 2], M, [1, 2], 0, "reference") == [1]
     # prior, attribute first with 2 masks, target 1 mask: "[CLS] a m m from m . [SEP]"
     ids = [1, 4, M, M, 5, M, 8, 2]
-    assert lpbs.read_positions(ids, M, 1, 2, False, "aligned") == [5]
-    assert lpbs.read_positions(ids, M, 1, 2, False, "reference") == [3]      # the 2nd attribute mask
+    assert read_positions(ids, M, [2, 1], 1, "aligned") == [5]
+    assert read_positions(ids, M, [2, 1], 1, "reference") == [3]      # the 2nd attribute mask
     ids2 = [1, 4, M, M, 5, M, M, 8, 2]  # 2-piece attribute, 2-piece target
-    assert lpbs.read_positions(ids2, M, 2, 2, False, "aligned") == [5, 6]
-    assert lpbs.read_positions(ids2, M, 2, 2, False, "reference") == [3, 4]  # runs onto "from"
-    assert lpbs.read_positions([1, M, 5, M, 8, 2], M, 1, 1, False, "reference") == [3]  # one-piece: same
+    assert read_positions(ids2, M, [2, 2], 1, "aligned") == [5, 6]
+    assert read_positions(ids2, M, [2, 2], 1, "reference") == [3, 4]  # runs onto "from"
+    assert read_positions([1, M, 5, M, 8, 2], M, [1, 1], 1, "reference") == [3]  # one-piece: same
     with pytest.raises(ValueError, match="expected 2 masks, found 3"):
-        lpbs.read_positions(ids, M, 1, 1, False, "aligned")
+        read_positions(ids, M, [1, 1], 1, "aligned")
     mat = np.log(np.array([[.5, .1], [.2, .4]]))
     assert lpbs.combine(mat, "aligned") == pytest.approx(math.log(.5 * .4))
     assert lpbs.combine(mat, "reference") == pytest.approx(math.log(.5 * .1 * .2 * .4))
@@ -142,21 +148,19 @@ def lpbs_items():
 
 def test_lpbs_end_to_end_vs_naive(tiny_bert, tmp_path, lpbs_items):
     cfg = {"piece_product": "aligned", "target_positions": "aligned", "attribute_mask_count": "filled"}
-    ctx = ScoreContext(items=lpbs_items, metric_cfg=cfg, model_cfg={"batch_tokens": 64}, cache_dir=tmp_path,
-                       _model=tiny_bert)
+    model_cfg = dict(tiny_bert.cfg, batch_tokens=64)
     spec = get_metric("lpbs")
-    scores = spec.score(ctx)
+    scores = metric_answers("lpbs", lpbs_items, cfg, model_cfg, tmp_path, model=tiny_bert)
     per = spec.compute(lpbs_items, scores, cfg)
     assert len(per) == len(lpbs_items)
     for it, row in zip(lpbs_items.itertuples(), per.itertuples()):
         # groups are summed in probability space, so the naive value recomputes each group's sums
         assert row.value == pytest.approx(_naive_lpbs(tiny_bert, it), abs=1e-4)
     # the cache serves a second run without model work
-    cache = ScoreCache(tmp_path, tiny_bert.fingerprint, KIND)
-    writes = cache.writes
-    again = spec.score(ctx)
+    parts = AnswerCache(tmp_path, tiny_bert.fingerprint, MultiMaskLogprobs.kind).store.parts()
+    again = metric_answers("lpbs", lpbs_items, cfg, model_cfg, tmp_path, model=tiny_bert)
     assert np.allclose(np.concatenate(again["logprobs"].tolist()), np.concatenate(scores["logprobs"].tolist()))
-    assert cache.writes == writes
+    assert AnswerCache(tmp_path, tiny_bert.fingerprint, MultiMaskLogprobs.kind).store.parts() == parts
 
 
 def _naive_lpbs(adapter, it) -> float:
@@ -188,10 +192,9 @@ def test_cbs_end_to_end_vs_naive(tiny_bert, tmp_path, rules):
     keep = items.attribute_singular.isin(["nurse", "bank teller", "customer service representative"])
     items = items[keep & items.category.isin(["t0", "t2", "t5"])].reset_index(drop=True)
     cfg = {"piece_product": piece, "target_positions": pos, "attribute_mask_count": count}
-    ctx = ScoreContext(items=items, metric_cfg=cfg, model_cfg={"batch_tokens": 128}, cache_dir=tmp_path,
-                       _model=tiny_bert)
     spec = get_metric("cbs")
-    per = spec.compute(items, spec.score(ctx), cfg)
+    answers = metric_answers("cbs", items, cfg, dict(tiny_bert.cfg, batch_tokens=128), tmp_path, model=tiny_bert)
+    per = spec.compute(items, answers, cfg)
     for it, row in zip(items.itertuples(), per.itertuples()):
         ratios = [naive_word_logp(tiny_bert, it.template, t, it.attribute, it.attribute_singular, pos, piece, count)
                   for t in it.targets]
@@ -200,13 +203,46 @@ def test_cbs_end_to_end_vs_naive(tiny_bert, tmp_path, rules):
     assert agg[("cbs", "overall")] == pytest.approx(per.groupby("category")["value"].mean().mean())
 
 
-def test_multi_mask_table_matches_unbatched(tiny_bert):
+def test_logprob_matrices_match_unbatched(tiny_bert):
     tok = tiny_bert.tokenizer
     texts = ["[MASK] is a [MASK] .", "people from [MASK] [MASK] are nurses .", "a [MASK] is from here ."]
     pieces = [tok(" he", add_special_tokens=False)["input_ids"], tok(" north korea", add_special_tokens=False)["input_ids"],
               tok(" nurse", add_special_tokens=False)["input_ids"]]
     positions = [[1, 4], [3, 4], [2]]
-    table = multi_mask_table(tiny_bert, texts, positions, pieces, batch_tokens=16)
-    for t, p, i, row in zip(texts, positions, pieces, table.itertuples()):
-        assert np.allclose(np.asarray(row.logprobs).reshape(len(p), len(i)), naive_logp(tiny_bert, t, p, i),
-                           atol=1e-5)
+    mats = logprob_matrices(tiny_bert, texts, positions, pieces, batch_tokens=16)
+    for t, p, i, mat in zip(texts, positions, pieces, mats):
+        assert np.allclose(mat, naive_logp(tiny_bert, t, p, i), atol=1e-5)
+
+
+def test_multi_mask_answers_count_pieces_with_the_model(tiny_bert):
+    """The request holds the metric's text and words; the model's tokenizer turns each placeholder into one mask per
+    piece of its word (lowercased for the uncased model) and reads the target's pieces where the rule says."""
+    tok = tiny_bert.tokenizer
+    requests = [MultiMaskLogprobs("[MASK] is a Nurse.", ("He",)),
+                MultiMaskLogprobs("A [MASK] is from [MASK].", ("Bank Teller", "North Korea"), 1, "aligned"),
+                MultiMaskLogprobs("A [MASK] is from [MASK].", ("Bank Teller", "North Korea"), 1, "reference")]
+    answers = answer_requests(requests, dict(tiny_bert.cfg, batch_tokens=16), None, model=tiny_bert, progress=False)
+    n_attr = len(tok(" bank teller", add_special_tokens=False)["input_ids"])
+    korea = tok(" north korea", add_special_tokens=False)["input_ids"]
+    assert n_attr > 1 and len(korea) > 1  # multi-piece words, so the two rules read different positions
+    prior = "a " + " ".join(["[MASK]"] * n_attr) + " is from " + " ".join(["[MASK]"] * len(korea)) + "."
+    first_mask = 2  # [CLS] a [MASK] ...
+    want = [("[MASK] is a nurse.", [1], tok(" he", add_special_tokens=False)["input_ids"]),
+            (prior, list(range(first_mask + n_attr + 2, first_mask + n_attr + 2 + len(korea))), korea),
+            (prior, list(range(first_mask + 1, first_mask + 1 + len(korea))), korea)]
+    for row, (text, pos, pieces) in zip(answers.itertuples(), want):
+        assert (list(row.positions), list(row.token_ids)) == (pos, pieces)
+        got = np.reshape(row.logprobs, (len(pos), len(pieces)))
+        assert np.allclose(got, naive_logp(tiny_bert, text, pos, pieces), atol=1e-5)
+
+
+def test_multi_mask_request_checks_its_fields():
+    with pytest.raises(ValueError, match="2 \\[MASK\\] placeholders for 1 words"):
+        MultiMaskLogprobs("[MASK] is a [MASK].", ("he",))
+    with pytest.raises(ValueError, match="target 2"):
+        MultiMaskLogprobs("[MASK] is a [MASK].", ("he", "nurse"), 2)
+    with pytest.raises(ValueError, match="position_rule='last'"):
+        MultiMaskLogprobs("[MASK] is a [MASK].", ("he", "nurse"), 1, "last")
+    # the rules agree on the first placeholder: one request, one cache entry
+    assert MultiMaskLogprobs("[MASK] is a [MASK].", ("he", "nurse"), 0, "reference").key == \
+        MultiMaskLogprobs("[MASK] is a [MASK].", ["he", "nurse"]).key

@@ -12,9 +12,6 @@ PLL_KIND = "pll"  # scoring.masked: per-token pseudo-log-likelihoods
 MASK_CANDIDATES_KIND = "mask_candidates"  # scoring.fill_mask: candidate words at one mask
 MASK_TOKEN_STR_KIND = "mask_token_str"  # scoring.fill_mask: is the word, as written, a prediction's token_str
 NO_MATCH_PROB, NO_MATCH_RANK = 0.0, -1  # scoring.fill_mask: a word no vocabulary entry decodes to
-MULTI_MASK_KIND = "multi_mask"  # scoring.multi_mask: word pieces at several masks
-UNMASKED_KIND = "unmasked_logprobs"  # scoring.unmasked
-UNMASKED_ATTN_KIND = "unmasked_logprobs_attn"  # scoring.unmasked, with attention
 CAUSAL_KIND = "causal_token_logprobs"  # scoring.causal
 FIRST_TOKEN_MODES = ("prefix", "separate", "none")  # scoring.causal: how the first token is scored
 

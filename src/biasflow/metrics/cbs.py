@@ -13,7 +13,7 @@ Parity with the reference (jaimeenahn/ethnic_bias ``score.py``) is the default a
     ``aligned`` = the target's own masks.
   * ``attribute_mask_count: singular`` - the prior sentence gets as many masks as the *singular* attribute has pieces,
     also in [ATTRIBUTES] (plural) templates; ``filled`` = as many as the form in the sentence.
-The shared machinery (requests, multi-mask scoring, piece rules) is in ``metrics/lpbs.py``.
+The shared machinery (requests, answers by word, piece rules) is in ``metrics/lpbs.py``.
 Reported: ``cbs`` overall and ``mean_variance`` per template (category).
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from biasflow.metrics.lpbs import score_words, word_logprobs
+from biasflow.metrics.lpbs import requests_for, word_answers, word_logprobs
 from biasflow.registry import MetricSpec, register_metric
 
 
@@ -32,8 +32,8 @@ def sample_variance(values) -> float:
     return float(v.var(ddof=1)) if len(v) > 1 else float("nan")
 
 
-def compute(items: pd.DataFrame, scores: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
-    wide = word_logprobs(scores, cfg.get("piece_product", "reference"))
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    wide = word_logprobs(word_answers(items, answers, "targets", cfg), cfg.get("piece_product", "reference"))
     by = {k: g for k, g in wide.groupby("item_id")}
     rows = []
     for it in items.itertuples(index=False):
@@ -57,7 +57,8 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
 
 SPEC = register_metric(MetricSpec(
     name="cbs", benchmark="cbs", model_kinds=("masked_lm",),
-    score=lambda ctx: score_words(ctx, "targets"), compute=compute, aggregate=aggregate,
-    score_keys=("target_positions", "attribute_mask_count"), headline=("cbs",), plot_metric="mean_variance", plot_reference=None))
+    requests=requests_for("targets"), compute=compute, aggregate=aggregate,
+    score_keys=("target_positions", "attribute_mask_count"), headline=("cbs",), plot_metric="mean_variance",
+    plot_reference=None))
 
 __all__ = ["compute", "aggregate", "sample_variance"]

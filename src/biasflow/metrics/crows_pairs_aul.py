@@ -13,6 +13,9 @@
 * bias score = 100 x stereotypical pairs / pairs, overall and per bias type;
 * token accuracy = % of all positions of both sentences of every pair (special tokens included) where the
   token is the arg-max prediction (their "Accuracy" line).
+
+Requests: ``UnmaskedLogprobsAttention`` of both sentences of every pair when AULA is asked for (its log-probs
+serve AUL too: one pass), else the cheaper ``UnmaskedLogprobs``.
 """
 from __future__ import annotations
 
@@ -23,8 +26,8 @@ import pandas as pd
 
 from biasflow.errors import ConfigError
 from biasflow.metrics.crows_pairs import category_blocks, pair_texts
-from biasflow.registry import MetricSpec, ScoreContext, register_metric
-from biasflow.score_kinds import UNMASKED_ATTN_KIND, UNMASKED_KIND
+from biasflow.registry import MetricSpec, register_metric
+from biasflow.scoring.requests import UnmaskedLogprobs, UnmaskedLogprobsAttention
 from biasflow.stats.bootstrap import Resamples, rate
 
 VARIANTS = ("aul", "aula")
@@ -49,16 +52,22 @@ def sentence_score(logprobs, attention=None) -> float:
     return float(inner.mean())
 
 
-def compute(items: pd.DataFrame, scores: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def _request_type(variants: list[str]) -> type:
+    return UnmaskedLogprobsAttention if "aula" in variants else UnmaskedLogprobs
+
+
+def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
+    request = _request_type(_variants(cfg))
+    return [request(t) for t in pair_texts(items)]
+
+
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     variants = _variants(cfg)
-    lower = bool(cfg.get("_model", {}).get("lowercase"))
-    norm = (lambda s: s.lower()) if lower else (lambda s: s)
-    need_attn = "aula" in variants
-    kind = UNMASKED_ATTN_KIND if need_attn else UNMASKED_KIND
-    by_text = scores[scores.kind == kind].set_index("text")
+    request = _request_type(variants)
+    by_key = answers.drop_duplicates("key").set_index("key")
     rows = []
     for it in items.itertuples(index=False):
-        r_more, r_less = by_text.loc[norm(it.sent_more)], by_text.loc[norm(it.sent_less)]
+        r_more, r_less = by_key.loc[request(it.sent_more).key], by_key.loc[request(it.sent_less).key]
         hits = int(np.sum(r_more["top1"])) + int(np.sum(r_less["top1"]))
         n_tok = len(r_more["top1"]) + len(r_less["top1"])
         for variant in variants:
@@ -119,25 +128,11 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resam
     return out
 
 
-def score(ctx: ScoreContext) -> pd.DataFrame:
-    from biasflow.scoring.cache import ScoreCache
-    from biasflow.scoring.unmasked import unmasked_table
-
-    variants = _variants(ctx.metric_cfg)
-    model = ctx.model
-    with_attention = "aula" in variants
-    kind = UNMASKED_ATTN_KIND if with_attention else UNMASKED_KIND
-    texts = pair_texts(ctx.items)
-    cache = ScoreCache(ctx.cache_dir, model.fingerprint, kind)
-    return unmasked_table(model, texts, with_attention=with_attention, cache=cache,
-                          batch_tokens=int(ctx.model_cfg.get("batch_tokens", 8192)))
-
-
 SPEC = register_metric(MetricSpec(
     name="crows_pairs_aul",
     benchmark="crows_pairs",
     model_kinds=("masked_lm",),
-    score=score,
+    requests=requests,
     compute=compute,
     aggregate=aggregate,
     score_keys=("variants",),

@@ -7,8 +7,10 @@ For a template ("[TARGET] is a [ATTRIBUTE].") and an attribute ("programmer"):
 A group of several words (``targets.yaml``) has the sum of its words' probabilities (the reference's
 ``bias_calculator.py``). Positive LPBS = the attribute raises the first group (he) more than the second (she).
 
-A target of n word pieces gets n masks; an attribute of m pieces gets m masks in the prior sentence. How a
-multi-piece target's probability is read, and where, are the two options shared with CBS (``metrics/cbs.py``):
+A target of n word pieces gets n masks; an attribute of m pieces gets m masks in the prior sentence (the metric asks
+``MultiMaskLogprobs`` of the sentences with one ``[MASK]`` per word; the model's tokenizer counts the pieces when it
+answers). How a multi-piece target's probability is read, and where, are the two options shared with CBS
+(``metrics/cbs.py``):
   * ``piece_product``: ``aligned`` = product of piece j's probability at mask j; ``reference`` = Ahn & Oh's
     product over every piece at every target mask (their ``score.py``). Equal for one-piece targets.
   * ``target_positions``: ``aligned`` = the masks of the [TARGET] slot; ``reference`` = Ahn & Oh's
@@ -27,14 +29,11 @@ import pandas as pd
 
 from biasflow.data.templates import ATTRIBUTE, ATTRIBUTES, TARGET
 from biasflow.errors import ConfigError
-from biasflow.registry import MetricSpec, ScoreContext, register_metric
-from biasflow.score_kinds import MASK_PLACEHOLDER, MULTI_MASK_KIND
+from biasflow.registry import MetricSpec, register_metric
+from biasflow.score_kinds import MASK_PLACEHOLDER
+from biasflow.scoring.requests import MultiMaskLogprobs
 
 RULES = ("aligned", "reference")
-
-
-def masks(n: int) -> str:
-    return " ".join([MASK_PLACEHOLDER] * n)
 
 
 def _attr_slot(template: str) -> str:
@@ -49,22 +48,6 @@ def target_first(template: str) -> bool:
     return template.index(TARGET) < template.index(_attr_slot(template))
 
 
-def read_positions(ids: Sequence[int], mask_id: int, n_target: int, n_attr_masks: int, first: bool,
-                   rule: str) -> list[int]:
-    """Token positions the target's probability is read from, in a sentence whose masks are the target's n and
-    (prior sentence) the attribute's m."""
-    mpos = [i for i, t in enumerate(ids) if t == mask_id]
-    if len(mpos) != n_target + n_attr_masks:
-        raise ValueError(f"expected {n_target + n_attr_masks} masks, found {len(mpos)}")
-    if first or n_attr_masks == 0:
-        return mpos[:n_target]
-    if rule == "aligned":
-        return mpos[n_attr_masks:n_attr_masks + n_target]
-    # reference (Ahn & Oh find_mask_token with last=True): skip the first mask token, read n positions from the next
-    start = mpos[1]
-    return list(range(start, start + n_target))
-
-
 def combine(matrix: np.ndarray, rule: str) -> float:
     """log P(word) from the positions x pieces log-prob matrix."""
     if rule == "aligned":
@@ -72,49 +55,45 @@ def combine(matrix: np.ndarray, rule: str) -> float:
     return float(matrix.sum())
 
 
-def requests_for(tokenizer, normalise, items: pd.DataFrame, words_col: str, cfg: Mapping[str, Any]) -> pd.DataFrame:
-    """One row per (item, target word, tgt|prior) with the text, read positions and piece ids."""
-    from biasflow.scoring.multi_mask import encode, word_pieces
-
+def word_requests(items: pd.DataFrame, words_col: str, cfg: Mapping[str, Any]) -> list[tuple]:
+    """(item_id, column, word, tgt|prior, MultiMaskLogprobs) for every target word of every item: the sentence with
+    the attribute filled in (tgt) and with it masked too (prior); the model counts each word's masks."""
     rule = cfg.get("target_positions", "aligned")
     if rule not in RULES:
         raise ConfigError(f"target_positions={rule!r}: expected one of {RULES}")
     count_from = cfg.get("attribute_mask_count", "filled")
-    rows = []
+    out = []
     for it in items.itertuples(index=False):
         first = target_first(it.template)
         attr_form = it.attribute_singular if count_from == "singular" else it.attribute
-        m = len(word_pieces(tokenizer, normalise(attr_form)))
+        tgt_text = fill(it.template, MASK_PLACEHOLDER, it.attribute)
+        prior_text = fill(it.template, MASK_PLACEHOLDER, MASK_PLACEHOLDER)
         for col in words_col.split(","):
             for word in getattr(it, col):
-                pieces = word_pieces(tokenizer, normalise(word))
-                n = len(pieces)
-                for which, attr_text, n_attr in (("tgt", it.attribute, 0), ("prior", masks(m), m)):
-                    text = normalise(fill(it.template, masks(n), attr_text)).replace(
-                        MASK_PLACEHOLDER.lower(), MASK_PLACEHOLDER)
-                    ids = encode(tokenizer, text)
-                    pos = read_positions(ids, tokenizer.mask_token_id, n, n_attr, first, rule)
-                    rows.append({"item_id": it.item_id, "column": col, "word": word, "which": which,
-                                 "text": text, "positions": pos, "token_ids": pieces})
-    return pd.DataFrame(rows)
+                prior = MultiMaskLogprobs(prior_text, (word, attr_form) if first else (attr_form, word),
+                                          target=0 if first else 1, position_rule=rule)
+                out.append((it.item_id, col, word, "tgt", MultiMaskLogprobs(tgt_text, (word,))))
+                out.append((it.item_id, col, word, "prior", prior))
+    return out
 
 
-def score_words(ctx: ScoreContext, words_col: str) -> pd.DataFrame:
-    """Model stage shared by LPBS and CBS: one row per (item, word, tgt|prior) with its log-prob matrix."""
-    from biasflow.scoring.cache import ScoreCache
-    from biasflow.scoring.multi_mask import multi_mask_table
+def requests_for(words_col: str):
+    """The ``requests(items, cfg, model_kind)`` of a metric scoring the words of ``words_col``."""
+    return lambda items, cfg, model_kind: [r for *_, r in word_requests(items, words_col, cfg)]
 
-    model = ctx.model
-    req = requests_for(model.tokenizer, model.normalise, ctx.items, words_col, ctx.metric_cfg)
-    cache = ScoreCache(ctx.cache_dir, model.fingerprint, MULTI_MASK_KIND)
-    table = multi_mask_table(model, req["text"].tolist(), req["positions"].tolist(), req["token_ids"].tolist(),
-                             cache=cache, batch_tokens=int(ctx.model_cfg.get("batch_tokens", 8192)))
-    lp = {(t, tuple(p), tuple(i)): v for t, p, i, v in zip(table["text"], table["positions"], table["token_ids"],
-                                                          table["logprobs"])}
-    req["logprobs"] = [list(lp[(t, tuple(p), tuple(i))]) for t, p, i in
-                       zip(req["text"], req["positions"], req["token_ids"])]
-    req.insert(0, "kind", MULTI_MASK_KIND)
-    return req
+
+def word_answers(items: pd.DataFrame, answers: pd.DataFrame, words_col: str, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per (item, column, word, tgt|prior) with its answer: positions, token_ids, logprobs."""
+    rows = word_requests(items, words_col, cfg)
+    by_key = answers.drop_duplicates("key").set_index("key")
+    keys = [r.key for *_, r in rows]
+    missing = [r for (*_, r), k in zip(rows, keys) if k not in by_key.index]
+    if missing:
+        raise KeyError(f"no answer to {len(missing)} multi_mask requests (first: {missing[0]}); the scores file "
+                       f"does not match the items or the metric config")
+    got = by_key.loc[keys, ["positions", "token_ids", "logprobs"]].reset_index(drop=True)
+    ids = pd.DataFrame([r[:4] for r in rows], columns=["item_id", "column", "word", "which"])
+    return pd.concat([ids, got], axis=1)
 
 
 def word_logprobs(scores: pd.DataFrame, rule: str) -> pd.DataFrame:
@@ -137,7 +116,8 @@ def lpbs_value(tgt1: Sequence[float], prior1: Sequence[float], tgt2: Sequence[fl
     return (lse(tgt1) - lse(prior1)) - (lse(tgt2) - lse(prior2))
 
 
-def compute(items: pd.DataFrame, scores: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    scores = word_answers(items, answers, "targets_1,targets_2", cfg)
     wide = word_logprobs(scores, cfg.get("piece_product", "aligned"))
     by = {k: g for k, g in wide.groupby(["item_id", "column"])}
     rows = []
@@ -171,9 +151,9 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
 
 SPEC = register_metric(MetricSpec(
     name="lpbs", benchmark="lpbs", model_kinds=("masked_lm",),
-    score=lambda ctx: score_words(ctx, "targets_1,targets_2"), compute=compute, aggregate=aggregate,
+    requests=requests_for("targets_1,targets_2"), compute=compute, aggregate=aggregate,
     score_keys=("target_positions", "attribute_mask_count"), headline=("mean_lpbs", "mean_abs_lpbs"),
     plot_metric="mean_lpbs", plot_reference=0.0))
 
-__all__ = ["lpbs_value", "read_positions", "combine", "requests_for", "score_words", "word_logprobs", "compute",
-           "aggregate", "fill", "masks"]
+__all__ = ["lpbs_value", "combine", "word_requests", "requests_for", "word_answers", "word_logprobs", "compute",
+           "aggregate", "fill"]

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 ANSWERERS: dict[tuple[str, str], str | Callable] = {
     ("masked_lm", "pll"): "biasflow.scoring.masked:answer_pll",
     ("masked_lm", "unmasked_logprobs"): "biasflow.scoring.unmasked:answer_unmasked_logprobs",
+    ("masked_lm", "unmasked_logprobs_attn"): "biasflow.scoring.unmasked:answer_unmasked_logprobs_attention",
     ("masked_lm", "mask_candidates"): "biasflow.scoring.fill_mask:answer_mask_candidates",
     ("masked_lm", "mask_token_str"): "biasflow.scoring.fill_mask:answer_mask_token_str",
     ("masked_lm", "mask_top_k"): "biasflow.scoring.fill_mask:answer_mask_top_k",

@@ -1,10 +1,13 @@
-"""Log-probabilities of given vocabulary ids at given positions of a sentence with several masks (LPBS, CBS).
+"""Log-probabilities of a word's pieces at masks of a sentence with several masks (LPBS, CBS).
 
-A request is (text with ``[MASK]`` placeholders, token positions to read, vocabulary ids). One forward pass gives a
-``len(positions) x len(token_ids)`` matrix of log-softmax values, stored flattened (row-major) so the metric decides
-how to combine them (product over a word's pieces at their own positions, or Ahn & Oh's product over every
-piece at every target position) without re-running the model. Positions index the tokenised text *with* special
-tokens; ``mask_positions`` lists where the masks are.
+Answers ``MultiMaskLogprobs`` (``scoring.requests``): a sentence whose ``[MASK]`` placeholders each stand for a
+word, and which word's pieces to read where. The model's tokenizer does the counting: every placeholder becomes one
+mask per word piece of its word (the word as it appears mid-sentence, after a space), the text is normalised as the
+model wants it (an uncased model lowercases it) and encoded with special tokens; the read positions follow the
+request's rule (``read_positions``). One forward pass gives the ``len(positions) x len(pieces)`` matrix of
+log-softmax values, stored flattened (row-major) so the metric decides how to combine them (product over a word's
+pieces at their own positions, or Ahn & Oh's product over every piece at every target position) without re-running
+the model. Positions index the tokenised text *with* special tokens.
 """
 from __future__ import annotations
 
@@ -15,11 +18,9 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS, Budget
 from biasflow.scoring.batching import pad_right, token_budget_batches
-from biasflow.scoring.cache import ScoreCache, request_key
 from biasflow.scoring.fill_mask import MASK_PLACEHOLDER
-
-KIND = "multi_mask"
 
 
 def model_text(tokenizer, text: str) -> str:
@@ -30,20 +31,48 @@ def encode(tokenizer, text: str) -> list[int]:
     return tokenizer(model_text(tokenizer, text), add_special_tokens=True)["input_ids"]
 
 
-def mask_positions(tokenizer, text: str) -> list[int]:
-    """Token positions (with special tokens) of the masks of ``text``, in order."""
-    return [i for i, t in enumerate(encode(tokenizer, text)) if t == tokenizer.mask_token_id]
-
-
 def word_pieces(tokenizer, word: str) -> list[int]:
     """Vocabulary ids of ``word`` as it appears mid-sentence (after a space), without special tokens."""
     ids = tokenizer(" " + word, add_special_tokens=False)["input_ids"]
     return ids or tokenizer(word, add_special_tokens=False)["input_ids"]
 
 
+def read_positions(ids: Sequence[int], mask_id: int, counts: Sequence[int], target: int, rule: str) -> list[int]:
+    """Token positions the target's pieces are read at, in a sentence whose masks are ``counts[i]`` masks for
+    placeholder i, in order: ``aligned`` = the target placeholder's masks; ``reference`` = Ahn & Oh's
+    ``find_mask_token(last=True)``: a target after the first placeholder is read from the sentence's second mask
+    token on (off target when the first placeholder has several masks)."""
+    mpos = [i for i, t in enumerate(ids) if t == mask_id]
+    if len(mpos) != sum(counts):
+        raise ValueError(f"expected {sum(counts)} masks, found {len(mpos)}")
+    n = counts[target]
+    if target == 0 or rule == "aligned":
+        start = sum(counts[:target])
+        return mpos[start:start + n]
+    return list(range(mpos[1], mpos[1] + n))
+
+
+def expand(adapter, request) -> tuple[str, list[int], list[int]]:
+    """The model's text of a ``MultiMaskLogprobs`` request, its read positions and the target's piece ids."""
+    tok = adapter.tokenizer
+    pieces = []
+    for word in request.words:
+        ids = word_pieces(tok, adapter.normalise(word))
+        if not ids:
+            raise ValueError(f"word {word!r} of multi-mask request {request.text!r} has no word pieces")
+        pieces.append(ids)
+    parts = request.text.split(MASK_PLACEHOLDER)
+    filled = parts[0] + "".join(" ".join([MASK_PLACEHOLDER] * len(p)) + rest for p, rest in zip(pieces, parts[1:]))
+    # an uncased model lowercases the placeholders too: restore them
+    text = adapter.normalise(filled).replace(MASK_PLACEHOLDER.lower(), MASK_PLACEHOLDER)
+    positions = read_positions(encode(tok, text), tok.mask_token_id, [len(p) for p in pieces], request.target,
+                               request.position_rule)
+    return text, positions, pieces[request.target]
+
+
 @torch.inference_mode()
 def logprob_matrices(adapter, texts: Sequence[str], positions: Sequence[Sequence[int]],
-                     token_ids: Sequence[Sequence[int]], batch_tokens: int = 8192,
+                     token_ids: Sequence[Sequence[int]], batch_tokens: int = DEFAULT_BATCH_TOKENS,
                      progress: bool = False) -> list[np.ndarray]:
     tok = adapter.tokenizer
     enc = [encode(tok, t) for t in texts]
@@ -74,30 +103,14 @@ def logprob_matrices(adapter, texts: Sequence[str], positions: Sequence[Sequence
     return out
 
 
-def multi_mask_table(adapter, texts: Sequence[str], positions: Sequence[Sequence[int]],
-                     token_ids: Sequence[Sequence[int]], cache: ScoreCache | None = None, batch_tokens: int = 8192,
-                     progress: bool = False) -> pd.DataFrame:
-    """Cached ``logprob_matrices``: rows key, kind, text, positions, token_ids, logprobs (flattened row-major)."""
-    req = pd.DataFrame({"text": list(texts), "positions": [list(map(int, p)) for p in positions],
-                        "token_ids": [list(map(int, t)) for t in token_ids]})
-    req["key"] = [request_key(adapter.fingerprint, KIND, {"text": t, "positions": p, "token_ids": i})
-                  for t, p, i in zip(req["text"], req["positions"], req["token_ids"])]
-
-    def compute(chunk: pd.DataFrame) -> pd.DataFrame:
-        mats = logprob_matrices(adapter, chunk["text"].tolist(), chunk["positions"].tolist(),
-                                chunk["token_ids"].tolist(), batch_tokens=batch_tokens, progress=progress)
-        return pd.DataFrame({"key": chunk["key"].values, "kind": KIND, "text": chunk["text"].values,
-                             "positions": list(chunk["positions"]), "token_ids": list(chunk["token_ids"]),
-                             "logprobs": [m.reshape(-1).tolist() for m in mats]})
-
-    if cache is None:
-        return compute(req.drop_duplicates("key").reset_index(drop=True))
-    return cache.fetch_or_compute(req, compute)
+def answer_multi_mask(adapter, requests, budget: Budget) -> pd.DataFrame:
+    """Answerer of ``MultiMaskLogprobs``: positions, token_ids (the target's pieces), logprobs (flattened)."""
+    texts, positions, pieces = zip(*[expand(adapter, r) for r in requests])
+    mats = logprob_matrices(adapter, texts, positions, pieces, batch_tokens=budget.batch_tokens,
+                            progress=budget.progress)
+    return pd.DataFrame({"positions": [list(map(int, p)) for p in positions],
+                         "token_ids": [list(map(int, i)) for i in pieces],
+                         "logprobs": [m.reshape(-1).tolist() for m in mats]})
 
 
-def as_matrix(row) -> np.ndarray:
-    """The ``len(positions) x len(token_ids)`` matrix of one table row."""
-    return np.asarray(row["logprobs"], dtype=float).reshape(len(row["positions"]), len(row["token_ids"]))
-
-
-__all__ = ["multi_mask_table", "logprob_matrices", "mask_positions", "word_pieces", "encode", "as_matrix", "KIND"]
+__all__ = ["answer_multi_mask", "logprob_matrices", "read_positions", "expand", "word_pieces", "encode"]

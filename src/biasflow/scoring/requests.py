@@ -17,6 +17,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar, Iterable
 
+from biasflow.score_kinds import MASK_PLACEHOLDER
+
+MULTI_MASK_POSITION_RULES = ("aligned", "reference")
 REQUEST_TYPES: dict[str, type["Request"]] = {}
 
 
@@ -65,12 +68,20 @@ class PseudoLogLikelihood(Request):
 
 @dataclass(frozen=True)
 class UnmaskedLogprobs(Request):
-    """Log P(token_i | the whole unmasked text) at every position (AUL), with the attention weights (AULA).
-    Answer: ``token_ids``, ``logprobs``, and ``attention`` when ``with_attention``."""
+    """log P(token_i | the whole unmasked ``text``) at every position, special tokens included (Kaneko & Bollegala's
+    AUL). Answer: ``token_ids`` (with special tokens), ``logprobs``, ``top1`` (token i is the arg-max prediction)."""
 
     kind: ClassVar[str] = "unmasked_logprobs"
     text: str
-    with_attention: bool = False
+
+
+@dataclass(frozen=True)
+class UnmaskedLogprobsAttention(Request):
+    """``UnmaskedLogprobs`` plus the attention each position receives, averaged over layers, heads and all query
+    positions (AULA; the model runs eager attention). Answer: ``token_ids``, ``logprobs``, ``top1``, ``attention``."""
+
+    kind: ClassVar[str] = "unmasked_logprobs_attn"
+    text: str
 
 
 @dataclass(frozen=True)
@@ -104,11 +115,33 @@ class MaskTopK(Request):
 
 @dataclass(frozen=True)
 class MultiMaskLogprobs(Request):
-    """Log-probabilities of target words at several masks of ``text`` (LPBS/CBS). Answer: ``logprobs``."""
+    """Log-probabilities of a word's pieces at masks of a sentence (LPBS, CBS). Each ``[MASK]`` placeholder of
+    ``text`` stands for the word of ``words`` in the same order and becomes one mask per word piece of it (the
+    model's tokenizer counts them); the pieces of ``words[target]`` are read at the positions ``position_rule``
+    says: ``aligned`` = the masks of placeholder ``target``; ``reference`` = Ahn & Oh's ``find_mask_token(last=True)``:
+    a target after the first placeholder is read from the sentence's second mask token on. Answer: ``positions``
+    (token positions read, special tokens counted), ``token_ids`` (the target's pieces) and ``logprobs``, the
+    positions x pieces matrix flattened row-major."""
 
     kind: ClassVar[str] = "multi_mask"
     text: str
     words: tuple[str, ...]
+    target: int = 0
+    position_rule: str = "aligned"
+
+    def __post_init__(self):
+        object.__setattr__(self, "words", tuple(self.words))
+        placeholders = self.text.count(MASK_PLACEHOLDER)
+        if placeholders != len(self.words):
+            raise ValueError(f"multi-mask request {self.text!r}: {placeholders} {MASK_PLACEHOLDER} placeholders "
+                             f"for {len(self.words)} words {list(self.words)}")
+        if not 0 <= self.target < len(self.words):
+            raise ValueError(f"multi-mask request {self.text!r}: target {self.target} is not a placeholder index")
+        if self.position_rule not in MULTI_MASK_POSITION_RULES:
+            raise ValueError(f"multi-mask request {self.text!r}: position_rule={self.position_rule!r}, expected one "
+                             f"of {MULTI_MASK_POSITION_RULES}")
+        if self.target == 0:  # the rules agree on a first placeholder: one request (one cache entry) either way
+            object.__setattr__(self, "position_rule", "aligned")
 
 
 @dataclass(frozen=True)

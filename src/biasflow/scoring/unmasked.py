@@ -1,17 +1,18 @@
 """One unmasked forward pass of a masked LM per text: per-token log-probs, top-1 hits and attention received.
 
-Request kinds:
+Answers two request types (``scoring.requests``):
 
-* ``unmasked_logprobs``       -- ``logprobs[i]`` = log-softmax at position i of the token at position i, with nothing
+* ``UnmaskedLogprobs``: ``logprobs[i]`` = log-softmax at position i of the token at position i, with nothing
   masked (Kaneko & Bollegala 2022, AUL), at EVERY position including special tokens (the metric decides which
   positions count); ``top1[i]`` = whether that token is the arg-max prediction (their token accuracy).
-* ``unmasked_logprobs_attn``  -- the same plus ``attention[i]``: the attention weight position i receives, averaged
+* ``UnmaskedLogprobsAttention``: the same plus ``attention[i]``: the attention weight position i receives, averaged
   over layers, heads and all (non-padding) query positions, special tokens included, as their ``evaluate.py`` does
   (``mean`` over the concatenated layers, then heads, then the query axis). Needs eager attention: SDPA/flash
   kernels return no weights. A model loaded otherwise is switched to eager in place (logged).
 
 Texts are batched by a token budget with right padding; padded keys get zero weight from the attention mask and
-padded query rows are left out of the average, so a batch gives the numbers of one text alone.
+padded query rows are left out of the average, so a batch gives the numbers of one text alone. The model
+normalises each text (an uncased model lowercases it) before encoding it with special tokens.
 """
 from __future__ import annotations
 
@@ -24,14 +25,10 @@ import torch
 from tqdm.auto import tqdm
 
 from biasflow.models.batch_invariant import batch_invariant
+from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_LOGITS, Budget
 from biasflow.scoring.batching import pad_right, token_budget_batches
-from biasflow.scoring.cache import ScoreCache, request_key
 
 log = logging.getLogger(__name__)
-
-UNMASKED_KIND = "unmasked_logprobs"
-UNMASKED_ATTN_KIND = "unmasked_logprobs_attn"
-DEFAULT_MAX_LOGITS = 1 << 26  # 64M floats = 256 MB of logits per forward pass
 
 
 def encode(adapter, texts: Sequence[str]) -> list[list[int]]:
@@ -54,7 +51,7 @@ def ensure_eager_attention(adapter) -> None:
 
 @torch.inference_mode()
 def unmasked_scores(adapter, token_ids: Sequence[Sequence[int]], with_attention: bool = False,
-                    batch_tokens: int = 8192, max_logits: int = DEFAULT_MAX_LOGITS,
+                    batch_tokens: int = DEFAULT_BATCH_TOKENS, max_logits: int = DEFAULT_MAX_LOGITS,
                     progress: bool = True) -> list[dict[str, np.ndarray]]:
     """For each id sequence: {"logprobs", "top1"[, "attention"]}, arrays of its length."""
     if with_attention:
@@ -96,29 +93,23 @@ def unmasked_scores(adapter, token_ids: Sequence[Sequence[int]], with_attention:
     return out
 
 
-def unmasked_table(adapter, texts: Sequence[str], with_attention: bool = False, cache: ScoreCache | None = None,
-                   batch_tokens: int = 8192, max_logits: int = DEFAULT_MAX_LOGITS,
-                   progress: bool = True) -> pd.DataFrame:
-    """One row per distinct (normalised) text: key, kind, text, token_ids, logprobs, top1, total[, attention]."""
-    kind = UNMASKED_ATTN_KIND if with_attention else UNMASKED_KIND
-    normalised = [adapter.normalise(t) for t in texts]
-    requests = pd.DataFrame({"text": list(dict.fromkeys(normalised))})
-    requests["key"] = [request_key(adapter.fingerprint, kind, {"text": t}) for t in requests["text"]]
+def _answer(adapter, requests, budget: Budget, with_attention: bool) -> pd.DataFrame:
+    ids = encode(adapter, [adapter.normalise(r.text) for r in requests])
+    res = unmasked_scores(adapter, ids, with_attention=with_attention, batch_tokens=budget.batch_tokens,
+                          max_logits=budget.max_logits, progress=budget.progress)
+    out = pd.DataFrame({"token_ids": [list(map(int, x)) for x in ids],
+                        "logprobs": [r["logprobs"].tolist() for r in res],
+                        "top1": [r["top1"].astype(bool).tolist() for r in res]})
+    if with_attention:
+        out["attention"] = [r["attention"].tolist() for r in res]
+    return out
 
-    def compute(chunk: pd.DataFrame) -> pd.DataFrame:
-        ids = encode(adapter, chunk["text"].tolist())
-        res = unmasked_scores(adapter, ids, with_attention=with_attention, batch_tokens=batch_tokens,
-                              max_logits=max_logits, progress=progress)
-        df = pd.DataFrame({
-            "key": chunk["key"].values, "kind": kind, "text": chunk["text"].values,
-            "token_ids": [list(map(int, x)) for x in ids], "logprobs": [r["logprobs"].tolist() for r in res],
-            "top1": [r["top1"].astype(bool).tolist() for r in res],
-            "total": [float(np.sum(r["logprobs"])) for r in res],
-        })
-        if with_attention:
-            df["attention"] = [r["attention"].tolist() for r in res]
-        return df
 
-    if cache is None:
-        return compute(requests)
-    return cache.fetch_or_compute(requests, compute)
+def answer_unmasked_logprobs(adapter, requests, budget: Budget) -> pd.DataFrame:
+    """Answerer of ``UnmaskedLogprobs``: token_ids, logprobs, top1."""
+    return _answer(adapter, requests, budget, with_attention=False)
+
+
+def answer_unmasked_logprobs_attention(adapter, requests, budget: Budget) -> pd.DataFrame:
+    """Answerer of ``UnmaskedLogprobsAttention``: token_ids, logprobs, top1, attention."""
+    return _answer(adapter, requests, budget, with_attention=True)
