@@ -37,7 +37,7 @@ def spec(name):
     return METRICS[name]
 
 
-def tested_kind(name: str) -> str:
+def kind_under_test(name: str) -> str:
     kinds = spec(name).model_kinds
     if name in KIND_FOR:
         return KIND_FOR[name]
@@ -96,7 +96,7 @@ def test_runs_end_to_end_on_a_tiny_model(name, request, tmp_path, monkeypatch):
     project = project_copy(tmp_path)
     monkeypatch.setenv("BIASFLOW_CONF", str(project / "conf"))
     s = spec(name)
-    kind = tested_kind(name)
+    kind = kind_under_test(name)
     overrides = [f"metric=[{name}]", "stats.n_boot=20", *model_overrides(kind, request), *EXTRA.get(name, [])]
     if s.benchmark:
         overrides.append(f"benchmark.{s.benchmark}.limit={ITEM_LIMIT}")
