@@ -284,8 +284,6 @@ class Association(MetricBase):
     """WEAT and SEAT: the options of the permutation test."""
 
     pooling: Optional[Literal["mean", "cls", "first", "sbert_mean"]] = None
-    batch_size: Optional[PositiveInt] = None
-    progress: bool = True
     ddof: Literal[0, 1] = 1
     exact_limit: PositiveInt = 100000
     n_samples: PositiveInt = 100000
