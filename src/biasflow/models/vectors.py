@@ -11,7 +11,8 @@ Config (``conf/model/*.yaml``)::
     lowercase: true             # look words up lowercased (uncased vocabularies such as GloVe 6B)
 
 ``lookup(words)`` returns (matrix, found, keys): a row per word (zeros where not found), whether it was found, and
-the form that was looked up; ``answer_word_vector`` answers ``WordVector`` requests with it. Duplicate words in a file: the first occurrence wins (as word2vec's own reader).
+the form that was looked up; ``answer_word_vector`` answers ``WordVector`` requests with it. Duplicate words in a
+file: the first occurrence wins (as word2vec's own reader).
 """
 from __future__ import annotations
 
