@@ -136,3 +136,12 @@ def test_metrics_for_mlflow_are_flat_numbers():
     m = metrics_of({"fingerprint": "abc", "tokens": 5, "skipped": None,
                     "prediction": {"hit1": 0.5, "mrr": 0.25}, "entropy": {"fingerprint": "f", "mean": 2.0}})
     assert m == {"tokens": 5.0, "prediction.hit1": 0.5, "prediction.mrr": 0.25, "entropy.mean": 2.0}
+
+
+def test_a_line_without_its_training_text_is_refused(tmp_path):
+    from biasflow.scoring.answer import answer_requests
+    from biasflow.scoring.requests import LMChallengeLine
+
+    bare = LMChallengeLine(game="we", text="The cat sat.", message=0, train="0" * 64)  # e.g. rebuilt from a table
+    with pytest.raises(ValueError, match="carry no training lines"):
+        answer_requests([bare], NGRAM2, tmp_path, progress=False)

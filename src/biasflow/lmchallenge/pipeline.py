@@ -89,6 +89,9 @@ def answer_lmc_line(model, requests: Sequence[LMChallengeLine], budget) -> pd.Da
         groups.setdefault(r.train, []).append(i)
     for digest, rows in groups.items():
         train_lines = requests[rows[0]].training_lines
+        if not train_lines and (model.kind in PROCESS_KINDS or any(requests[i].game == "wr" for i in rows)):
+            raise ValueError(f"LM Challenge line requests with training text {digest[:12]} carry no training lines "
+                             f"(build them with biasflow.lmchallenge.pipeline.game_requests)")
         reranks: dict[tuple, Any] = {}
 
         def rerank_of(r: LMChallengeLine):
