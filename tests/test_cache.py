@@ -164,6 +164,7 @@ class FakeBackend:
 class FakeEncoder:
     """A sentence encoder whose vector of a text is a function of the text alone."""
 
+    kind = "sentence_encoder"
     fingerprint = "fake-encoder"
     pooling = "mean"
 
@@ -188,9 +189,12 @@ def _generations(request, root, texts):
 
 
 def _embeddings(request, root, texts):
-    from biasflow.scoring.embeddings import encode_cached
+    from biasflow.scoring.answer import answer_requests
+    from biasflow.scoring.requests import SentenceEmbedding
 
-    return {t: tuple(v) for t, v in zip(texts, encode_cached(FakeEncoder(), texts, root))}
+    table = answer_requests([SentenceEmbedding(t) for t in texts], {"kind": "sentence_encoder"}, root,
+                            model=FakeEncoder(), progress=False)
+    return {t: tuple(v) for t, v in zip(table.text, table.vector)}
 
 
 # harness: (run the cache's user on some inputs -> {input: result}, folder of the parts, column to tamper with)
@@ -198,7 +202,7 @@ HARNESSES = {
     "scores": (_scores, lambda root, request: root / request.getfixturevalue("tiny_bert").fingerprint / "pll",
                "total"),
     "generations": (_generations, lambda root, request: root, "response"),
-    "embeddings": (_embeddings, lambda root, request: root / "fake-encoder" / "mean", "vector"),
+    "embeddings": (_embeddings, lambda root, request: root / "fake-encoder" / "sentence_embedding", "vector"),
 }
 
 

@@ -1,5 +1,6 @@
 """Sentence-encoder poolings on a tiny BERT built here (against unbatched one-text forward passes, the way
-bias-bench and sent-bias ran them) and the embedding cache (a rerun runs no forward pass)."""
+bias-bench and sent-bias ran them), loading (packaged folder, dtype) and cached ``SentenceEmbedding`` answers (a
+rerun runs no forward pass)."""
 from __future__ import annotations
 
 import json
@@ -9,9 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from biasflow.errors import ConfigError
+from biasflow.errors import ConfigError, ModelLoadError
 from biasflow.models import load_model
-from biasflow.scoring.embeddings import EmbeddingCache, encode_cached
+from biasflow.scoring.answer import answer_requests, lookup
+from biasflow.scoring.cache import AnswerCache
+from biasflow.scoring.requests import SentenceEmbedding
 
 TEXTS = ["This is Adam.", "Flowers are things.", "The person's name is Ebony and she is here today.", "Hi."]
 
@@ -36,7 +39,8 @@ def tiny_bert(tmp_path_factory) -> Path:
 
 
 def _encoder(folder, **kw):
-    return load_model({"kind": "sentence_encoder", "path": str(folder), "device": "cpu", "name": "tiny", **kw})
+    path = {"path": str(folder)} if folder is not None else {}
+    return load_model({"kind": "sentence_encoder", **path, "device": "cpu", "name": "tiny", **kw})
 
 
 def _reference(enc, text, pooling):
@@ -103,24 +107,56 @@ def test_sbert_mean_follows_the_model_config(tiny_bert, tmp_path):
                                atol=1e-5)
 
 
+def _ask(enc, texts, root, pooling=None, **kw):
+    asked = [SentenceEmbedding(t, pooling) for t in texts]
+    answers = answer_requests(asked, enc.cfg, root, model=enc, progress=False, **kw)
+    return np.stack(lookup(answers, asked, "vector"))
+
+
 def test_cache_second_call_encodes_nothing(tiny_bert, tmp_path):
-    enc = _encoder(tiny_bert)
-    first = encode_cached(enc, TEXTS + TEXTS[:2], tmp_path, batch_size=2, chunk_size=3)
+    enc = _encoder(tiny_bert, batch_size=2)
+    first = _ask(enc, TEXTS + TEXTS[:2], tmp_path, chunk_size=3)
     calls = enc.forward_calls
     assert calls == 3  # 4 distinct texts: chunks of 3 + 1, batches of 2
-    again = encode_cached(enc, TEXTS, tmp_path)
+    assert first.dtype == np.float32
+    np.testing.assert_allclose(first[:4], enc.encode(TEXTS), rtol=1e-5, atol=1e-6)  # the encoder's own vectors
+    calls = enc.forward_calls
+    again = _ask(enc, TEXTS, tmp_path)
     assert enc.forward_calls == calls
     np.testing.assert_array_equal(first[:4], again)
     np.testing.assert_array_equal(first[4:], first[:2])
     fresh = _encoder(tiny_bert)  # a new process: same fingerprint, nothing to encode
     assert fresh.fingerprint == enc.fingerprint
-    encode_cached(fresh, list(reversed(TEXTS)), tmp_path)
+    _ask(fresh, list(reversed(TEXTS)), tmp_path)
     assert fresh.forward_calls == 0
-    encode_cached(fresh, TEXTS + ["A new one."], tmp_path)
+    _ask(fresh, TEXTS + ["A new one."], tmp_path)
     assert fresh.forward_calls == 1
     # another pooling is another cache entry
-    encode_cached(fresh, TEXTS, tmp_path, pooling="cls")
+    _ask(fresh, TEXTS, tmp_path, pooling="cls")
     assert fresh.forward_calls == 2
-    parts = list((tmp_path / enc.fingerprint / "mean").glob("part-*.parquet"))
-    assert len(parts) == 3 and not list(tmp_path.rglob("*.tmp"))
-    assert len(EmbeddingCache(tmp_path, enc.fingerprint, "mean").get(["nope"])) == 0
+    parts = list((tmp_path / enc.fingerprint / "sentence_embedding").glob("part-*.parquet"))
+    assert len(parts) == 4 and not list(tmp_path.rglob("*.tmp"))
+    assert len(AnswerCache(tmp_path, enc.fingerprint, "sentence_embedding").get(["nope"])) == 0
+    # the model's pooling is in its fingerprint: a cached "own pooling" answer never serves another pooling
+    assert _encoder(tiny_bert, pooling="cls").fingerprint != enc.fingerprint
+
+
+def test_loads_through_load_pretrained_with_dtype(tiny_bert):
+    enc = _encoder(tiny_bert, dtype="bfloat16")
+    assert enc.model.dtype == torch.bfloat16 and enc.fingerprint != _encoder(tiny_bert).fingerprint
+    assert enc.encode(TEXTS[:1]).dtype == np.float32
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        _encoder(tiny_bert / "missing")
+
+
+def test_packaged_model_folder_is_used_when_installed(tiny_bert, tmp_path, monkeypatch):
+    pkg = tmp_path / "site" / "fake_encoder_pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(f"MODEL_DIR = {str(tiny_bert)!r}\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    cfg = {"package": "fake_encoder_pkg", "hub_id": "no-such-org/no-such-model"}
+    enc = _encoder(None, **cfg)
+    assert enc.source == str(tiny_bert) and enc.resolved_revision.startswith("local:")
+    np.testing.assert_array_equal(enc.encode(TEXTS), _encoder(tiny_bert).encode(TEXTS))
+    with pytest.raises(ModelLoadError, match="hub id 'no-such-org/no-such-model'"):  # not installed: the hub id
+        _encoder(None, package="no_such_package_here", hub_id="no-such-org/no-such-model")

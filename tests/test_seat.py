@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -12,7 +14,8 @@ from biasflow.data.weat import load_weat_lists
 from biasflow.metrics import seat as S
 from biasflow.metrics import weat as W
 from biasflow.models import load_model
-from biasflow.registry import ScoreContext, get_metric
+from biasflow.registry import get_metric
+from biasflow.scoring.answer import Models, metric_answers
 
 
 def test_sentences_match_sent_bias_output():
@@ -76,11 +79,13 @@ def test_seat_pipeline_on_tiny_bert(tiny_encoder, tmp_path):
     spec = get_metric("seat")
     items = load_weat_lists({}, {"tests": ["weat6", "weat9"]})
     model_cfg = {"kind": "sentence_encoder", "path": str(tiny_encoder), "device": "cpu", "pooling": "mean"}
-    cfg = {"progress": False, "batch_size": 64, "n_samples": 20_000}
-    ctx = ScoreContext(items=items, metric_cfg=cfg, model_cfg=model_cfg, cache_dir=tmp_path)
-    scores = spec.score(ctx)
-    assert ctx.model.forward_calls > 0
+    cfg = {"n_samples": 20_000}
+    models = Models(model_cfg)
+    scores = metric_answers("seat", items, cfg, model_cfg, tmp_path, models=models, progress=False)
+    encoder = models.get()
+    assert encoder.forward_calls > 0
     per_item = spec.compute(items, scores, cfg)
+    assert set(per_item["pooling"]) == {"mean"}  # the encoder's own pooling (metric option pooling null)
     agg = spec.aggregate(per_item, cfg).set_index(["metric", "category"])["value"]
 
     # Independent path: encode each set's sentences directly, run WEAT on the four matrices.
@@ -95,8 +100,10 @@ def test_seat_pipeline_on_tiny_bert(tiny_encoder, tmp_path):
     assert agg[("p_value_exact", "weat6")] == 0.0  # 128 target sentences: sampled
     assert agg[("avg_abs_effect_size", "gender")] == pytest.approx(abs(agg[("effect_size", "weat6")]))
 
-    # Rerun in a new process (new adapter): everything comes from the embedding cache.
-    ctx2 = ScoreContext(items=items, metric_cfg=cfg, model_cfg=model_cfg, cache_dir=tmp_path)
-    again = spec.score(ctx2)
-    assert ctx2.model.forward_calls == 0
+    # Rerun in a new process (new adapter): everything comes from the answer cache, vectors stored as float32.
+    models2 = Models(model_cfg)
+    again = metric_answers("seat", items, cfg, model_cfg, tmp_path, models=models2, progress=False)
+    assert models2.get().forward_calls == 0
     np.testing.assert_array_equal(np.stack(again["vector"]), np.stack(scores["vector"]))
+    parts = list((tmp_path / encoder.fingerprint / "sentence_embedding").glob("part-*.parquet"))
+    assert parts and pq.read_schema(parts[0]).field("vector").type == pa.list_(pa.float32())

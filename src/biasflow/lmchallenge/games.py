@@ -88,7 +88,7 @@ def run_game(model: Model, messages: Iterable[Message], game: str, *, next_word_
     k, n = shard
     if not (n >= 1 and 0 <= k < n):
         raise ValueError(f"bad shard {k}/{n}: need 0 <= k < n")
-    token_pattern = CHARACTER_TOKENIZER if game == "ce" else word_tokenizer(tokenizer)
+    token_pattern = token_pattern_of(game, tokenizer)
     messages = progress(messages) if progress else messages
     ordinal = 0
     for user_ordinal, (user, group) in enumerate(itertools.groupby(messages, key=lambda m: m.user)):
@@ -101,15 +101,28 @@ def run_game(model: Model, messages: Iterable[Message], game: str, *, next_word_
             ordinal += 1
             if not mine:
                 continue
-            for tok in find_tokens(message.text, token_pattern):
-                context = message.text[:tok.character]
-                if game == "wc":
-                    payload = evaluate_wc(model, context, tok.target, next_word_only)
-                elif game == "wr":
-                    payload = reranking.evaluate(model, context, tok.target, (user, message_index, tok.index))
-                else:
-                    payload = evaluate_entropy(model, context, tok.target)
-                yield {"user": user, "message": message_index, "token": tok.index, "character": tok.character,
-                       "target": tok.target, **payload}
+            yield from play_message(model, message.text, game, user=user, message_index=message_index,
+                                    next_word_only=next_word_only, reranking=reranking, token_pattern=token_pattern)
             if train:
                 model.train(message.text)
+
+
+def token_pattern_of(game: str, tokenizer: str = DEFAULT_WORD_TOKENIZER):
+    return CHARACTER_TOKENIZER if game == "ce" else word_tokenizer(tokenizer)
+
+
+def play_message(model: Model, text: str, game: str, *, user=None, message_index: int = 0,
+                 next_word_only: bool = False, reranking: Reranking | None = None,
+                 token_pattern=None) -> Iterator[dict]:
+    """The log of ``game`` over one message (``message_index``-th of ``user``'s): one datum per token."""
+    token_pattern = token_pattern if token_pattern is not None else token_pattern_of(game)
+    for tok in find_tokens(text, token_pattern):
+        context = text[:tok.character]
+        if game == "wc":
+            payload = evaluate_wc(model, context, tok.target, next_word_only)
+        elif game == "wr":
+            payload = reranking.evaluate(model, context, tok.target, (user, message_index, tok.index))
+        else:
+            payload = evaluate_entropy(model, context, tok.target)
+        yield {"user": user, "message": message_index, "token": tok.index, "character": tok.character,
+               "target": tok.target, **payload}

@@ -1,83 +1,59 @@
 """The LM Challenge games as pipeline stages (metrics ``lmc_wc``, ``lmc_we``, ``lmc_ce``, ``lmc_wr``).
 
-The score stage plays one game with one model over the benchmark's test lines and returns its log (one row per
-datum, the original JSON in ``datum``); the metric stage computes the original ``stats`` from it and writes the log,
-the stats and the HTML page beside its tables. Models: ``ngram`` (biasflow's sample n-gram model, trained once per
-training text and saved, then loaded by every game process), ``lmc_process`` (any command speaking the protocol),
-and the in-process Hugging Face wrappers for ``masked_lm`` / ``causal_lm``.
+A game asks the model one question per token of a test line (wc: one per typed prefix), and each question depends
+only on that line, its index and the game's options (the pipeline plays without adaptation: no ``train`` between
+lines), so the request is a line (``scoring.requests.LMChallengeLine``) and its answer is the line's log: the
+datums ``run_game`` would write for it, in order. The score stage answers the lines behind the one answer cache
+(``answer_lmc_line``); the metric stage joins the answers into the game's log, computes the original ``stats`` and
+writes the log, the stats and the HTML page beside its tables.
+
+Models: ``ngram`` (biasflow's sample n-gram model, trained on the training text the requests carry, saved, and
+served by ``model.shards`` protocol processes), ``lmc_process`` (any command speaking the protocol, ``{train}`` =
+the training text file), and the in-process Hugging Face wrappers for ``masked_lm`` / ``causal_lm``.
 """
 from __future__ import annotations
 
 import json
 import logging
-import shlex
-import sys
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 import pandas as pd
 
-from biasflow.errors import ConfigError
-from biasflow.io import sha256_bytes, stable_hash, write_text
+from biasflow.io import sha256_bytes, write_text
+from biasflow.scoring.requests import LMChallengeLine
 
 from .logs import read_log, write_log
-from .text import Message
 
 log = logging.getLogger(__name__)
 
 PROCESS_KINDS = ("ngram", "lmc_process")
 HF_KINDS = ("masked_lm", "causal_lm")
+WR_DEFAULTS = {"num_candidates": 50, "seed": 42, "p_anykey": 0.1}
 
 
-def training_file(lines: Sequence[str], cache_dir: Path) -> Path:
-    """The training text as a file named by its content (shared by every game and model that trains on it)."""
-    text = "".join(line + "\n" for line in lines)
-    path = Path(cache_dir) / "lmchallenge" / f"train-{sha256_bytes(text.encode())[:16]}.txt"
-    if not path.exists():
-        write_text(text, path)
-    return path
+def training_text(lines: Sequence[str]) -> str:
+    """The training text as the models read it: one line per training sentence."""
+    return "".join(line + "\n" for line in lines)
 
 
-def trained_ngram(model_cfg: Mapping[str, Any], train: Path, cache_dir: Path) -> Path:
-    """Train the n-gram model once per (order, level, training text) and save it; later games load it."""
-    from filelock import FileLock
-
-    from .ngram import NgramModel, load_training_lines
-
-    key = stable_hash({"order": model_cfg.get("order", 3), "level": model_cfg.get("level", "word"),
-                       "train": train.name}, 16)
-    path = Path(cache_dir) / "lmchallenge" / f"ngram-{key}.json"
-    with FileLock(f"{path}.lock"):  # the games of one model run in parallel: one of them trains
-        if not path.exists():
-            log.info("training the %s-level %s-gram model on %s", model_cfg.get("level", "word"),
-                     model_cfg.get("order", 3), train)
-            model = NgramModel(order=int(model_cfg.get("order", 3)), level=model_cfg.get("level", "word"))
-            model.fit(load_training_lines(str(train), "text")).save(str(path))
-    return path
+def game_requests(game: str, items: pd.DataFrame, cfg: Mapping[str, Any]) -> list[LMChallengeLine]:
+    """One request per test line of ``items``, in order; only the options of ``game`` are set (the others keep
+    their defaults, so they never split the cache)."""
+    train_lines = tuple(items.loc[items["role"] == "train", "text"])
+    digest = sha256_bytes(training_text(train_lines).encode())
+    options: dict[str, Any] = {}
+    if game == "wc":
+        options["next_word_only"] = bool(cfg.get("next_word_only", False))
+    if game == "wr":
+        options.update({k: type(v)(cfg[k]) if cfg.get(k) is not None else v for k, v in WR_DEFAULTS.items()})
+    test = items.loc[items["role"] == "test", "text"]
+    return [LMChallengeLine(game=game, text=str(text), message=i, train=digest, training_lines=train_lines, **options)
+            for i, text in enumerate(test)]
 
 
-def model_command(model_cfg: Mapping[str, Any], train: Path, cache_dir: Path) -> str:
-    python = shlex.quote(sys.executable)
-    if model_cfg["kind"] == "ngram":
-        saved = trained_ngram(model_cfg, train, cache_dir)
-        return (f"{python} -m biasflow.lmchallenge.ngram --load {shlex.quote(str(saved))} "
-                f"--predictions {int(model_cfg.get('predictions', 20))}")
-    command = model_cfg.get("command")
-    if not command:
-        raise ConfigError(f"model {model_cfg.get('name')!r} (kind lmc_process) needs model.command")
-    return command.replace("{train}", shlex.quote(str(train))).replace("{python}", python)
-
-
-def hf_model(adapter, model_cfg: Mapping[str, Any]):
-    from .hf import HFCausalLM, HFMaskedLM
-
-    cls = HFMaskedLM if model_cfg["kind"] == "masked_lm" else HFCausalLM
-    return cls(adapter.model, adapter.tokenizer, n_predictions=int(model_cfg.get("predictions", 20)))
-
-
-def reranking(cfg: Mapping[str, Any], train_lines: Sequence[str]):
+def reranking(train_lines: Sequence[str], num_candidates: int = 50, seed: int = 42, p_anykey: float = 0.1):
     """The ``wr`` settings; candidates are the alphabetic words of the training text."""
     import re
 
@@ -85,45 +61,105 @@ def reranking(cfg: Mapping[str, Any], train_lines: Sequence[str]):
     from .games import Reranking
 
     words = sorted({w for line in train_lines for w in re.findall(r"[^\W\d_]+", line)})
-    return Reranking(words, num_candidates=int(cfg.get("num_candidates", 50)), seed=int(cfg.get("seed", 42)),
-                     error_model=ErrorModel(p_anykey=float(cfg.get("p_anykey", 0.1))))
+    return Reranking(words, num_candidates=num_candidates, seed=seed, error_model=ErrorModel(p_anykey=p_anykey))
 
 
-def play(game: str, items: pd.DataFrame, model_cfg: Mapping[str, Any], cfg: Mapping[str, Any], cache_dir: Path,
-         load_adapter=None) -> list[dict]:
-    """Play ``game`` over the test lines of ``items``; return the log (the data of a single unsharded run)."""
-    from .games import run_game
-    from .process import ProcessModel
+def hf_model(adapter):
+    """The LM Challenge wrapper of a loaded masked or causal LM adapter (``model.predictions`` predictions)."""
+    from .hf import HFCausalLM, HFMaskedLM
 
-    train_lines = items.loc[items["role"] == "train", "text"].tolist()
-    messages = [Message(None, t) for t in items.loc[items["role"] == "test", "text"]]
-    kwargs = {"next_word_only": bool(cfg.get("next_word_only", False)),
-              "reranking": reranking(cfg, train_lines) if game == "wr" else None}
-    if model_cfg["kind"] in HF_KINDS:
-        return list(run_game(hf_model(load_adapter(), model_cfg), messages, game, **kwargs))
-    if model_cfg["kind"] not in PROCESS_KINDS:
-        raise ConfigError(f"model kind {model_cfg['kind']!r} cannot play the LM Challenge games")
-    command = model_command(model_cfg, training_file(train_lines, cache_dir), cache_dir)
-    shards = max(1, int(cfg.get("shards", 1)))
-    timeout = float(cfg.get("timeout", 120))
-
-    def shard(k: int) -> list[dict]:  # each shard its own model process; indices stay those of the full run
-        with ProcessModel(command, timeout=timeout) as model:
-            return list(run_game(model, messages, game, shard=(k, shards), **kwargs))
-
-    with ThreadPoolExecutor(max_workers=shards) as pool:
-        parts = list(pool.map(shard, range(shards)))
-    return sorted((d for part in parts for d in part), key=lambda d: (d["message"], d["token"]))
+    cls = HFMaskedLM if adapter.kind == "masked_lm" else HFCausalLM
+    return cls(adapter.model, adapter.tokenizer, n_predictions=int(adapter.cfg.get("predictions") or 20))
 
 
-def log_table(data: Sequence[dict], items: pd.DataFrame) -> pd.DataFrame:
-    """One row per datum: its position, the category of its test line, and the original JSON."""
+def play_line(model, request: LMChallengeLine, rerank) -> list[dict]:
+    """The log of one test line (what ``run_game`` yields for it in a run over every test line)."""
+    from .games import play_message
+
+    return list(play_message(model, request.text, request.game, message_index=request.message,
+                             next_word_only=request.next_word_only, reranking=rerank))
+
+
+def answer_lmc_line(model, requests: Sequence[LMChallengeLine], budget) -> pd.DataFrame:
+    """Answerer of ``LMChallengeLine`` requests for every model kind that plays: ``data``, the JSON list of the
+    line's log datums. Protocol models play in ``model.shards`` processes, each a share of the lines."""
+    data: list[list[dict] | None] = [None] * len(requests)
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(requests):
+        groups.setdefault(r.train, []).append(i)
+    for digest, rows in groups.items():
+        train_lines = requests[rows[0]].training_lines
+        if not train_lines and (model.kind in PROCESS_KINDS or any(requests[i].game == "wr" for i in rows)):
+            raise ValueError(f"LM Challenge line requests with training text {digest[:12]} carry no training lines "
+                             f"(build them with biasflow.lmchallenge.pipeline.game_requests)")
+        reranks: dict[tuple, Any] = {}
+
+        def rerank_of(r: LMChallengeLine):
+            if r.game != "wr":
+                return None
+            key = (r.num_candidates, r.seed, r.p_anykey)
+            if key not in reranks:
+                reranks[key] = reranking(train_lines, *key)
+            return reranks[key]
+
+        if model.kind in HF_KINDS:
+            player = hf_model(model)
+            for i in rows:
+                data[i] = play_line(player, requests[i], rerank_of(requests[i]))
+            continue
+        from .process import ProcessModel
+
+        command = model.command(train_lines, digest)
+        for i in rows:
+            rerank_of(requests[i])  # built before the threads share it
+        shards = max(1, min(model.shards, len(rows)))
+
+        def shard(k: int) -> None:  # each shard its own model process, every shards-th line
+            with ProcessModel(command, timeout=model.timeout) as process:
+                for i in rows[k::shards]:
+                    data[i] = play_line(process, requests[i], rerank_of(requests[i]))
+
+        with ThreadPoolExecutor(max_workers=shards) as pool:
+            list(pool.map(shard, range(shards)))
+    return pd.DataFrame({"data": [json.dumps(d, ensure_ascii=False, separators=(",", ":")) for d in data]})
+
+
+def trained_ngram(model_cfg: Mapping[str, Any], train_lines: Sequence[str], folder: Path) -> Path:
+    """Train the n-gram model on ``train_lines`` (read back from their file, as a protocol model would) and save
+    it in ``folder``; the shard processes load it."""
+    from .ngram import NgramModel, load_training_lines
+
+    train = training_file(train_lines, folder)
+    path = folder / f"ngram-{train.stem}.json"
+    if not path.exists():
+        log.info("training the %s-level %s-gram model on %s", model_cfg.get("level", "word"),
+                 model_cfg.get("order", 3), train)
+        model = NgramModel(order=int(model_cfg.get("order", 3)), level=model_cfg.get("level", "word"))
+        model.fit(load_training_lines(str(train), "text")).save(str(path))
+    return path
+
+
+def training_file(lines: Sequence[str], folder: Path) -> Path:
+    """The training text as a file named by its content."""
+    text = training_text(lines)
+    path = Path(folder) / f"train-{sha256_bytes(text.encode())[:16]}.txt"
+    if not path.exists():
+        write_text(text, path)
+    return path
+
+
+def log_table(answers: pd.DataFrame, items: pd.DataFrame, requests: Sequence[LMChallengeLine]) -> pd.DataFrame:
+    """The game's log, one row per datum: its position, the category of its test line, and the original JSON."""
+    from biasflow.scoring.answer import lookup
+
     test = items[items["role"] == "test"].reset_index(drop=True)
-    return pd.DataFrame({"item_id": [test.item_id[d["message"]] for d in data],
-                         "category": [test.category[d["message"]] for d in data],
-                         "message": [d["message"] for d in data], "token": [d["token"] for d in data],
-                         "target": [d["target"] for d in data],
-                         "datum": [json.dumps(d, ensure_ascii=False, separators=(",", ":")) for d in data]})
+    rows = []
+    for r, answer in zip(requests, lookup(answers, requests, "data")):
+        for d in json.loads(answer):
+            rows.append({"item_id": test.item_id[r.message], "category": test.category[r.message],
+                         "message": d["message"], "token": d["token"], "target": d["target"],
+                         "datum": json.dumps(d, ensure_ascii=False, separators=(",", ":"))})
+    return pd.DataFrame(rows, columns=["item_id", "category", "message", "token", "target", "datum"])
 
 
 def data_of(table: pd.DataFrame) -> Iterator[dict]:
@@ -145,4 +181,5 @@ def write_outputs(table: pd.DataFrame, game: str, out_dir: Path, title: str) -> 
     return s
 
 
-__all__ = ["play", "log_table", "data_of", "write_outputs", "trained_ngram", "training_file", "read_log"]
+__all__ = ["game_requests", "answer_lmc_line", "log_table", "data_of", "write_outputs", "trained_ngram",
+           "training_file", "read_log"]

@@ -1,9 +1,11 @@
 """The LM Challenge games as metrics (docs/lmchallenge.md): ``lmc_wc``, ``lmc_we``, ``lmc_ce``, ``lmc_wr``.
 
 Planned, run and logged like every other metric (one Snakemake DAG, one MLflow parent):
-``biasflow run -m +experiment=lmchallenge_bold model=ngram2,ngram3,char3``. The score stage plays the game (the
-expensive, model-dependent part) and stores its log; the metric stage computes the original tool's statistics per
-BOLD domain and overall, and writes ``<game>.log``, ``stats.json`` and ``<game>.html`` beside its tables.
+``biasflow run -m +experiment=lmchallenge_bold model=ngram2,ngram3,char3``. The metric asks for one
+``LMChallengeLine`` per test line (the game, its options and the training text's digest); the score stage has the
+model play those lines (biasflow.lmchallenge.pipeline.answer_lmc_line), each answer being the line's log; the
+metric stage joins them into the game's log, computes the original tool's statistics per BOLD domain and overall,
+and writes ``<game>.log``, ``stats.json`` and ``<game>.html`` beside its tables.
 No bootstrap: the statistics are the original tool's point values (their CI columns are empty).
 """
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from biasflow.lmchallenge import pipeline
-from biasflow.registry import MetricSpec, ScoreContext, register_metric
+from biasflow.registry import MetricSpec, register_metric
 
 GAME_METRICS = {"wc": ("prediction.hit1", "prediction.mrr", "completion.characters"),
                 "we": ("entropy.mean", "entropy.hit"), "ce": ("entropy.mean", "entropy.hit"),
@@ -23,16 +25,17 @@ GAME_METRICS = {"wc": ("prediction.hit1", "prediction.mrr", "completion.characte
 CHAR_GAMES = ("ce",)
 
 
-def _score(game: str):
-    def score(ctx: ScoreContext) -> pd.DataFrame:
-        data = pipeline.play(game, ctx.items, ctx.model_cfg, ctx.metric_cfg, ctx.cache_dir,
-                             load_adapter=lambda: ctx.model)
-        return pipeline.log_table(data, ctx.items)
-    return score
+def _requests(game: str):
+    def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
+        return pipeline.game_requests(game, items, cfg)
+    return requests
 
 
-def _compute(items: pd.DataFrame, scores: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
-    return scores.copy()
+def _compute(game: str):
+    def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+        """The game's log (one row per datum) from the answers to its lines."""
+        return pipeline.log_table(answers, items, pipeline.game_requests(game, items, cfg))
+    return compute
 
 
 def _stats_rows(table: pd.DataFrame, category: str) -> list[dict]:
@@ -78,7 +81,7 @@ for _game, _headline in GAME_METRICS.items():
     register_metric(MetricSpec(
         name=f"lmc_{_game}", benchmark="lmchallenge_bold",
         model_kinds=("ngram", "lmc_process", "masked_lm", "causal_lm"),
-        score=_score(_game), compute=_compute, aggregate=_aggregate,
-        score_keys=("shards", "timeout", "next_word_only", "num_candidates", "seed", "p_anykey"),
+        requests=_requests(_game), compute=_compute(_game), aggregate=_aggregate,
+        score_keys=("next_word_only", "num_candidates", "seed", "p_anykey"),
         headline=_headline, plot_metric=None, plot_reference=None, bootstrap=False,
         model_check=_model_check(_game), write_extras=_extras(_game)))

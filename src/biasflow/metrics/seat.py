@@ -2,8 +2,9 @@
 
 Each WEAT word becomes bleached sentences ("This is Adam.", "This is a rose.", "They are happy.", ...) from the
 templates in ``resources/seat/templates.yaml`` (sent-bias's ``generate_basic_contexts.py`` rules and templates);
-a ``sentence_encoder`` model embeds the sentences (cached by encoder fingerprint, pooling and text) and the WEAT
-statistics of :mod:`biasflow.metrics.weat` run on the sentence vectors. Within a set, a repeated sentence counts
+``requests`` asks a ``sentence_encoder`` model for each sentence's vector (``SentenceEmbedding``: text and the
+metric's ``pooling``, None = the encoder's own) and ``compute`` runs the WEAT statistics of
+:mod:`biasflow.metrics.weat` on the answers. Within a set, a repeated sentence counts
 once (sent-bias and bias-bench key encodings by text). When the two target sets get different numbers of
 sentences, ``balance: truncate`` keeps a seeded random, order-preserving subset of the longer one (sent-bias's
 ``truncate_lists``; its script was not seeded, so its shipped ``sent-weatN.jsonl`` files are one such draw).
@@ -13,17 +14,14 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from importlib import resources
-from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
-from biasflow.errors import ConfigError
 from biasflow.metrics import weat as W
-from biasflow.registry import MetricSpec, ScoreContext, register_metric
-
-DEFAULTS = {"pooling": None, "batch_size": None, "progress": True}
+from biasflow.registry import MetricSpec, register_metric
+from biasflow.scoring.requests import SentenceEmbedding
 
 
 @lru_cache(maxsize=1)
@@ -115,30 +113,23 @@ def expand(items: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _option(cfg: Mapping[str, Any] | None, name: str) -> Any:
-    if cfg is not None and cfg.get(name) is not None:
-        return cfg[name]
-    return DEFAULTS[name]
+def _asked(units: pd.DataFrame, cfg: Mapping[str, Any] | None) -> list[SentenceEmbedding]:
+    pooling = (cfg or {}).get("pooling") or None  # None: the encoder's own pooling (model.pooling)
+    return [SentenceEmbedding(t, pooling) for t in units["text"]]
 
 
-def score(ctx: ScoreContext) -> pd.DataFrame:
-    from biasflow.scoring.embeddings import encode_cached
-
-    model = ctx.model
-    if getattr(model, "kind", None) != "sentence_encoder":
-        raise ConfigError(f"metric seat needs a model of kind sentence_encoder, got {getattr(model, 'kind', model)!r}")
-    units = expand(ctx.items)
-    pooling = _option(ctx.metric_cfg, "pooling") or model.pooling
-    root = Path(ctx.cache_dir) / "embeddings" if ctx.cache_dir is not None else None
-    vecs = encode_cached(model, units["text"].tolist(), root, pooling=pooling,
-                         batch_size=_option(ctx.metric_cfg, "batch_size"),
-                         progress=bool(_option(ctx.metric_cfg, "progress")))
-    return units.assign(found=True, pooling=pooling, vector=[v.tolist() for v in vecs])
+def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[SentenceEmbedding]:
+    """The vector of every bleached sentence of every word."""
+    return _asked(expand(items), cfg)
 
 
-def compute(items: pd.DataFrame, scores: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
-    tests = set(items["test"])
-    units = scores[scores["test"].isin(tests)].copy()
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    from biasflow.scoring.answer import lookup
+
+    units = expand(items)
+    asked = _asked(units, cfg)
+    units = units.assign(found=True, pooling=lookup(answers, asked, "pooling_used"),
+                         vector=lookup(answers, asked, "vector"))
     return W.compute_units(units, cfg, "association")
 
 
@@ -150,7 +141,7 @@ register_metric(MetricSpec(
     name="seat",
     benchmark="weat",
     model_kinds=("sentence_encoder",),
-    score=score,
+    requests=requests,
     compute=compute,
     aggregate=aggregate,
     score_keys=("pooling",),

@@ -12,9 +12,10 @@ For target sets X, Y and attribute sets A, B of vectors:
   observed value (conservative) and, when sampling, counts the observed partition once among the samples
   (p = (1 + hits in n_samples - 1 draws) / n_samples); ``ties: exclude`` gives the strict ``>`` of the paper.
 
-The pipeline side: ``score`` looks every word up in a ``word_vectors`` model, ``compute`` applies the OOV policy and
-the balancing of target sets and returns one row per word (``value`` = s(w, A, B) for the targets kept),
-``aggregate`` computes the effect size and p-value per test (plus the average |d| per bias type, as bias-bench).
+The pipeline side: ``requests`` asks a ``word_vectors`` model for every word's vector (``WordVector``), ``compute``
+reads the answers, applies the OOV policy and the balancing of target sets and returns one row per word
+(``value`` = s(w, A, B) for the targets kept), ``aggregate`` computes the effect size and p-value per test (plus
+the average |d| per bias type, as bias-bench).
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ import numpy as np
 import pandas as pd
 
 from biasflow.errors import ConfigError, DataFormatError
-from biasflow.registry import MetricSpec, ScoreContext, register_metric
+from biasflow.registry import MetricSpec, register_metric
+from biasflow.scoring.requests import WordVector
 
 log = logging.getLogger(__name__)
 
@@ -267,14 +269,14 @@ def test_bias_types(cfg: Mapping[str, Any] | None) -> dict[str, list[str]]:
 
 
 # ------------------------------------------------------------------------------------------ pipeline
-def _units_from_scores(items: pd.DataFrame, scores: pd.DataFrame) -> pd.DataFrame:
-    cols = ["item_id", "test", "set", "position", "word"]
-    units = items[cols].merge(scores[["item_id", "text", "found", "vector"]], on="item_id", how="left",
-                              validate="one_to_one")
-    if units["text"].isna().any():
-        missing = units.loc[units["text"].isna(), "item_id"].head(5).tolist()
-        raise DataFormatError(f"scores table lacks rows for items {missing} (re-run the score stage)")
-    return units
+def _units_from_answers(items: pd.DataFrame, answers: pd.DataFrame) -> pd.DataFrame:
+    """One row per word item: its vector, whether the model has one, and the form it looked up (``text``)."""
+    from biasflow.scoring.answer import lookup
+
+    asked = [WordVector(str(w)) for w in items["word"]]
+    units = items[["item_id", "test", "set", "position", "word"]].reset_index(drop=True)
+    return units.assign(text=lookup(answers, asked, "looked_up"), found=lookup(answers, asked, "found"),
+                        vector=lookup(answers, asked, "vector"))
 
 
 def compute_units(units: pd.DataFrame, cfg: Mapping[str, Any] | None, metric: str) -> pd.DataFrame:
@@ -349,26 +351,20 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any] | None) -> pd.DataF
     return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
 
 
-def score(ctx: ScoreContext) -> pd.DataFrame:
-    """Look every word up in the word-vector model: item_id, text (the looked-up form), found, vector."""
-    model = ctx.model
-    if not hasattr(model, "lookup"):
-        raise ConfigError(f"metric weat needs a model of kind word_vectors, got {getattr(model, 'kind', model)!r}")
-    words = ctx.items["word"].astype(str).tolist()
-    matrix, found, keys = model.lookup(words)
-    return pd.DataFrame({"item_id": ctx.items["item_id"].to_numpy(), "text": keys, "found": found,
-                         "vector": [row.astype(np.float32).tolist() if f else None for row, f in zip(matrix, found)]})
+def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[WordVector]:
+    """The vector of every word, as the list writes it (the model lowercases if its config says so)."""
+    return [WordVector(str(w)) for w in items["word"]]
 
 
-def compute(items: pd.DataFrame, scores: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
-    return compute_units(_units_from_scores(items, scores), cfg, "association")
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    return compute_units(_units_from_answers(items, answers), cfg, "association")
 
 
 register_metric(MetricSpec(
     name="weat",
     benchmark="weat",
     model_kinds=("word_vectors",),
-    score=score,
+    requests=requests,
     compute=compute,
     aggregate=aggregate,
     score_keys=(),

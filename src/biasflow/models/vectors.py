@@ -11,7 +11,8 @@ Config (``conf/model/*.yaml``)::
     lowercase: true             # look words up lowercased (uncased vocabularies such as GloVe 6B)
 
 ``lookup(words)`` returns (matrix, found, keys): a row per word (zeros where not found), whether it was found, and
-the form that was looked up. Duplicate words in a file: the first occurrence wins (as word2vec's own reader).
+the form that was looked up; ``answer_word_vector`` answers ``WordVector`` requests with it. Duplicate words in a
+file: the first occurrence wins (as word2vec's own reader).
 """
 from __future__ import annotations
 
@@ -254,3 +255,13 @@ def load_word_vectors(cfg: Mapping[str, Any]) -> WordVectors:
 @register_model_kind("word_vectors")
 def _factory(cfg: Mapping[str, Any]) -> WordVectors:
     return load_word_vectors(cfg)
+
+
+def answer_word_vector(vectors: WordVectors, requests, budget) -> "pd.DataFrame":
+    """Answerer of ``WordVector`` requests: ``vector`` (float32, empty when not found), ``found``, ``looked_up``."""
+    import pandas as pd
+
+    matrix, found, keys = vectors.lookup([r.word for r in requests])
+    empty = np.zeros(0, dtype=np.float32)
+    return pd.DataFrame({"vector": [row.astype(np.float32) if f else empty for row, f in zip(matrix, found)],
+                         "found": found, "looked_up": keys})

@@ -44,6 +44,10 @@ ANSWERERS: dict[tuple[str, str], str | Callable] = {
     ("causal_lm", "continuation_logprobs"): "biasflow.scoring.causal_options:answer_continuation_logprobs",
     ("sentence_encoder", "sentence_embedding"): "biasflow.scoring.embeddings:answer_sentence_embedding",
     ("word_vectors", "word_vector"): "biasflow.models.vectors:answer_word_vector",
+    ("ngram", "lmc_line"): "biasflow.lmchallenge.pipeline:answer_lmc_line",
+    ("lmc_process", "lmc_line"): "biasflow.lmchallenge.pipeline:answer_lmc_line",
+    ("masked_lm", "lmc_line"): "biasflow.lmchallenge.pipeline:answer_lmc_line",
+    ("causal_lm", "lmc_line"): "biasflow.lmchallenge.pipeline:answer_lmc_line",
 }
 
 # a request kind a model kind answers with a sibling head of the same checkpoint (loaded as that kind)

@@ -201,7 +201,8 @@ class Generation(Request):
 # ------------------------------------------------------------------------------------------------- embeddings
 @dataclass(frozen=True)
 class SentenceEmbedding(Request):
-    """A sentence encoder's vector of ``text`` (``pooling`` None: the encoder's own). Answer: ``vector``."""
+    """A sentence encoder's vector of ``text`` (``pooling`` None: the encoder's own, ``model.pooling``).
+    Answer: ``vector`` (list<float32>), ``pooling_used`` (the pooling that made it)."""
 
     kind: ClassVar[str] = "sentence_embedding"
     text: str
@@ -210,7 +211,37 @@ class SentenceEmbedding(Request):
 
 @dataclass(frozen=True)
 class WordVector(Request):
-    """A static word vector. Answer: ``vector`` (empty when the word is not in the vocabulary), ``found``."""
+    """A static word vector of ``word`` as the metric writes it (the model lowercases if its config says so).
+    Answer: ``vector`` (list<float32>, empty when the word is not in the vocabulary), ``found``, ``looked_up``
+    (the form looked up)."""
 
     kind: ClassVar[str] = "word_vector"
     word: str
+
+
+# ------------------------------------------------------------------------------------------------ LM Challenge
+@dataclass(frozen=True)
+class LMChallengeLine(Request):
+    """One test line played in an LM Challenge game (``wc``, ``we``, ``ce``, ``wr``; biasflow.lmchallenge.games).
+
+    A game asks the model one question per token (wc: one per typed prefix), each depending only on the line, the
+    line's ``message`` index (wr's typo generator is seeded by it) and the game's options, so a line is the unit
+    of caching; the questions of a line are answered together and the answer is that line's log. ``train`` is the
+    sha256 of the training text, which trains the n-gram and protocol models and gives wr its vocabulary;
+    ``training_lines`` carries that text to the model and is not part of the key (``train`` stands for it).
+    Options a game does not use keep their defaults, so they never split its cache. Answer: ``data`` (the line's
+    log datums, a JSON list, as ``run_game`` yields them)."""
+
+    kind: ClassVar[str] = "lmc_line"
+    game: str
+    text: str
+    message: int
+    train: str
+    next_word_only: bool = False
+    num_candidates: int = 50
+    seed: int = 42
+    p_anykey: float = 0.1
+    training_lines: tuple[str, ...] = dataclasses.field(default=(), compare=False, repr=False)
+
+    def fields(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "training_lines"}
