@@ -21,11 +21,10 @@ import torch
 from biasflow.metrics import crows_pairs as cp
 from biasflow.models.batch_invariant import batch_invariant, tile_rows
 from biasflow.models.masked_lm import MaskedLM, OneDNNLinear
-from biasflow.registry import ScoreContext
 from biasflow.scoring.batching import padded_width, token_budget_batches
-from biasflow.scoring.cache import ScoreCache
-from biasflow.scoring.causal import CAUSAL_KIND, causal_table
-from biasflow.scoring.masked import PLL_KIND, pll_table
+from biasflow.scoring.answer import answer_requests, metric_answers
+from biasflow.scoring.masked import PLL_KIND
+from biasflow.scoring.requests import PseudoLogLikelihood, TokenLogprobs
 
 FIXTURE = Path(__file__).parent / "fixtures" / "crows_sample.csv"
 
@@ -69,16 +68,16 @@ def wide_bert(tiny_bert):
 
 
 def rows_of(table: pd.DataFrame, adapter, texts: list[str]) -> pd.DataFrame:
-    """The rows of ``texts`` (as the model normalises them), in that order."""
-    return table.set_index("text").loc[[adapter.normalise(t) for t in texts]]
+    """The rows of ``texts``, in that order."""
+    return table.set_index("text").loc[texts]
 
 
 def three_ways(score, root: Path, kind: str, adapter, texts: list[str], others: list[str]) -> list[pd.DataFrame]:
-    """Rows of ``texts`` from ``score(texts, cache)`` run (a) at once, (b) resumed in halves, (c) among others."""
+    """Rows of ``texts`` from ``score(texts, cache_root)`` run (a) at once, (b) resumed in halves, (c) among
+    others."""
     def run(name, *batches):
-        cache = ScoreCache(root / name, adapter.fingerprint, kind)
         for batch in batches:
-            table = score(batch, cache=cache)
+            table = score(batch, root / name)
         return rows_of(table, adapter, texts)
 
     half, cut = len(texts) // 2, len(others) * 2 // 3
@@ -103,8 +102,9 @@ def test_pll_of_a_text_is_the_same_whatever_else_is_scored(model, batch_tokens, 
     adapter = request.getfixturevalue(model)
     texts, others = TEXTS[:n_texts], OTHERS[:n_texts]
 
-    def score(batch, cache, budget=batch_tokens):
-        return pll_table(adapter, batch, cache=cache, batch_tokens=budget, progress=False)
+    def score(batch, cache_root, budget=batch_tokens):
+        return answer_requests([PseudoLogLikelihood(t) for t in batch], dict(adapter.cfg, batch_tokens=budget),
+                               cache_root, model=adapter, progress=False)
 
     tables = three_ways(score, tmp_path, PLL_KIND, adapter, texts, others)
     assert_identical(tables)
@@ -113,29 +113,30 @@ def test_pll_of_a_text_is_the_same_whatever_else_is_scored(model, batch_tokens, 
                                          texts)])
 
 
-@pytest.mark.parametrize("first_token, batch_tokens", [("prefix", 300), ("none", 8192)])
-def test_causal_logprobs_of_a_text_are_the_same_whatever_else_is_scored(tiny_gpt2, first_token, batch_tokens,
+@pytest.mark.parametrize("request_of, batch_tokens", [
+    (lambda t: TokenLogprobs(t, "prefix"), 300), (lambda t: TokenLogprobs(t, "none"), 8192)], ids=["prefix", "none"])
+def test_causal_logprobs_of_a_text_are_the_same_whatever_else_is_scored(tiny_gpt2, request_of, batch_tokens,
                                                                         tmp_path):
-    tables = three_ways(lambda t, cache: causal_table(tiny_gpt2, t, first_token=first_token, cache=cache,
-                                                      batch_tokens=batch_tokens, progress=False),
-                        tmp_path, CAUSAL_KIND, tiny_gpt2, TEXTS, OTHERS)
+    def score(texts, cache_root):
+        return answer_requests([request_of(t) for t in texts], dict(tiny_gpt2.cfg, batch_tokens=batch_tokens),
+                               cache_root, model=tiny_gpt2, progress=False)
+
+    tables = three_ways(score, tmp_path, request_of("x").kind, tiny_gpt2, TEXTS, OTHERS)
     assert_identical(tables)
 
 
 def test_crows_pairs_per_item_table_is_the_same_resumed_alone_and_in_a_sweep(tiny_bert, tmp_path):
-    cfg = {"variants": ["pll"], "_model": {"lowercase": True}}
+    cfg = {"variants": ["pll"]}
 
     def per_item(cache_dir: Path, items: pd.DataFrame) -> pd.DataFrame:
-        ctx = ScoreContext(items=items, metric_cfg=cfg, model_cfg={"batch_tokens": 8192}, cache_dir=cache_dir,
-                           _model=tiny_bert)
-        return cp.compute(items, cp.score(ctx), cfg)
+        return cp.compute(items, metric_answers("crows_pairs", items, cfg, None, cache_dir, model=tiny_bert), cfg)
 
     alone = per_item(tmp_path / "alone", ITEMS)
     per_item(tmp_path / "resumed", ITEMS.iloc[:6])  # the first run was killed after 6 pairs
     resumed = per_item(tmp_path / "resumed", ITEMS)
     # a sweep: the same job also scored other texts (another benchmark sharing the PLL cache) first
-    pll_table(tiny_bert, OTHERS + TEXTS[::2], cache=ScoreCache(tmp_path / "sweep", tiny_bert.fingerprint, PLL_KIND),
-              progress=False)
+    answer_requests([PseudoLogLikelihood(t) for t in OTHERS + TEXTS[::2]], tiny_bert.cfg, tmp_path / "sweep",
+                    model=tiny_bert, progress=False)
     in_sweep = per_item(tmp_path / "sweep", ITEMS)
     assert len(alone) == len(ITEMS)
     pd.testing.assert_frame_equal(alone, resumed, check_exact=True)
