@@ -24,7 +24,7 @@ from biasflow.models.masked_lm import MaskedLM, OneDNNLinear
 from biasflow.scoring.batching import padded_width, token_budget_batches
 from biasflow.scoring.answer import answer_requests, metric_answers
 from biasflow.scoring.masked import PLL_KIND
-from biasflow.scoring.requests import PseudoLogLikelihood, TokenLogprobs
+from biasflow.scoring.requests import PseudoLogLikelihood, StereoSetSentenceLogprobs, TokenLogprobs
 
 FIXTURE = Path(__file__).parent / "fixtures" / "crows_sample.csv"
 
@@ -114,7 +114,8 @@ def test_pll_of_a_text_is_the_same_whatever_else_is_scored(model, batch_tokens, 
 
 
 @pytest.mark.parametrize("request_of, batch_tokens", [
-    (lambda t: TokenLogprobs(t, "prefix"), 300), (lambda t: TokenLogprobs(t, "none"), 8192)], ids=["prefix", "none"])
+    (lambda t: TokenLogprobs(t, "prefix"), 300), (lambda t: TokenLogprobs(t, "none"), 8192),
+    (StereoSetSentenceLogprobs, 300)], ids=["prefix", "none", "stereoset"])
 def test_causal_logprobs_of_a_text_are_the_same_whatever_else_is_scored(tiny_gpt2, request_of, batch_tokens,
                                                                         tmp_path):
     def score(texts, cache_root):
