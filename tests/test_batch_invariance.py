@@ -22,11 +22,9 @@ from biasflow.metrics import crows_pairs as cp
 from biasflow.models.batch_invariant import batch_invariant, tile_rows
 from biasflow.models.masked_lm import MaskedLM, OneDNNLinear
 from biasflow.scoring.batching import padded_width, token_budget_batches
-from biasflow.scoring.cache import ScoreCache
-from biasflow.scoring.causal import CAUSAL_KIND, causal_table
 from biasflow.scoring.answer import answer_requests, metric_answers
 from biasflow.scoring.masked import PLL_KIND
-from biasflow.scoring.requests import PseudoLogLikelihood
+from biasflow.scoring.requests import PseudoLogLikelihood, StereoSetSentenceLogprobs, TokenLogprobs
 
 FIXTURE = Path(__file__).parent / "fixtures" / "crows_sample.csv"
 
@@ -115,13 +113,16 @@ def test_pll_of_a_text_is_the_same_whatever_else_is_scored(model, batch_tokens, 
                                          texts)])
 
 
-@pytest.mark.parametrize("first_token, batch_tokens", [("prefix", 300), ("none", 8192)])
-def test_causal_logprobs_of_a_text_are_the_same_whatever_else_is_scored(tiny_gpt2, first_token, batch_tokens,
+@pytest.mark.parametrize("request_of, batch_tokens", [
+    (lambda t: TokenLogprobs(t, "prefix"), 300), (lambda t: TokenLogprobs(t, "none"), 8192),
+    (StereoSetSentenceLogprobs, 300)], ids=["prefix", "none", "stereoset"])
+def test_causal_logprobs_of_a_text_are_the_same_whatever_else_is_scored(tiny_gpt2, request_of, batch_tokens,
                                                                         tmp_path):
-    tables = three_ways(lambda t, root: causal_table(tiny_gpt2, t, first_token=first_token,
-                                                     cache=ScoreCache(root, tiny_gpt2.fingerprint, CAUSAL_KIND),
-                                                     batch_tokens=batch_tokens, progress=False),
-                        tmp_path, CAUSAL_KIND, tiny_gpt2, TEXTS, OTHERS)
+    def score(texts, cache_root):
+        return answer_requests([request_of(t) for t in texts], dict(tiny_gpt2.cfg, batch_tokens=batch_tokens),
+                               cache_root, model=tiny_gpt2, progress=False)
+
+    tables = three_ways(score, tmp_path, request_of("x").kind, tiny_gpt2, TEXTS, OTHERS)
     assert_identical(tables)
 
 

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from biasflow.metrics import crows_pairs_causal as cc
-from biasflow.registry import ScoreContext
-from biasflow.scoring.cache import ScoreCache
-from biasflow.scoring.causal import CAUSAL_KIND, causal_table, causal_token_logprobs, encode
+from biasflow.scoring.answer import answer_requests, metric_answers, request_frame
+from biasflow.scoring.cache import AnswerCache
+from biasflow.scoring.causal import causal_token_logprobs, encode
+from biasflow.scoring.requests import TokenLogprobs
 
 TEXTS = ["The doctor said she was tired.", "A cat", "Poor people are lazy and never work hard enough.",
          "He is a nurse", "x"]
@@ -59,19 +60,24 @@ def test_modes_differ_where_they_should(tiny_gpt2):
 
 
 def test_cache_second_call_computes_nothing(tiny_gpt2, tmp_path, monkeypatch):
-    cache = ScoreCache(tmp_path, tiny_gpt2.fingerprint, CAUSAL_KIND)
-    first = causal_table(tiny_gpt2, TEXTS, first_token="prefix", cache=cache, progress=False)
-    assert cache.writes == 1
+    def answer(texts, first_token):
+        return answer_requests([TokenLogprobs(t, first_token) for t in texts], tiny_gpt2.cfg, tmp_path,
+                               model=tiny_gpt2, progress=False)
+
+    writes = []
+    real_put = AnswerCache.put
+    monkeypatch.setattr(AnswerCache, "put", lambda self, df: writes.append(len(df)) or real_put(self, df))
+    first = answer(TEXTS, "prefix")
+    assert writes == [len(TEXTS)]
     calls = []
     real_forward = tiny_gpt2.model.forward
     monkeypatch.setattr(tiny_gpt2.model, "forward", lambda *a, **k: calls.append(1) or real_forward(*a, **k))
-    again = ScoreCache(tmp_path, tiny_gpt2.fingerprint, CAUSAL_KIND)
-    second = causal_table(tiny_gpt2, TEXTS + TEXTS[:2], first_token="prefix", cache=again, progress=False)
-    assert again.writes == 0 and calls == []
+    second = answer(TEXTS + TEXTS[:2], "prefix")
+    assert writes == [len(TEXTS)] and calls == []
     pd.testing.assert_frame_equal(first[["key", "text", "total"]], second[["key", "text", "total"]])
     # a different first_token mode is a different request: computed, not served from the prefix rows
-    other = causal_table(tiny_gpt2, TEXTS[:2], first_token="none", cache=again, progress=False)
-    assert again.writes == 1 and calls
+    other = answer(TEXTS[:2], "none")
+    assert writes == [len(TEXTS), 2] and calls
     assert set(other.key).isdisjoint(first.key)
 
 
@@ -91,15 +97,14 @@ def pairs_frame(pairs=PAIRS):
     items = pd.DataFrame([{"item_id": p[0], "direction": p[1], "category": p[2], "sent_more": p[3],
                            "sent_less": p[4]} for p in pairs])
     texts = [(p[3], p[5]) for p in pairs] + [(p[4], p[6]) for p in pairs]
-    scores = pd.DataFrame({"key": [t for t, _ in texts], "kind": CAUSAL_KIND, "text": [t for t, _ in texts],
-                           "first_token": "prefix", "token_ids": [list(range(len(lp))) for _, lp in texts],
-                           "logprobs": [lp for _, lp in texts]})
+    scores = request_frame([TokenLogprobs(t, "prefix") for t, _ in texts]).assign(
+        token_ids=[list(range(len(lp))) for _, lp in texts], logprobs=[lp for _, lp in texts])
     return items, scores
 
 
 def test_hand_computed_sum_and_mean():
     items, scores = pairs_frame()
-    per = cc.compute(items, scores, {"aggregation": "sum", "first_token": "prefix", "_model": {}}).set_index("item_id")
+    per = cc.compute(items, scores, {"aggregation": "sum", "first_token": "prefix"}).set_index("item_id")
     assert per.loc["a", ["score_more", "score_less"]].tolist() == [-6.0, -7.0]
     assert per.loc["d", ["score_more", "score_less"]].tolist() == [-6.0, -3.0]
     assert per.stereo_preferred.to_dict() == {"a": 1, "b": 1, "c": 0, "d": 0}
@@ -112,7 +117,7 @@ def test_hand_computed_sum_and_mean():
     assert agg["likelihood_diff", "overall"] == pytest.approx((1 + 0.5 + 0 + 3) / 4)
     assert agg["metric_score", "age"] == pytest.approx(0.0)
 
-    per_mean = cc.compute(items, scores, {"aggregation": "mean", "_model": {}}).set_index("item_id")
+    per_mean = cc.compute(items, scores, {"aggregation": "mean"}).set_index("item_id")
     assert per_mean.loc["b", ["score_more", "score_less"]].tolist() == [-2.0, -1.125]
     assert per_mean.stereo_preferred.to_dict() == {"a": 1, "b": 0, "c": 0, "d": 0}
     assert per_mean.loc["d", "score_more"] == -3.0  # mean over the 2 scored tokens
@@ -121,11 +126,11 @@ def test_hand_computed_sum_and_mean():
 def test_bad_options_name_the_option():
     items, scores = pairs_frame()
     with pytest.raises(Exception, match="crows_pairs_causal.aggregation"):
-        cc.compute(items, scores, {"aggregation": "median", "_model": {}})
+        cc.compute(items, scores, {"aggregation": "median"})
     with pytest.raises(Exception, match="first_token"):
-        cc.compute(items, scores, {"first_token": "bos", "_model": {}})
+        cc.compute(items, scores, {"first_token": "bos"})
     with pytest.raises(ValueError, match="first_token"):
-        cc.compute(items, scores, {"first_token": "none", "_model": {}})  # scores were made with prefix
+        cc.compute(items, scores, {"first_token": "none"})  # scores were made with prefix
 
 
 def naive_lm_eval(items, lp):
@@ -160,8 +165,8 @@ def test_against_naive_references():
                       f"more {i}", f"less {i}", lm, ll))
     items, scores = pairs_frame(pairs)
     lp = dict(zip(scores.text, scores.logprobs))
-    agg_sum = cc.aggregate(cc.compute(items, scores, {"aggregation": "sum", "_model": {}}), {})
-    agg_mean = cc.aggregate(cc.compute(items, scores, {"aggregation": "mean", "_model": {}}), {})
+    agg_sum = cc.aggregate(cc.compute(items, scores, {"aggregation": "sum"}), {})
+    agg_mean = cc.aggregate(cc.compute(items, scores, {"aggregation": "mean"}), {})
     pick = lambda a: a.set_index(["metric", "category"]).value["metric_score", "overall"]  # noqa: E731
     assert pick(agg_sum) == pytest.approx(naive_lm_eval(items, lp))
     assert pick(agg_mean) == pytest.approx(naive_bias_bench(items, lp))
@@ -171,12 +176,11 @@ def test_score_stage_end_to_end(tiny_gpt2, tmp_path):
     items = pd.DataFrame({"item_id": ["p1", "p2"], "category": ["gender", "age"], "direction": ["stereo", "antistereo"],
                           "sent_more": TEXTS[0], "sent_less": [TEXTS[3], TEXTS[2]]})
     cfg = {"benchmark": "crows_pairs", "aggregation": "mean", "first_token": "separate", "round": None}
-    ctx = ScoreContext(items=items, metric_cfg=cfg, model_cfg={"name": "tiny-gpt2"}, cache_dir=tmp_path,
-                       _model=tiny_gpt2)
-    scores = cc.score(ctx)
-    assert set(scores.text) == {TEXTS[0], TEXTS[2], TEXTS[3]}
-    per = cc.compute(items, scores, dict(cfg, _model={}))
+    scores = metric_answers("crows_pairs_causal", items, cfg, None, tmp_path, model=tiny_gpt2)
+    assert set(scores.text) == {TEXTS[0], TEXTS[2], TEXTS[3]} and set(scores.first_token) == {"separate"}
+    per = cc.compute(items, scores, cfg)
     want = np.mean(loop_logprobs(tiny_gpt2, encode(tiny_gpt2, [TEXTS[0]])[0], "separate"))
     assert per.set_index("item_id").loc["p1", "score_more"] == pytest.approx(want, abs=1e-4)
     agg = cc.aggregate(per, cfg)
     assert {"metric_score", "likelihood_diff"} <= set(agg.metric)
+

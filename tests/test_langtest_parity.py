@@ -19,7 +19,8 @@ import langtest_reference as ref
 from biasflow.data.crows_pairs import read_crows_pairs
 from biasflow.metrics import crows_pairs as cp
 from biasflow.metrics import winobias as wb
-from biasflow.registry import ScoreContext, get_loader, get_metric
+from biasflow.registry import get_loader, get_metric
+from biasflow.scoring.answer import metric_answers
 
 REFERENCE = json.loads((Path(__file__).parent / "fixtures" / "langtest" / "reference.json").read_text())
 ABS_TOL = 1e-5  # LangTest runs one unpadded sentence per call, we run padded batches: float32 noise only
@@ -39,9 +40,8 @@ def run_metric(name, items, metric_cfg, model_cfg, cache_dir, mode="parity"):
     """The score, metric and aggregate stages as the pipeline calls them (run.mode arrives as ``_mode``)."""
     spec = get_metric(name)
     score_cfg = {k: metric_cfg[k] for k in spec.score_keys if k in metric_cfg}
-    scores = spec.score(ScoreContext(items=items, metric_cfg=dict(score_cfg, _mode=mode), model_cfg=model_cfg,
-                                     cache_dir=cache_dir))
-    cfg = dict(metric_cfg, _model=model_cfg, _mode=mode)
+    scores = metric_answers(name, items, dict(score_cfg, _mode=mode), model_cfg, cache_dir, progress=False)
+    cfg = dict(metric_cfg, _mode=mode)
     per_item = spec.compute(items, scores, cfg)
     return per_item, spec.aggregate(per_item, cfg).set_index(["metric", "category"])
 

@@ -9,9 +9,11 @@ import pandas as pd
 import pytest
 
 from biasflow.errors import DataFormatError
-from biasflow.metrics.stereoset import SPEC, aggregate, compute, results_table
-from biasflow.registry import ScoreContext, get_metric
-from biasflow.scoring.stereoset import read_predictions, write_predictions
+from biasflow.metrics.stereoset import (SPEC, aggregate, compute, count_examples, read_predictions, results_table,
+                                        write_predictions)
+from biasflow.registry import get_metric
+from biasflow.scoring.answer import Models, metric_answers, request_frame
+from biasflow.scoring.requests import BlankFill, NextSentence
 
 LABELS = ("stereotype", "anti-stereotype", "unrelated")
 
@@ -46,7 +48,7 @@ def value(agg, metric, category):
 
 def test_hand_computed_lms_ss_icat_per_domain():
     items, scores = make_items(HAND)
-    per = compute(items, scores, {})
+    per = count_examples(items, scores, {})
     assert per.set_index("item_id")[["pro", "related"]].to_dict("index") == {
         "e1": {"pro": 1, "related": 2}, "e2": {"pro": 0, "related": 0}, "e3": {"pro": 0, "related": 1},
         "e4": {"pro": 1, "related": 2}, "e5": {"pro": 0, "related": 0}}
@@ -79,7 +81,7 @@ def test_hand_computed_lms_ss_icat_per_domain():
 
 def test_only_one_task_scored_has_no_overall_rows():
     items, scores = make_items(HAND)
-    agg = aggregate(compute(items, scores, {"tasks": ["intrasentence"]}), {"tasks": ["intrasentence"]})
+    agg = aggregate(count_examples(items, scores, {"tasks": ["intrasentence"]}), {"tasks": ["intrasentence"]})
     assert set(agg.metric.str.split("_").str[0]) == {"intrasentence"}
 
 
@@ -121,7 +123,7 @@ def test_matches_naive_reimplementation_with_many_ties():
         target = f"{domain}-t{int(rng.integers(0, 6))}"
         examples.append((f"x{i}", task, domain, target, tuple(rng.integers(0, 3, size=3) / 4)))  # coarse: ties
     items, scores = make_items(examples)
-    agg = aggregate(compute(items, scores, {}), {})
+    agg = aggregate(count_examples(items, scores, {}), {})
     ref = naive_evaluation(examples)
     for (task, category), want in ref.items():
         for m in ("lms", "ss", "icat"):
@@ -135,7 +137,41 @@ def test_matches_naive_reimplementation_with_many_ties():
 def test_missing_score_is_an_error():
     items, scores = make_items(HAND)
     with pytest.raises(DataFormatError, match="e3-unrelated"):
-        compute(items, scores[scores.item_id != "e3-unrelated"], {})
+        count_examples(items, scores[scores.item_id != "e3-unrelated"], {})
+
+
+def test_compute_reads_each_sentence_s_answer_by_its_request():
+    """Hand-made answers of a masked LM (blank fill, next sentence): compute counts their probabilities, whatever
+    order the answers come in; a sentence with no answer is an error naming its request."""
+    items, scores = make_items(HAND)
+    items["context"] = items["example_id"] + " BLANK"  # one request per sentence
+    score = dict(zip(scores.item_id, scores.score))
+    intra, inter = items[items.task == "intrasentence"], items[items.task == "intersentence"]
+    asked = [BlankFill(c, w) for c, w in zip(intra.context, intra.candidate_word)] + \
+        [NextSentence(c, t) for c, t in zip(inter.context, inter.sentence)]
+    answers = request_frame(asked).assign(probability=[score[i] for i in list(intra.item_id) + list(inter.item_id)])
+    answers = answers.iloc[::-1].reset_index(drop=True)
+    assert [r.key for r in SPEC.requests(items, {}, "masked_lm")] == [r.key for r in asked]
+    pd.testing.assert_frame_equal(compute(items, answers, {}), count_examples(items, scores, {}))
+    with pytest.raises(KeyError, match="no answer to 1 blank_fill"):
+        compute(items, answers[answers.key != asked[0].key], {})
+
+
+def test_requests_follow_the_model_kind_and_name_what_cannot_be_scored():
+    from biasflow.errors import ConfigError
+
+    items, _ = make_items(HAND)
+    kinds = lambda reqs: sorted({r.kind for r in reqs})  # noqa: E731
+    assert kinds(SPEC.requests(items, {}, "causal_lm")) == ["continuation_logprobs", "stereoset_sentence_logprobs"]
+    assert kinds(SPEC.requests(items, {"tasks": ["intersentence"]}, "bert_nsp")) == ["next_sentence"]
+    assert kinds(SPEC.requests(items, {"intersentence_scorer": "nsp"}, "masked_lm")) == ["blank_fill",
+                                                                                         "next_sentence"]
+    with pytest.raises(ConfigError, match=r"intrasentence cannot be scored by model.kind='bert_nsp'.*"
+                                          r"tasks=\[intersentence\]"):
+        SPEC.requests(items, {}, "bert_nsp")
+    with pytest.raises(ConfigError, match="intersentence_scorer=causal_conditional"):
+        SPEC.requests(items, {"intersentence_scorer": "causal_conditional"}, "masked_lm")
+    assert SPEC.requests(items, {"predictions_file": "p.json"}, "none") == []
 
 
 # ------------------------------------------------------------------------------------------- predictions files
@@ -148,11 +184,11 @@ def test_predictions_roundtrip_and_score_stage(tmp_path):
     cfg = {"predictions_file": str(path), "tasks": ["intrasentence", "intersentence"]}
     spec = get_metric("stereoset")
     assert spec is SPEC and "predictions_file" in spec.score_keys
-    ctx = ScoreContext(items=items, metric_cfg=cfg, model_cfg={"kind": "none"}, cache_dir=tmp_path / "cache")
-    from_file = spec.score(ctx)  # must not touch ctx.model
-    assert ctx._model is None
-    pd.testing.assert_frame_equal(spec.aggregate(spec.compute(items, from_file, cfg), cfg),
-                                  aggregate(compute(items, scores, {}), {}))
+    models = Models({"kind": "none"})
+    answers = metric_answers("stereoset", items, cfg, {"kind": "none"}, tmp_path / "cache", models=models)
+    assert answers.empty and models.loaded == {}  # the file replaces the model: nothing asked, nothing loaded
+    pd.testing.assert_frame_equal(spec.aggregate(spec.compute(items, answers, cfg), cfg),
+                                  aggregate(count_examples(items, scores, {}), {}))
 
 
 def test_predictions_with_unknown_ids_lists_them(tmp_path):

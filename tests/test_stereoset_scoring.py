@@ -11,7 +11,11 @@ import pandas as pd
 import pytest
 import torch
 
+from biasflow.metrics.stereoset import geometric_mean, read_predictions, sentence_scores
 from biasflow.scoring import stereoset as ss
+from biasflow.scoring.answer import Budget, answer_requests, metric_answers
+from biasflow.scoring.causal_options import answer_continuation_logprobs
+from biasflow.scoring.requests import BlankFill, ContinuationLogprobs, StereoSetSentenceLogprobs
 
 CONTEXTS = ["The chess player was BLANK.", "Many people live in BLANK today", "brahmin is very BLANK and is strict about BLANK"]
 WORDS = ["hispanic", "Ethiopia", "unathletically"]
@@ -50,7 +54,7 @@ def bpe_tokenizer():
 
 def _adapter(model, tok, **kw):
     return SimpleNamespace(model=model.eval(), tokenizer=tok, device=torch.device("cpu"), name="tiny",
-                           fingerprint="tiny-test", **kw)
+                           fingerprint="tiny-test", normalise=lambda text: text, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -111,8 +115,8 @@ def test_blank_fill_batched_equals_plain_loop(tiny_bert, batch_tokens):
         ref_ids, ref_probs = naive_blank_fill(tiny_bert, c, w, False)
         assert ids == ref_ids
         np.testing.assert_allclose(probs, ref_probs, rtol=1e-4, atol=1e-7)
-    table = ss.blank_fill_table(tiny_bert, CONTEXTS, WORDS, word_prefix_space=False)
-    np.testing.assert_allclose(table["score"], [np.mean(p) for _, p in got], rtol=1e-5)
+    table = ss.answer_blank_fill(tiny_bert, [BlankFill(c, w) for c, w in zip(CONTEXTS, WORDS)], Budget())
+    np.testing.assert_allclose(table["probability"], [np.mean(p) for _, p in got], rtol=1e-5)
 
 
 def test_blank_fill_prefix_space_variants_differ_and_match_loop(bpe_tokenizer):
@@ -133,9 +137,10 @@ def test_blank_fill_prefix_space_variants_differ_and_match_loop(bpe_tokenizer):
 
 def test_causal_score_equals_per_token_loop(tiny_gpt2):
     texts = SENTENCES + ["A"]
-    table = ss.causal_table(tiny_gpt2, texts, batch_tokens=24)
-    for text, score in zip(texts, table["score"]):
-        assert score == pytest.approx(naive_causal(tiny_gpt2, text), rel=1e-5)
+    table = ss.answer_sentence_logprobs(tiny_gpt2, [StereoSetSentenceLogprobs(t) for t in texts],
+                                        Budget(batch_tokens=24))
+    for text, logprobs in zip(texts, table["logprobs"]):
+        assert geometric_mean(logprobs) == pytest.approx(naive_causal(tiny_gpt2, text), rel=1e-5)
     # the start token conditions only the first token: prepending it to the whole sentence changes the score
     lp = ss.causal_sentence_logprobs(tiny_gpt2, [SENTENCES[0]])[0][1]
     ids = [tiny_gpt2.tokenizer.eos_token_id] + tiny_gpt2.tokenizer.encode(SENTENCES[0])
@@ -148,8 +153,9 @@ def test_causal_score_equals_per_token_loop(tiny_gpt2):
 
 def test_causal_conditional_equals_loop(tiny_gpt2):
     tok, model = tiny_gpt2.tokenizer, tiny_gpt2.model
-    got = ss.causal_conditional_logprobs(tiny_gpt2, CONTEXTS, SENTENCES, batch_tokens=40)
-    for (ids, lps), c, s in zip(got, CONTEXTS, SENTENCES):
+    got = answer_continuation_logprobs(tiny_gpt2, [ContinuationLogprobs(c, " " + s, start_token=True)
+                                                   for c, s in zip(CONTEXTS, SENTENCES)], Budget(batch_tokens=40))
+    for ids, lps, c, s in zip(got["token_ids"], got["logprobs"], CONTEXTS, SENTENCES):
         prefix = [tok.eos_token_id] + tok.encode(c)
         sent = tok.encode(" " + s)
         assert ids == sent
@@ -177,21 +183,23 @@ def test_nsp_equals_loop(bert_tokenizer):
         assert p == pytest.approx(ref, rel=1e-5)
 
 
-def test_tables_are_cached_and_rerun_scores_nothing(tiny_bert, tmp_path):
-    cache_mod = pytest.importorskip("biasflow.scoring.cache")
-    cache = cache_mod.ScoreCache(tmp_path, tiny_bert.fingerprint, ss.BLANK_FILL_KIND)
-    first = ss.blank_fill_table(tiny_bert, CONTEXTS, WORDS, False, cache=cache)
-    assert cache.writes == 1
+def test_answers_are_cached_and_rerun_scores_nothing(tiny_bert, tmp_path):
+    def answer(prefix_space):
+        return answer_requests([BlankFill(c, w, prefix_space) for c, w in zip(CONTEXTS, WORDS)],
+                               {"kind": "masked_lm"}, tmp_path, model=tiny_bert, progress=False)
+
+    first = answer(False)
     calls = []
     orig = ss.blank_fill_probabilities
     try:
         ss.blank_fill_probabilities = lambda *a, **k: calls.append(1) or orig(*a, **k)
-        again = ss.blank_fill_table(tiny_bert, CONTEXTS, WORDS, False, cache=cache)
-        other = ss.blank_fill_table(tiny_bert, CONTEXTS, WORDS, True, cache=cache)  # a variant is a new key
+        again = answer(False)
+        other = answer(True)  # a variant is a new key
     finally:
         ss.blank_fill_probabilities = orig
-    assert cache.writes == 2 and len(calls) == 1
-    pd.testing.assert_series_equal(first["score"], again["score"])
+    assert len(list((tmp_path / tiny_bert.fingerprint / "blank_fill").glob("part-*.parquet"))) == 2
+    assert len(calls) == 1
+    pd.testing.assert_series_equal(first["probability"], again["probability"])
     assert set(other["key"]).isdisjoint(first["key"])
 
 
@@ -218,7 +226,8 @@ def test_score_stage_masked_lm_with_nsp_from_same_checkpoint_and_cache(tmp_path,
 
     from biasflow.errors import ModelLoadError
     from biasflow.models import load_model
-    from biasflow.registry import ScoreContext, get_metric
+    from biasflow.registry import get_metric
+    from biasflow.scoring.answer import Models
 
     torch.manual_seed(4)
     cfg = BertConfig(vocab_size=bert_tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
@@ -230,31 +239,33 @@ def test_score_stage_masked_lm_with_nsp_from_same_checkpoint_and_cache(tmp_path,
     items = _small_items(tmp_path)
     spec = get_metric("stereoset")
     mcfg = {"tasks": ["intrasentence", "intersentence"], "word_prefix_space": False, "intersentence_scorer": "auto"}
-    ctx = ScoreContext(items=items, metric_cfg=mcfg, model_cfg=model_cfg, cache_dir=tmp_path / "cache")
-    scores = spec.score(ctx)
+    models = Models(model_cfg)
+    answers = metric_answers("stereoset", items, mcfg, model_cfg, tmp_path / "cache", models=models)
+    scores = sentence_scores(items, answers, mcfg)
     assert sorted(scores["item_id"]) == sorted(items["item_id"]) and scores["score"].notna().all()
-    assert set(scores.loc[scores.task == "intersentence", "kind"]) == {ss.NSP_KIND}
+    assert set(scores.loc[scores.task == "intersentence", "kind"]) == {"next_sentence"}
     # intrasentence scores are the blank-fill scores of each sentence's candidate word
     intra = items[items.task == "intrasentence"]
-    direct = ss.blank_fill_probabilities(ctx.model, intra.context.tolist(), intra.candidate_word.tolist(), False)
+    direct = ss.blank_fill_probabilities(models.get(), intra.context.tolist(), intra.candidate_word.tolist(), False)
     got = scores.set_index("item_id").loc[intra.item_id, "score"].to_numpy()
     np.testing.assert_allclose(got, [p.mean() for _, p in direct], rtol=1e-5)
     # intersentence: P(IsNext) from the NSP head of the same checkpoint
     nsp = load_model({**model_cfg, "kind": "bert_nsp"})
-    assert nsp.kind == "bert_nsp" and not nsp.model.training and nsp.fingerprint != ctx.model.fingerprint
+    assert nsp.kind == "bert_nsp" and not nsp.model.training and nsp.fingerprint != models.get().fingerprint
+    assert models.get("bert_nsp").fingerprint == nsp.fingerprint  # the score stage loaded it (scoring/answer.LOAD_AS)
     inter = items[items.task == "intersentence"]
     np.testing.assert_allclose(scores.set_index("item_id").loc[inter.item_id, "score"].to_numpy(),
                                ss.nsp_is_next_probabilities(nsp, inter.context.tolist(), inter.sentence.tolist()),
                                rtol=1e-5)
-    exported = spec.export(items, scores, {**mcfg, "export_predictions": str(tmp_path / "out" / "preds.json")})
+    exported = spec.export(items, answers, {**mcfg, "export_predictions": str(tmp_path / "out" / "preds.json")})
     assert exported == [str(tmp_path / "out" / "preds.json")]
-    assert ss.read_predictions(tmp_path / "out" / "preds.json", items).shape[0] == len(items)
+    assert read_predictions(tmp_path / "out" / "preds.json", items).shape[0] == len(items)
     # rerun: everything comes from the cache, no new part files
     parts = sorted((tmp_path / "cache").rglob("part-*.parquet"))
-    again = spec.score(ScoreContext(items=items, metric_cfg=mcfg, model_cfg=model_cfg, cache_dir=tmp_path / "cache"))
+    again = metric_answers("stereoset", items, mcfg, model_cfg, tmp_path / "cache", models=Models(model_cfg))
     assert sorted((tmp_path / "cache").rglob("part-*.parquet")) == parts and len(parts) == 2
-    pd.testing.assert_frame_equal(again, scores)
-    per_item = spec.compute(items, scores, mcfg)
+    pd.testing.assert_frame_equal(sentence_scores(items, again, mcfg), scores)
+    per_item = spec.compute(items, answers, mcfg)
     assert len(per_item) == 2 and set(spec.aggregate(per_item, mcfg).metric) >= {"overall_icat"}
     # a checkpoint without a trained next-sentence head is refused, not scored with a random head
     from transformers import BertForMaskedLM
@@ -265,17 +276,15 @@ def test_score_stage_masked_lm_with_nsp_from_same_checkpoint_and_cache(tmp_path,
 
 
 def test_score_stage_causal_lm_both_tasks(tmp_path, tiny_gpt2):
-    from biasflow.registry import ScoreContext, get_metric
-
     items = _small_items(tmp_path)
     adapter = SimpleNamespace(**vars(tiny_gpt2), kind="causal_lm")
-    ctx = ScoreContext(items=items, metric_cfg={"tasks": ["intrasentence", "intersentence"]},
-                       model_cfg={"kind": "causal_lm"}, cache_dir=tmp_path / "cache", _model=adapter)
-    scores = get_metric("stereoset").score(ctx).set_index("item_id")
+    cfg = {"tasks": ["intrasentence", "intersentence"]}
+    answers = metric_answers("stereoset", items, cfg, {"kind": "causal_lm"}, tmp_path / "cache", model=adapter)
+    scores = sentence_scores(items, answers, cfg).set_index("item_id")
     intra = items[items.task == "intrasentence"]
     for iid, sent in zip(intra.item_id, intra.sentence):
         assert scores.at[iid, "score"] == pytest.approx(naive_causal(tiny_gpt2, sent), rel=1e-5)
-    assert set(scores.loc[scores.task == "intersentence", "kind"]) == {ss.CAUSAL_CONDITIONAL_KIND}
+    assert set(scores.loc[scores.task == "intersentence", "kind"]) == {"continuation_logprobs"}
 
 
 def test_blank_fill_with_an_uncased_model_keeps_the_blank_marker(tiny_bert_dir):
@@ -284,6 +293,6 @@ def test_blank_fill_with_an_uncased_model_keeps_the_blank_marker(tiny_bert_dir):
 
     uncased = load_model({"name": "uncased", "kind": "masked_lm", "path": str(tiny_bert_dir), "lowercase": True,
                           "device": "cpu"})
-    table = ss.blank_fill_table(uncased, ["The Chess player was BLANK."], ["Asian"], word_prefix_space=False)
+    table = ss.answer_blank_fill(uncased, [BlankFill("The Chess player was BLANK.", "Asian")], Budget())
     direct = ss.blank_fill_probabilities(uncased, ["the chess player was BLANK."], ["asian"], word_prefix_space=False)
-    assert table["score"].iloc[0] == pytest.approx(np.mean(direct[0][1]))
+    assert table["probability"].iloc[0] == pytest.approx(np.mean(direct[0][1]))

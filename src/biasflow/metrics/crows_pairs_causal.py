@@ -24,8 +24,10 @@ import pandas as pd
 
 from biasflow.errors import ConfigError
 from biasflow.metrics.crows_pairs import aggregate_pll, judge, pair_texts, pll_replicates, sent_order
-from biasflow.registry import MetricSpec, ScoreContext, register_metric
-from biasflow.score_kinds import CAUSAL_KIND, FIRST_TOKEN_MODES
+from biasflow.registry import MetricSpec, register_metric
+from biasflow.score_kinds import FIRST_TOKEN_MODES
+from biasflow.scoring.answer import lookup
+from biasflow.scoring.requests import TokenLogprobs
 from biasflow.stats.bootstrap import Resamples
 
 AGGREGATIONS = ("sum", "mean")
@@ -52,25 +54,29 @@ def sentence_loglik(logprobs, aggregation: str) -> float:
     return float(lp.sum() if aggregation == "sum" else lp.mean())
 
 
-def compute(items: pd.DataFrame, scores: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[TokenLogprobs]:
+    """The token log-probs of both sentences of every pair, the first token conditioned as ``first_token`` says."""
+    _, first_token, _ = _options(cfg)
+    return [TokenLogprobs(t, first_token) for t in pair_texts(items)]
+
+
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     aggregation, first_token, digits = _options(cfg)
-    lower = bool(cfg.get("_model", {}).get("lowercase"))
-    norm = (lambda s: s.lower()) if lower else (lambda s: s)
-    sel = scores[scores.kind == CAUSAL_KIND]
-    if "first_token" in sel and len(sel) and not (sel.first_token == first_token).all():
-        raise ValueError(f"scores were computed with first_token={sorted(set(sel.first_token))}, "
+    asked = answers[answers["kind"] == TokenLogprobs.kind] if len(answers) else answers
+    if "first_token" in asked and len(asked) and not (asked["first_token"] == first_token).all():
+        raise ValueError(f"scores were computed with first_token={sorted(set(asked['first_token']))}, "
                          f"the metric asks for {first_token!r}")
-    by_text = sel.set_index("text")
+    more = lookup(answers, [TokenLogprobs(t, first_token) for t in items["sent_more"]], "logprobs")
+    less = lookup(answers, [TokenLogprobs(t, first_token) for t in items["sent_less"]], "logprobs")
     rows = []
-    for it in items.itertuples(index=False):
-        more = sentence_loglik(by_text.loc[norm(it.sent_more), "logprobs"], aggregation)
-        less = sentence_loglik(by_text.loc[norm(it.sent_less), "logprobs"], aggregation)
+    for it, lp_more, lp_less in zip(items.itertuples(index=False), more, less):
+        more_ll, less_ll = sentence_loglik(lp_more, aggregation), sentence_loglik(lp_less, aggregation)
         if digits is not None:
-            more, less = round(more, digits), round(less, digits)
-        s1, s2 = sent_order(it.direction, more, less)
+            more_ll, less_ll = round(more_ll, digits), round(less_ll, digits)
+        s1, s2 = sent_order(it.direction, more_ll, less_ll)
         rows.append({"item_id": it.item_id, "category": it.category, "direction": it.direction,
-                     "variant": f"causal_{aggregation}", "score_more": more, "score_less": less,
-                     "likelihood_diff": abs(more - less), **judge(it.direction, s1, s2)})
+                     "variant": f"causal_{aggregation}", "score_more": more_ll, "score_less": less_ll,
+                     "likelihood_diff": abs(more_ll - less_ll), **judge(it.direction, s1, s2)})
     return pd.DataFrame(rows)
 
 
@@ -102,23 +108,11 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resam
     return out
 
 
-def score(ctx: ScoreContext) -> pd.DataFrame:
-    from biasflow.scoring.cache import ScoreCache
-    from biasflow.scoring.causal import causal_table
-
-    _, first_token, _ = _options(ctx.metric_cfg)
-    model = ctx.model
-    texts = pair_texts(ctx.items)
-    cache = ScoreCache(ctx.cache_dir, model.fingerprint, CAUSAL_KIND)
-    return causal_table(model, texts, first_token=first_token, cache=cache,
-                        batch_tokens=int(ctx.model_cfg.get("batch_tokens", 8192)))
-
-
 SPEC = register_metric(MetricSpec(
     name="crows_pairs_causal",
     benchmark="crows_pairs",
     model_kinds=("causal_lm",),
-    score=score,
+    requests=requests,
     compute=compute,
     aggregate=aggregate,
     score_keys=("first_token",),

@@ -10,21 +10,29 @@ terms of LMS and SS, and ICAT = LMS min(SS, 100 - SS) / 50 from those macro mean
 examples gives NaN with n = 0). The reference prints per-domain "Count" three times the number of examples (it
 appends each example once per sentence); that changes no score, our ``n`` counts each example once.
 
-Scores come from a model (``scoring/stereoset.py``) or from a StereoSet predictions file
-(``metric.stereoset.predictions_file``), and can be exported in that format (``export_predictions``, written by
-the metric stage, so a ``biasflow run`` writes it).
+A sentence's score is a model's answer to the sentence's request (``requests``: ``BlankFill`` or
+``StereoSetSentenceLogprobs`` for intrasentence, ``NextSentence`` or ``ContinuationLogprobs`` for intersentence,
+chosen by the model kind and ``intersentence_scorer``; log-probs count as their geometric-mean probability), or is
+read from a StereoSet predictions file (``metric.stereoset.predictions_file``: then the metric asks the model
+nothing and ``compute`` reads the file, a declared input of the metric stage). The sentence scores can be exported
+in that format (``export_predictions``, written by the metric stage, so a ``biasflow run`` writes it).
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
 
 from biasflow.data.stereoset import DOMAINS, GOLD_LABELS, TASKS
 from biasflow.errors import ConfigError, DataFormatError
-from biasflow.registry import MetricSpec, ScoreContext, register_metric
+from biasflow.io import write_json
+from biasflow.registry import MetricSpec, register_metric
+from biasflow.scoring.answer import can_answer, lookup
+from biasflow.scoring.requests import (BlankFill, ContinuationLogprobs, NextSentence, Request,
+                                       StereoSetSentenceLogprobs)
 from biasflow.stats.bootstrap import Resamples
 
 SCORE_COLUMN = {"stereotype": "score_stereotype", "anti-stereotype": "score_anti", "unrelated": "score_unrelated"}
@@ -93,73 +101,97 @@ def intersentence_scorer(cfg: Mapping[str, Any], kind: str) -> str:
     return choice
 
 
-def score(ctx: ScoreContext) -> pd.DataFrame:
-    from biasflow.scoring import stereoset as ss
-    from biasflow.scoring.cache import ScoreCache
+def _request_builders(cfg: Mapping[str, Any]) -> dict[str, dict[str, Callable[[Any], Request]]]:
+    """task -> {request kind: the request of one item row}."""
+    prefix_space = bool(cfg.get("word_prefix_space", False))
+    return {"intrasentence": {
+                BlankFill.kind: lambda it: BlankFill(it.context, it.candidate_word, prefix_space),
+                StereoSetSentenceLogprobs.kind: lambda it: StereoSetSentenceLogprobs(it.sentence)},
+            "intersentence": {
+                NextSentence.kind: lambda it: NextSentence(it.context, it.sentence),
+                # the sentence after " ", given <start token> + context (a biasflow extension)
+                ContinuationLogprobs.kind: lambda it: ContinuationLogprobs(it.context, " " + it.sentence,
+                                                                           start_token=True)}}
 
-    cfg, items = ctx.metric_cfg, ctx.items
-    tasks = _tasks(cfg)
-    if cfg.get("predictions_file"):
-        out = ss.read_predictions(cfg["predictions_file"], items)
-        out = out[out["task"].isin(tasks)].assign(kind="predictions_file").reset_index(drop=True)
+
+def _request_kind(task: str, cfg: Mapping[str, Any], model_kind: str) -> str:
+    if task == "intrasentence":
+        kind = StereoSetSentenceLogprobs.kind if model_kind == "causal_lm" else BlankFill.kind
+        hint = " (for kind bert_nsp set metric.stereoset.tasks=[intersentence])"
     else:
-        model = ctx.model
-        kind = getattr(model, "kind", None)
-        batch_tokens = int(ctx.model_cfg.get("batch_tokens", 8192))
-        tables = {}
-        intra = items[items["task"] == "intrasentence"]
-        inter = items[items["task"] == "intersentence"]
-        if "intrasentence" in tasks and not intra.empty:
-            if kind == "masked_lm":
-                tables["intrasentence"] = ss.blank_fill_table(
-                    model, intra["context"].tolist(), intra["candidate_word"].tolist(),
-                    bool(cfg.get("word_prefix_space", False)),
-                    cache=ScoreCache(ctx.cache_dir, model.fingerprint, ss.BLANK_FILL_KIND), batch_tokens=batch_tokens)
-            elif kind == "causal_lm":
-                tables["intrasentence"] = ss.causal_table(
-                    model, intra["sentence"].tolist(),
-                    cache=ScoreCache(ctx.cache_dir, model.fingerprint, ss.CAUSAL_KIND), batch_tokens=batch_tokens)
-            else:
-                raise ConfigError(f"StereoSet intrasentence needs model.kind masked_lm or causal_lm, not {kind!r} "
-                                  f"(for kind bert_nsp set metric.stereoset.tasks=[intersentence])")
-        if "intersentence" in tasks and not inter.empty:
-            how = intersentence_scorer(cfg, kind)
-            if how == "nsp":
-                if kind == "bert_nsp":
-                    nsp_model = model
-                else:  # the next-sentence head of the same checkpoint
-                    from biasflow.models import load_model
-                    nsp_model = load_model({**dict(ctx.model_cfg), "kind": "bert_nsp"})
-                tables["intersentence"] = ss.nsp_table(
-                    nsp_model, inter["context"].tolist(), inter["sentence"].tolist(),
-                    cache=ScoreCache(ctx.cache_dir, nsp_model.fingerprint, ss.NSP_KIND), batch_tokens=batch_tokens)
-            else:
-                if kind != "causal_lm":
-                    raise ConfigError("metric.stereoset.intersentence_scorer=causal_conditional needs a causal_lm")
-                tables["intersentence"] = ss.causal_conditional_table(
-                    model, inter["context"].tolist(), inter["sentence"].tolist(),
-                    cache=ScoreCache(ctx.cache_dir, model.fingerprint, ss.CAUSAL_CONDITIONAL_KIND),
-                    batch_tokens=batch_tokens)
-        out = ss.per_sentence_scores(items, tables, model)
+        how = intersentence_scorer(cfg, model_kind)
+        kind = NextSentence.kind if how == "nsp" else ContinuationLogprobs.kind
+        hint = f" (metric.stereoset.intersentence_scorer={how})"
+    if not can_answer(model_kind, kind):
+        raise ConfigError(f"StereoSet {task} cannot be scored by model.kind={model_kind!r}{hint}")
+    return kind
+
+
+def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[Request]:
+    """One request per sentence of each configured task; none with a predictions file (``compute`` reads it)."""
+    if cfg.get("predictions_file"):
+        return []
+    builders = _request_builders(cfg)
+    out: list[Request] = []
+    for task in _tasks(cfg):
+        part = items[items["task"] == task]
+        if not part.empty:
+            build = builders[task][_request_kind(task, cfg, model_kind)]
+            out += [build(it) for it in part.itertuples(index=False)]
     return out
 
 
-def export(items: pd.DataFrame, scores: pd.DataFrame, cfg: Mapping[str, Any]) -> list[str]:
+def geometric_mean(logprobs: Iterable[float]) -> float:
+    """exp(mean(log p)): the reference's 2 ** mean(log2 p)."""
+    arr = np.asarray(list(logprobs), dtype=np.float64)
+    return float(np.exp(arr.mean())) if arr.size else float("nan")
+
+
+def sentence_scores(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    """item_id, task, score, kind of every sentence of the configured tasks: from the predictions file, or from the
+    answers (the request kind each task was answered with is read from the answers: the model kind decided it)."""
+    tasks = _tasks(cfg)
+    if cfg.get("predictions_file"):
+        scores = read_predictions(cfg["predictions_file"], items)
+        return scores[scores["task"].isin(tasks)].assign(kind="predictions_file").reset_index(drop=True)
+    answered = set(answers["kind"]) if len(answers) else set()
+    frames = []
+    for task, builders in _request_builders(cfg).items():
+        part = items[items["task"] == task]
+        if task not in tasks or part.empty:
+            continue
+        used = [kind for kind in builders if kind in answered]
+        if len(used) != 1:
+            raise DataFormatError(f"StereoSet {task}: the scores hold {'no' if not used else 'several'} answer "
+                                  f"kind(s) for it ({used or sorted(answered)}); re-run the score stage")
+        kind = used[0]
+        asked = [builders[kind](it) for it in part.itertuples(index=False)]
+        if kind in (BlankFill.kind, NextSentence.kind):
+            score = [float(p) for p in lookup(answers, asked, "probability")]
+        else:
+            score = [geometric_mean(lp) for lp in lookup(answers, asked, "logprobs")]
+        frames.append(pd.DataFrame({"item_id": part["item_id"].values, "task": task, "score": score, "kind": kind}))
+    return pd.concat(frames, ignore_index=True) if frames else \
+        pd.DataFrame(columns=["item_id", "task", "score", "kind"])
+
+
+def count_examples(items: pd.DataFrame, scores: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    """``example_table`` of the configured tasks, from sentence scores (item_id, task, score)."""
+    return example_table(items, scores[scores["task"].isin(_tasks(cfg))])
+
+
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    return count_examples(items, sentence_scores(items, answers, cfg), cfg)
+
+
+def export(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> list[str]:
     """``export_predictions``: the sentence scores in the format of the official ``code/evaluation.py``
     (``{"intrasentence": [{"id", "score"}], "intersentence": [...]}``, one entry per sentence id)."""
-    from biasflow.scoring.stereoset import write_predictions
-
     path = cfg.get("export_predictions")
     if not path:
         return []
-    tasks = _tasks(cfg)
-    write_predictions(scores[scores["task"].isin(tasks)], Path(path))
+    write_predictions(sentence_scores(items, answers, cfg), Path(path))
     return [str(path)]
-
-
-def compute(items: pd.DataFrame, scores: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
-    tasks = _tasks(cfg)
-    return example_table(items, scores[scores["task"].isin(tasks)])
 
 
 def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
@@ -260,7 +292,7 @@ SPEC = register_metric(MetricSpec(
     name="stereoset",
     benchmark="stereoset",
     model_kinds=("masked_lm", "causal_lm", "bert_nsp"),
-    score=score,
+    requests=requests,
     compute=compute,
     aggregate=aggregate,
     score_keys=("tasks", "word_prefix_space", "intersentence_scorer", "predictions_file"),
@@ -272,12 +304,66 @@ SPEC = register_metric(MetricSpec(
 ))
 
 
+# ----------------------------------------------------------------------------------------------- predictions files
+def read_predictions(path: str | Path, items: pd.DataFrame) -> pd.DataFrame:
+    """A StereoSet predictions file -> scores table (item_id, task, score).
+
+    Tasks absent from the file are simply not scored; within a task present, every sentence of ``items`` must
+    have a score and every id must be a sentence of that task (else a DataFormatError listing the ids).
+    """
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataFormatError(f"predictions file {path}: cannot read JSON ({exc})") from exc
+    if not isinstance(doc, dict) or not set(doc) & {"intrasentence", "intersentence"}:
+        raise DataFormatError(f"predictions file {path}: expected {{'intrasentence': [{{'id', 'score'}}], "
+                              f"'intersentence': [...]}}")
+    rows = []
+    for task in ("intrasentence", "intersentence"):
+        if task not in doc:
+            continue
+        expected = set(items.loc[items["task"] == task, "item_id"])
+        got: dict[str, float] = {}
+        for n, rec in enumerate(doc[task]):
+            if not isinstance(rec, dict) or "id" not in rec or "score" not in rec:
+                raise DataFormatError(f"predictions file {path}: {task}[{n}] needs 'id' and 'score', got {rec!r}")
+            if rec["id"] in got:
+                raise DataFormatError(f"predictions file {path}: {task} id {rec['id']} appears twice")
+            got[rec["id"]] = float(rec["score"])
+        unknown = sorted(set(got) - expected)
+        if unknown:
+            raise DataFormatError(
+                f"predictions file {path}: {len(unknown)} {task} id(s) are not {task} sentences of the gold "
+                f"data (wrong split or task?): {unknown[:20]}{' ...' if len(unknown) > 20 else ''}")
+        missing = sorted(expected - set(got))
+        if missing:
+            raise DataFormatError(f"predictions file {path}: {len(missing)} {task} sentence(s) have no score: "
+                                  f"{missing[:20]}{' ...' if len(missing) > 20 else ''}")
+        rows += [{"item_id": k, "task": task, "score": v} for k, v in got.items()]
+    return pd.DataFrame(rows, columns=["item_id", "task", "score"])
+
+
+def predictions_document(scores: pd.DataFrame) -> dict[str, list[dict[str, Any]]]:
+    """Scores table (item_id, task, score) -> the StereoSet predictions format."""
+    doc: dict[str, list[dict[str, Any]]] = {}
+    for task in ("intrasentence", "intersentence"):
+        part = scores[scores["task"] == task]
+        if not part.empty:
+            doc[task] = [{"id": i, "score": float(s)} for i, s in zip(part["item_id"], part["score"])]
+    return doc
+
+
+def write_predictions(scores: pd.DataFrame, path: str | Path) -> None:
+    write_json(predictions_document(scores), path)
+
+
+
 def main(argv: list[str] | None = None) -> None:
     """``python -m biasflow.metrics.stereoset GOLD.json PREDICTIONS.json``: the reference evaluation, as a table."""
     import argparse
 
     from biasflow.data.stereoset import read_stereoset
-    from biasflow.scoring.stereoset import read_predictions
 
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("gold")
@@ -286,7 +372,7 @@ def main(argv: list[str] | None = None) -> None:
     items = read_stereoset(args.gold)
     scores = read_predictions(args.predictions, items)
     cfg = {"tasks": sorted(set(scores["task"]))}
-    table = results_table(aggregate(compute(items, scores, cfg), cfg))
+    table = results_table(aggregate(count_examples(items, scores, cfg), cfg))
     with pd.option_context("display.max_rows", None, "display.width", 120):
         print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
 

@@ -21,21 +21,24 @@ over the samples the test could judge). The test passes when the pass rate, as a
 
 ``winobias_mc`` (causal LMs, LangTest's LLM test): the masked sentence with options "A. <male> / B. <female> /
 C. Both A and B"; pass when the model picks C. The pick is the option with the highest log-likelihood after the
-prompt (``option_score`` sum or mean per token), or parsed from generated text (``responses_file``).
+prompt (``ContinuationLogprobs`` requests; ``option_score`` sum or mean per token), or, with a generator
+(``+generator=...``: ``hf_generate``, ``openai_compatible``, ``responses_file``), parsed from the text generated for
+the prompt (``Generation`` requests, one sample per item).
 """
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
-from biasflow.errors import ConfigError, DataFormatError
+from biasflow.errors import ConfigError
 from biasflow.metrics._mode import mode_option, pass_verdict
-from biasflow.registry import MetricSpec, ScoreContext, register_metric
-from biasflow.score_kinds import MASK_CANDIDATES_KIND, MASK_PLACEHOLDER, top_k_probability
+from biasflow.registry import MetricSpec, register_metric
+from biasflow.score_kinds import top_k_probability
+from biasflow.scoring.answer import lookup
+from biasflow.scoring.requests import ContinuationLogprobs, Generation, MaskCandidates
 from biasflow.stats.bootstrap import Resamples, rate
 
 LANGTEST_WORDS = ("he", "she", "his", "her")
@@ -50,12 +53,6 @@ def pass_rate_denominator(cfg: Mapping[str, Any]) -> str:
 def candidates_for(male: str, female: str) -> list[str]:
     """Words scored at the mask of one item: LangTest's four plus the item's own pair (no duplicates)."""
     return list(dict.fromkeys([*LANGTEST_WORDS, male, female]))
-
-
-def _norm(model_cfg: Mapping[str, Any]):
-    if model_cfg.get("lowercase"):
-        return lambda s: s.lower().replace(MASK_PLACEHOLDER.lower(), MASK_PLACEHOLDER)
-    return lambda s: s
 
 
 # ----------------------------------------------------------------------------------------------- pure decisions
@@ -87,36 +84,25 @@ def gold_correct(p_gold: float, p_other: float) -> float:
 
 
 # ----------------------------------------------------------------------------------------------- fill-mask metric
-def score_fill_mask(ctx: ScoreContext) -> pd.DataFrame:
-    from biasflow.scoring.cache import ScoreCache
-    from biasflow.scoring.fill_mask import candidate_table
-
-    items = ctx.items
-    cache = ScoreCache(ctx.cache_dir, ctx.model.fingerprint, MASK_CANDIDATES_KIND)
-    return candidate_table(ctx.model, items["masked_sentence"].tolist(),
-                           [candidates_for(m, f) for m, f in zip(items["pronoun_male"], items["pronoun_female"])],
-                           cache=cache, batch_tokens=int(ctx.model_cfg.get("batch_tokens", 8192)))
+def fill_mask_requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[MaskCandidates]:
+    """The candidate words (``candidates_for``) at the mask of every sentence."""
+    return [MaskCandidates(t, tuple(candidates_for(m, f)))
+            for t, m, f in zip(items["masked_sentence"], items["pronoun_male"], items["pronoun_female"])]
 
 
-def compute_fill_mask(items: pd.DataFrame, scores: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
-    norm = _norm(cfg.get("_model", {}))
+def compute_fill_mask(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     variant = cfg.get("variant", "langtest")
     if variant not in ("langtest", "pair"):
         raise ConfigError(f"metric.winobias.variant={variant!r}: expected langtest or pair")
     top_k = cfg.get("fill_mask_top_k")
     thr = float(cfg["diff_threshold"])
-    by_template = {(t, tuple(c)): r for t, c, r in zip(scores["template"], scores["candidates"],
-                                                       scores.to_dict("records"))}
+    asked = fill_mask_requests(items, cfg, "masked_lm")
+    found = zip(*(lookup(answers, asked, column) for column in ("probs", "ranks", "n_pieces")))
     rows = []
-    for it in items.itertuples(index=False):
-        cands = candidates_for(it.pronoun_male, it.pronoun_female)
-        rec = by_template.get((norm(it.masked_sentence), tuple(norm(c) for c in cands)))
-        if rec is None:
-            raise DataFormatError(f"winobias: no score for item {it.item_id} ({it.masked_sentence!r}); "
-                                  "re-run the score stage")
-        probs = dict(zip(cands, rec["probs"]))
-        ranks = dict(zip(cands, rec["ranks"]))
-        pieces = dict(zip(cands, rec["n_pieces"]))
+    for it, req, (word_probs, word_ranks, word_pieces) in zip(items.itertuples(index=False), asked, found):
+        probs = dict(zip(req.candidates, word_probs))
+        ranks = dict(zip(req.candidates, word_ranks))
+        pieces = dict(zip(req.candidates, word_pieces))
         if variant == "langtest":
             dec = langtest_decision(probs, ranks, pieces, thr)
         else:
@@ -215,7 +201,7 @@ def fill_mask_replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resa
 
 SPEC = register_metric(MetricSpec(
     name="winobias", benchmark="winobias", model_kinds=("masked_lm",),
-    score=score_fill_mask, compute=compute_fill_mask, aggregate=aggregate_fill_mask,
+    requests=fill_mask_requests, compute=compute_fill_mask, aggregate=aggregate_fill_mask,
     score_keys=(), headline=("pass_rate", "test_passed", "pro_anti_gap"), plot_metric="pass_rate",
     plot_reference=None, bootstrap_statistic=fill_mask_replicates))
 
@@ -252,43 +238,37 @@ def mc_prompt(masked_sentence: str, male: str, female: str, template: str) -> tu
     return template.format(sentence=masked_sentence, A=male, B=female), options
 
 
-def mc_requests(items: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def mc_options(items: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    """item_id, letter, prompt, option: the three options of every item, each after its prompt."""
     rows = []
     for it in items.itertuples(index=False):
         prompt, options = mc_prompt(it.masked_sentence, it.pronoun_male, it.pronoun_female, cfg["prompt"])
         for letter, text in options.items():
             rows.append({"item_id": it.item_id, "letter": letter, "prompt": prompt,
                          "option": cfg.get("option_prefix", " ") + f"{letter}. {text}"})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["item_id", "letter", "prompt", "option"])
 
 
-def read_responses(path: str | Path) -> pd.DataFrame:
-    path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"metric.winobias_mc.responses_file={str(path)!r} does not exist")
-    if path.suffix == ".parquet":
-        df = pd.read_parquet(path)
-    elif path.suffix in (".jsonl", ".json"):
-        df = pd.read_json(path, lines=path.suffix == ".jsonl")
-    else:
-        df = pd.read_csv(path)
-    if "item_id" not in df or "response" not in df:
-        raise DataFormatError(f"{path}: a responses file needs columns item_id and response; found {list(df.columns)}")
-    return df[["item_id", "response"]].assign(kind="responses")
+GENERATION_DEFAULTS = {"system_prompt": None, "temperature": 0.0, "max_tokens": 16, "seed": 0}
 
 
-def score_mc(ctx: ScoreContext) -> pd.DataFrame:
-    from biasflow.scoring.causal_options import option_table
+def generation_requests(items: pd.DataFrame, cfg: Mapping[str, Any]) -> list[Generation]:
+    """One generated answer per item: the generator's settings win over the metric's ``generation`` defaults."""
+    settings = {**GENERATION_DEFAULTS, **(cfg.get("generation") or {}), **(cfg.get("generator") or {})}
+    seed = settings.get("seed")
+    return [Generation(mc_prompt(it.masked_sentence, it.pronoun_male, it.pronoun_female, cfg["prompt"])[0],
+                       sample_index=0, system_prompt=settings.get("system_prompt"),
+                       temperature=float(settings.get("temperature") or 0.0), max_tokens=int(settings["max_tokens"]),
+                       seed=None if seed is None else int(seed))
+            for it in items.itertuples(index=False)]
 
-    cfg = ctx.metric_cfg
-    if cfg.get("responses_file"):
-        return read_responses(cfg["responses_file"])
-    from biasflow.scoring.cache import ScoreCache
 
-    req = mc_requests(ctx.items, cfg)
-    cache = ScoreCache(ctx.cache_dir, ctx.model.fingerprint, "causal_options")
-    return option_table(ctx.model, req["prompt"].tolist(), req["option"].tolist(), cache=cache,
-                        batch_tokens=int(ctx.model_cfg.get("batch_tokens", 8192)))
+def mc_requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
+    """With a generator, the generated answer to every prompt; else every option's log-likelihood."""
+    if cfg.get("generator"):
+        return generation_requests(items, cfg)
+    opts = mc_options(items, cfg)
+    return [ContinuationLogprobs(p, o) for p, o in zip(opts["prompt"], opts["option"])]
 
 
 def pick_by_likelihood(scores: Mapping[str, tuple[float, int]], how: str = "sum") -> str:
@@ -299,27 +279,30 @@ def pick_by_likelihood(scores: Mapping[str, tuple[float, int]], how: str = "sum"
     return max(sorted(val), key=lambda k: val[k])
 
 
-def compute_mc(items: pd.DataFrame, scores: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def compute_mc(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     rows = []
-    base = items.set_index("item_id")
-    if "response" in scores:
-        resp = dict(zip(scores["item_id"], scores["response"]))
-        for it in items.itertuples(index=False):
-            r = resp.get(it.item_id)
+    if cfg.get("generator"):
+        asked = generation_requests(items, cfg)
+        responses = lookup(answers, asked, "response")
+        status = lookup(answers, asked, "status") if "status" in answers else ["ok"] * len(asked)
+        for it, r, st in zip(items.itertuples(index=False), responses, status):
+            r = r if st == "ok" else None  # a failed generation answered nothing
             choice = parse_choice(r, {"A": it.pronoun_male, "B": it.pronoun_female, "C": "Both A and B"})
             rows.append({"item_id": it.item_id, "category": it.category, "stereotype": it.stereotype,
                          "type": int(it.type), "response": r, "choice": choice or "", "passed": choice == "C",
                          "answered": choice is not None})
         return pd.DataFrame(rows)
-    req = mc_requests(items, cfg)
-    got = {(p, o): (lp, n) for p, o, lp, n in zip(scores["prompt"], scores["option"], scores["logprob"],
-                                                  scores["n_tokens"])}
-    for item_id, grp in req.groupby("item_id", sort=False):
-        opts = {r.letter: got[(r.prompt, r.option)] for r in grp.itertuples(index=False)}
-        choice = pick_by_likelihood(opts, cfg.get("option_score", "sum"))
+    opts = mc_options(items, cfg)
+    asked = [ContinuationLogprobs(p, o) for p, o in zip(opts["prompt"], opts["option"])]
+    opts["total"] = lookup(answers, asked, "total")
+    opts["n_tokens"] = [len(lp) for lp in lookup(answers, asked, "logprobs")]
+    base = items.set_index("item_id")
+    for item_id, grp in opts.groupby("item_id", sort=False):
+        scores = {r.letter: (r.total, r.n_tokens) for r in grp.itertuples(index=False)}
+        choice = pick_by_likelihood(scores, cfg.get("option_score", "sum"))
         it = base.loc[item_id]
         rows.append({"item_id": item_id, "category": it["category"], "stereotype": it["stereotype"],
-                     "type": int(it["type"]), **{f"logprob_{k}": v[0] for k, v in opts.items()},
+                     "type": int(it["type"]), **{f"logprob_{k}": v[0] for k, v in scores.items()},
                      "choice": choice, "passed": choice == "C", "answered": True})
     return pd.DataFrame(rows)
 
@@ -373,10 +356,11 @@ def mc_replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resamples) 
 
 MC_SPEC = register_metric(MetricSpec(
     name="winobias_mc", benchmark="winobias", model_kinds=("causal_lm",),
-    score=score_mc, compute=compute_mc, aggregate=aggregate_mc,
-    score_keys=("prompt", "option_prefix", "responses_file"), headline=("pass_rate", "test_passed"),
+    requests=mc_requests, compute=compute_mc, aggregate=aggregate_mc,
+    score_keys=("prompt", "option_prefix", "generator", "generation"), headline=("pass_rate", "test_passed"),
     plot_metric="pass_rate", plot_reference=None, bootstrap_statistic=mc_replicates))
 
 __all__ = ["langtest_decision", "pair_decision", "gold_correct", "compute_fill_mask", "aggregate_fill_mask",
-           "parse_choice", "pick_by_likelihood", "compute_mc", "aggregate_mc", "mc_requests", "candidates_for",
+           "parse_choice", "pick_by_likelihood", "compute_mc", "aggregate_mc", "mc_options", "mc_requests",
+           "fill_mask_requests", "generation_requests", "candidates_for",
            "fill_mask_replicates", "mc_replicates"]

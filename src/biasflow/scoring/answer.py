@@ -41,6 +41,7 @@ ANSWERERS: dict[tuple[str, str], str | Callable] = {
     ("masked_lm", "next_sentence"): "biasflow.scoring.stereoset:answer_next_sentence",
     ("bert_nsp", "next_sentence"): "biasflow.scoring.stereoset:answer_next_sentence",
     ("causal_lm", "token_logprobs"): "biasflow.scoring.causal:answer_token_logprobs",
+    ("causal_lm", "stereoset_sentence_logprobs"): "biasflow.scoring.stereoset:answer_sentence_logprobs",
     ("causal_lm", "continuation_logprobs"): "biasflow.scoring.causal_options:answer_continuation_logprobs",
     ("sentence_encoder", "sentence_embedding"): "biasflow.scoring.embeddings:answer_sentence_embedding",
     ("word_vectors", "word_vector"): "biasflow.models.vectors:answer_word_vector",

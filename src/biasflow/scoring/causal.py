@@ -1,7 +1,7 @@
-"""Per-token log-probabilities of texts under a causal LM (request kind ``causal_token_logprobs``).
+"""Per-token log-probabilities of texts under a causal LM (``TokenLogprobs`` requests, ``answer_token_logprobs``).
 
 A text is encoded WITHOUT special tokens; ``logprobs[i]`` is log P(token_i | what precedes it). How the first token
-is conditioned is the ``first_token`` option (part of the cache key):
+is conditioned is the request's ``first_token`` (part of its key):
 
 * ``prefix``   -- the whole text follows one prefix token (the tokenizer's BOS, else EOS), so token 0 is
   log P(t0 | BOS) and every later token also sees BOS. This is lm-evaluation-harness (``loglikelihood`` with an
@@ -26,7 +26,6 @@ from tqdm.auto import tqdm
 
 from biasflow.models.batch_invariant import batch_invariant
 from biasflow.scoring.batching import pad_right, token_budget_batches
-from biasflow.scoring.cache import ScoreCache, request_key
 
 CAUSAL_KIND = "causal_token_logprobs"
 FIRST_TOKEN_MODES = ("prefix", "separate", "none")
@@ -106,27 +105,16 @@ def causal_token_logprobs(adapter, token_ids: Sequence[Sequence[int]], first_tok
     return out
 
 
-def causal_table(adapter, texts: Sequence[str], first_token: str = "prefix", cache: ScoreCache | None = None,
-                 batch_tokens: int = 8192, max_logits: int = DEFAULT_MAX_LOGITS,
-                 progress: bool = True) -> pd.DataFrame:
-    """One row per distinct (normalised) text: key, kind, text, first_token, token_ids, logprobs, total."""
-    _check_mode(first_token)
-    normalised = [adapter.normalise(t) for t in texts]
-    requests = pd.DataFrame({"text": list(dict.fromkeys(normalised))})
-    requests["key"] = [request_key(adapter.fingerprint, CAUSAL_KIND, {"text": t}, {"first_token": first_token})
-                       for t in requests["text"]]
-
-    def compute(chunk: pd.DataFrame) -> pd.DataFrame:
-        ids = encode(adapter, chunk["text"].tolist())
-        lps = causal_token_logprobs(adapter, ids, first_token=first_token, batch_tokens=batch_tokens,
-                                    max_logits=max_logits, progress=progress)
-        return pd.DataFrame({
-            "key": chunk["key"].values, "kind": CAUSAL_KIND, "text": chunk["text"].values,
-            "first_token": first_token,
-            "token_ids": [list(map(int, x)) for x in ids], "logprobs": [x.tolist() for x in lps],
-            "total": [float(np.nansum(x)) for x in lps],
-        })
-
-    if cache is None:
-        return compute(requests)
-    return cache.fetch_or_compute(requests, compute)
+def answer_token_logprobs(adapter, requests, budget) -> pd.DataFrame:
+    """Answerer of ``TokenLogprobs``: texts cased as the model expects (``model.lowercase``), one scorer call per
+    ``first_token`` mode: ``token_ids``, ``logprobs`` (NaN where not scored), ``total`` (their sum)."""
+    out: list[dict | None] = [None] * len(requests)
+    for mode in dict.fromkeys(r.first_token for r in requests):
+        _check_mode(mode)
+        rows = [i for i, r in enumerate(requests) if r.first_token == mode]
+        ids = encode(adapter, [adapter.normalise(requests[i].text) for i in rows])
+        lps = causal_token_logprobs(adapter, ids, first_token=mode, batch_tokens=budget.batch_tokens,
+                                    max_logits=budget.max_logits, progress=budget.progress)
+        for i, seq, lp in zip(rows, ids, lps):
+            out[i] = {"token_ids": list(map(int, seq)), "logprobs": lp.tolist(), "total": float(np.nansum(lp))}
+    return pd.DataFrame(out, columns=["token_ids", "logprobs", "total"])

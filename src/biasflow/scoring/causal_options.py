@@ -1,10 +1,12 @@
-"""Log-likelihood of answer options after a prompt under a causal LM (multiple-choice by option likelihood).
+"""Log-likelihood of a continuation after a context under a causal LM (``ContinuationLogprobs`` requests): the
+options of a multiple-choice question after its prompt, StereoSet's intersentence sentence after its context.
 
-For each (prompt, option) the option's tokens are appended to the prompt's tokens and the log-probabilities of
-the option tokens are summed, each predicted from everything before it (as lm-evaluation-harness scores choices).
-Prompt and option are tokenised separately, so the option's pieces are the same whatever the prompt; start an option
-with a space (" C. Both A and B") when it follows the prompt after a space. Rows of a batch are right-padded (GPT-2
-style absolute positions stay correct) and only real tokens are read.
+For each (context, continuation) the continuation's tokens are appended to the context's tokens and the
+log-probabilities of the continuation tokens are read, each predicted from everything before it (as
+lm-evaluation-harness scores choices); with ``start_token`` the context follows the model's start token (BOS, else
+EOS). Context and continuation are tokenised separately, so the continuation's pieces are the same whatever the
+context; start a continuation with a space (" C. Both A and B") when it follows the context after a space. Rows of a
+batch are right-padded (GPT-2 style absolute positions stay correct) and only real tokens are read.
 """
 from __future__ import annotations
 
@@ -16,13 +18,11 @@ from tqdm.auto import tqdm
 
 from biasflow.models.batch_invariant import batch_invariant
 from biasflow.scoring.batching import pad_right, token_budget_batches
-from biasflow.scoring.cache import ScoreCache, request_key
-
-KIND = "causal_options"
+from biasflow.scoring.causal import DEFAULT_MAX_LOGITS, prefix_token_id
 
 
-def _encode(tokenizer, prompt: str, option: str) -> tuple[list[int], int]:
-    p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+def _encode(tokenizer, prompt: str, option: str, prefix: Sequence[int] = ()) -> tuple[list[int], int]:
+    p = list(prefix) + tokenizer(prompt, add_special_tokens=False)["input_ids"]
     o = tokenizer(option, add_special_tokens=False)["input_ids"]
     if not p:
         raise ValueError("an empty prompt gives the first option token nothing to be predicted from")
@@ -33,16 +33,22 @@ def _encode(tokenizer, prompt: str, option: str) -> tuple[list[int], int]:
 
 @torch.inference_mode()
 def option_logprobs(adapter, prompts: Sequence[str], options: Sequence[str], batch_tokens: int = 8192,
-                    progress: bool = False) -> list[dict]:
-    """One dict per (prompts[i], options[i]): ``logprob`` (sum over option tokens), ``n_tokens``, ``token_logprobs``."""
+                    progress: bool = False, start_token: bool = False,
+                    max_logits: int = DEFAULT_MAX_LOGITS) -> list[dict]:
+    """One dict per (prompts[i], options[i]): ``logprob`` (sum over option tokens), ``n_tokens``, ``token_logprobs``,
+    ``token_ids``; ``start_token`` puts the model's start token before every prompt."""
     if len(prompts) != len(options):
         raise ValueError("prompts and options must have the same length")
     tok = adapter.tokenizer
-    enc = [_encode(tok, p, o) for p, o in zip(prompts, options)]
+    prefix = [prefix_token_id(adapter)] if start_token else []
+    enc = [_encode(tok, p, o, prefix) for p, o in zip(prompts, options)]
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+    head = adapter.model.get_output_embeddings()
+    vocab = int(head.weight.shape[0]) if head is not None else len(tok)
+    budget = max(1, min(int(batch_tokens), int(max_logits) // max(1, vocab)))  # the batch's logits stay bounded
     out: list[dict] = [{} for _ in enc]
     bar = tqdm(total=len(enc), desc=f"options {adapter.name}", unit="option", disable=not progress, mininterval=1.0)
-    for batch in token_budget_batches(list(range(len(enc))), [len(e[0]) for e in enc], batch_tokens):
+    for batch in token_budget_batches(list(range(len(enc))), [len(e[0]) for e in enc], budget):
         ids, attn = pad_right([enc[i][0] for i in batch], pad_id)
         with batch_invariant(adapter.model):
             logits = adapter.model(input_ids=ids.to(adapter.device), attention_mask=attn.to(adapter.device)).logits
@@ -53,31 +59,25 @@ def option_logprobs(adapter, prompts: Sequence[str], options: Sequence[str], bat
             pos = torch.arange(n_prompt, len(full))
             vals = logp[r, pos - 1, torch.as_tensor(full[n_prompt:])]
             out[i] = {"logprob": float(vals.sum()), "n_tokens": len(pos),
-                      "token_logprobs": [float(v) for v in vals]}
+                      "token_logprobs": [float(v) for v in vals], "token_ids": full[n_prompt:]}
         bar.update(len(batch))
     bar.close()
     return out
 
 
-def option_table(adapter, prompts: Sequence[str], options: Sequence[str], cache: ScoreCache | None = None,
-                 batch_tokens: int = 8192, progress: bool = False) -> pd.DataFrame:
-    """Cached ``option_logprobs``: one row per distinct (prompt, option) with key, kind, prompt, option."""
-    req = pd.DataFrame({"prompt": list(prompts), "option": list(options)})
-    req["key"] = [request_key(adapter.fingerprint, KIND, {"prompt": p, "option": o})
-                  for p, o in zip(req["prompt"], req["option"])]
-
-    def compute(chunk: pd.DataFrame) -> pd.DataFrame:
-        res = pd.DataFrame(option_logprobs(adapter, chunk["prompt"].tolist(), chunk["option"].tolist(),
-                                           batch_tokens=batch_tokens, progress=progress))
-        res.insert(0, "key", chunk["key"].values)
-        res.insert(1, "kind", KIND)
-        res.insert(2, "prompt", chunk["prompt"].values)
-        res.insert(3, "option", chunk["option"].values)
-        return res
-
-    if cache is None:
-        return compute(req.drop_duplicates("key").reset_index(drop=True))
-    return cache.fetch_or_compute(req, compute)
+def answer_continuation_logprobs(adapter, requests, budget) -> pd.DataFrame:
+    """Answerer of ``ContinuationLogprobs``: context and continuation cased as the model expects
+    (``model.lowercase``): ``token_ids``, ``logprobs``, ``total``."""
+    out: list[dict | None] = [None] * len(requests)
+    for start in dict.fromkeys(r.start_token for r in requests):
+        rows = [i for i, r in enumerate(requests) if r.start_token == start]
+        found = option_logprobs(adapter, [adapter.normalise(requests[i].context) for i in rows],
+                                [adapter.normalise(requests[i].continuation) for i in rows],
+                                batch_tokens=budget.batch_tokens, progress=budget.progress, start_token=bool(start),
+                                max_logits=budget.max_logits)
+        for i, f in zip(rows, found):
+            out[i] = {"token_ids": f["token_ids"], "logprobs": f["token_logprobs"], "total": f["logprob"]}
+    return pd.DataFrame(out, columns=["token_ids", "logprobs", "total"])
 
 
-__all__ = ["option_logprobs", "option_table", "KIND"]
+__all__ = ["option_logprobs", "answer_continuation_logprobs"]

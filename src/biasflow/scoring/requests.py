@@ -147,7 +147,8 @@ class MultiMaskLogprobs(Request):
 @dataclass(frozen=True)
 class BlankFill(Request):
     """StereoSet intrasentence with a masked LM: the mean probability of ``word``'s pieces at the BLANK of
-    ``context``. Answer: ``probability``."""
+    ``context`` (``word_prefix_space``: the pieces of ``" " + word``). Answer: ``token_ids`` (the word's pieces),
+    ``probs`` (each piece at its mask), ``probability`` (their mean)."""
 
     kind: ClassVar[str] = "blank_fill"
     context: str
@@ -177,12 +178,28 @@ class TokenLogprobs(Request):
 
 
 @dataclass(frozen=True)
+class StereoSetSentenceLogprobs(Request):
+    """log P(token_i | what precedes it) for every token of ``text`` as StereoSet's reference computes them: token 0
+    from a pass on the start token alone, the rest from the text without it, each read from a float32
+    ``log_softmax``. The same quantity as ``TokenLogprobs(text, first_token="separate")``, but that scorer computes
+    ``logit - logsumexp`` and rounds differently in the last float32 bits (a few 1e-7 relative), which can reorder
+    StereoSet's near-ties; kept apart so StereoSet's numbers stay those of its reference arithmetic.
+    Answer: ``token_ids``, ``logprobs``, ``total``."""
+
+    kind: ClassVar[str] = "stereoset_sentence_logprobs"
+    text: str
+
+
+@dataclass(frozen=True)
 class ContinuationLogprobs(Request):
-    """log P(``continuation`` | ``context``) token by token. Answer: ``token_ids``, ``logprobs``, ``total``."""
+    """log P(``continuation`` | ``context``) token by token, context and continuation tokenised separately;
+    ``start_token``: the context follows the model's start token (BOS, else EOS), so it may be empty.
+    Answer: ``token_ids`` (the continuation's), ``logprobs``, ``total`` (their float32 sum)."""
 
     kind: ClassVar[str] = "continuation_logprobs"
     context: str
     continuation: str
+    start_token: bool = False
 
 
 @dataclass(frozen=True)

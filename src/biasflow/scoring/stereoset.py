@@ -1,46 +1,38 @@
-"""StereoSet sentence scores, batched, and the StereoSet predictions-file format.
+"""StereoSet's model answers, batched: blank fill (masked LMs), sentence log-probs (causal LMs), next sentence.
 
 Parity with the reference code (moinnadeem/StereoSet ``code/``, McGill-NLP/bias-bench ``benchmark/stereoset``):
 
-* **Masked-LM blank fill** (intrasentence): the candidate word is tokenised without special tokens; for its token
-  k the context's BLANK (every occurrence, as ``str.replace`` does) becomes ``decode(tokens[:k]) + MASK`` and the
-  whole string is re-tokenised; the softmax probability of token k at the (first) mask is read; the score is the
-  arithmetic mean of those probabilities. ``word_prefix_space``: ``False`` encodes the bare word (original
-  StereoSet), ``True`` encodes ``" " + word`` (bias-bench for roberta-base; gives the Ġ-prefixed pieces).
-  Two contexts (dev) have two BLANKs: the reference with batch size 1 reads the first mask, so do we.
-* **Causal LM** (intrasentence, GPT-2 style): geometric-mean token probability of the sentence tokenised without
-  special tokens; the first token's probability from a separate forward pass on the end-of-text token alone, every
-  later token conditioned on the preceding sentence tokens WITHOUT that start token (the reference's quirk).
-* **Next-sentence prediction** (intersentence, BERT): P(IsNext) = softmax(NSP logits)[0] for
+* **Masked-LM blank fill** (``BlankFill``, intrasentence): the candidate word is tokenised without special tokens;
+  for its token k the context's BLANK (every occurrence, as ``str.replace`` does) becomes
+  ``decode(tokens[:k]) + MASK`` and the whole string is re-tokenised; the softmax probability of token k at the
+  (first) mask is read; the score is the arithmetic mean of those probabilities. ``word_prefix_space``: ``False``
+  encodes the bare word (original StereoSet), ``True`` encodes ``" " + word`` (bias-bench for roberta-base; gives
+  the Ġ-prefixed pieces). Two contexts (dev) have two BLANKs: the reference with batch size 1 reads the first mask,
+  so do we.
+* **Causal LM** (``StereoSetSentenceLogprobs``, intrasentence, GPT-2 style): per-token log-probs of the sentence
+  tokenised without special tokens; the first token's from a separate forward pass on the end-of-text token alone,
+  every later token conditioned on the preceding sentence tokens WITHOUT that start token (the reference's quirk);
+  the metric's score is their geometric-mean probability. (``TokenLogprobs(first_token="separate")`` is the same
+  quantity with other float32 rounding: see the request's doc.)
+* **Next-sentence prediction** (``NextSentence``, intersentence, BERT): P(IsNext) = softmax(NSP logits)[0] for
   ``[CLS] context [SEP] sentence [SEP]``.
-* **Causal LM intersentence** (biasflow extension, not the paper's head): geometric-mean probability of the
-  sentence tokens (``" " + sentence``) given ``<eot> context``.
+* The causal-LM intersentence extension is a ``ContinuationLogprobs`` request (``scoring/causal_options.py``).
 
-Every function takes an adapter (``.model``, ``.tokenizer``, ``.device``, optional ``.name``) and returns numbers for
-a list of inputs; the ``*_table`` functions add cache keys and go through ``scoring.cache.ScoreCache`` so a rerun
-scores nothing new. Batches of many inputs per forward pass; ``tests/test_stereoset_scoring.py`` checks each against
-a plain one-input-per-forward loop.
+The numerical functions take an adapter (``.model``, ``.tokenizer``, ``.device``, optional ``.name``) and return
+numbers for a list of inputs; the ``answer_*`` functions are their answerers (``scoring/answer.py``), which case the
+text as the model expects. ``tests/test_stereoset_scoring.py`` checks each against a one-input-per-forward loop.
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 
-from biasflow.errors import DataFormatError
-from biasflow.io import write_json
 from biasflow.models.batch_invariant import batch_invariant
 from biasflow.scoring.batching import pad_right, token_budget_batches
-
-BLANK_FILL_KIND = "stereoset_blank_fill"
-CAUSAL_KIND = "stereoset_causal"  # not the core's generic causal kind: the first token is scored differently
-CAUSAL_CONDITIONAL_KIND = "stereoset_causal_conditional"
-NSP_KIND = "nsp"
-
+from biasflow.scoring.causal import DEFAULT_MAX_LOGITS
 
 # ------------------------------------------------------------------------------------------------ helpers
 def _pad_id(tokenizer) -> int:
@@ -48,12 +40,6 @@ def _pad_id(tokenizer) -> int:
         if tid is not None:
             return int(tid)
     return 0
-
-
-def geometric_mean(logprobs: Iterable[float]) -> float:
-    """exp(mean(log p)): the reference's 2 ** mean(log2 p)."""
-    arr = np.asarray(list(logprobs), dtype=np.float64)
-    return float(np.exp(arr.mean())) if arr.size else float("nan")
 
 
 def _masked_logits(adapter, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor):
@@ -143,10 +129,14 @@ def first_token_logprobs(adapter) -> torch.Tensor:
     return lp
 
 
-def causal_sentence_logprobs(adapter, texts: Sequence[str], batch_tokens: int = 8192
-                             ) -> list[tuple[list[int], np.ndarray]]:
-    """StereoSet's GPT-2 scoring: per-token log-probs, token 0 after <eot> alone, the rest without <eot>."""
+def causal_sentence_logprobs(adapter, texts: Sequence[str], batch_tokens: int = 8192,
+                             max_logits: int = DEFAULT_MAX_LOGITS) -> list[tuple[list[int], np.ndarray]]:
+    """StereoSet's GPT-2 scoring: per-token log-probs, token 0 after <eot> alone, the rest without <eot>.
+    A batch holds at most ``batch_tokens`` tokens and ``max_logits`` vocabulary floats."""
     tok = adapter.tokenizer
+    head = adapter.model.get_output_embeddings()
+    vocab = int(head.weight.shape[0]) if head is not None else len(tok)
+    batch_tokens = max(1, min(int(batch_tokens), int(max_logits) // max(1, vocab)))
     encoded = [tok.encode(t, add_special_tokens=False) for t in texts]
     if any(len(e) == 0 for e in encoded):
         raise ValueError(f"empty text after tokenisation: {texts[[len(e) for e in encoded].index(0)]!r}")
@@ -158,25 +148,6 @@ def causal_sentence_logprobs(adapter, texts: Sequence[str], batch_tokens: int = 
     for batch in token_budget_batches(multi, [len(encoded[i]) for i in multi], batch_tokens):
         for i, lp in zip(batch, _causal_logprobs_batch(adapter, [encoded[i] for i in batch])):
             out[i][1][1:] = lp
-    return out
-
-
-def causal_conditional_logprobs(adapter, contexts: Sequence[str], sentences: Sequence[str],
-                                batch_tokens: int = 8192) -> list[tuple[list[int], np.ndarray]]:
-    """Extension for intersentence: log P(token | <eot> context, earlier sentence tokens) of ``" " + sentence``."""
-    tok = adapter.tokenizer
-    start = start_token_id(adapter)
-    seqs, spans = [], []
-    for c, s in zip(contexts, sentences):
-        ctx = [start] + tok.encode(c, add_special_tokens=False)
-        sent = tok.encode(" " + s, add_special_tokens=False)
-        seqs.append(ctx + sent)
-        spans.append((len(ctx), sent))
-    out: list[Any] = [None] * len(seqs)
-    for batch in token_budget_batches(list(range(len(seqs))), [len(s) for s in seqs], batch_tokens):
-        for i, lp in zip(batch, _causal_logprobs_batch(adapter, [seqs[i] for i in batch])):
-            n_ctx, sent = spans[i]
-            out[i] = (sent, np.asarray(lp[n_ctx - 1:], dtype=np.float64))
     return out
 
 
@@ -197,170 +168,37 @@ def nsp_is_next_probabilities(adapter, contexts: Sequence[str], sentences: Seque
     return out
 
 
-# ------------------------------------------------------------------------------------------------ cached tables
+# ------------------------------------------------------------------------------------------------ answerers
 def _normalise_context(adapter, context: str) -> str:
-    """Normalise a blank-fill context without touching its BLANK marker (uncased models lowercase the rest)."""
-    return "BLANK".join(_normalise(adapter, part) for part in context.split("BLANK"))
+    """Case a blank-fill context as the model expects without touching its BLANK marker."""
+    return "BLANK".join(adapter.normalise(part) for part in context.split("BLANK"))
 
 
-def _normalise(adapter, text: str) -> str:
-    fn = getattr(adapter, "normalise", None)
-    return fn(text) if fn else text
+def answer_blank_fill(adapter, requests, budget) -> pd.DataFrame:
+    """Answerer of ``BlankFill``: ``token_ids``, ``probs``, ``probability`` (the arithmetic mean of ``probs``)."""
+    out: list[dict | None] = [None] * len(requests)
+    for prefix_space in dict.fromkeys(r.word_prefix_space for r in requests):
+        rows = [i for i, r in enumerate(requests) if r.word_prefix_space == prefix_space]
+        found = blank_fill_probabilities(adapter, [_normalise_context(adapter, requests[i].context) for i in rows],
+                                         [adapter.normalise(requests[i].word) for i in rows], bool(prefix_space),
+                                         budget.batch_tokens)
+        for i, (ids, probs) in zip(rows, found):
+            out[i] = {"token_ids": list(map(int, ids)), "probs": probs.tolist(),
+                      "probability": float(np.mean(probs)) if len(probs) else float("nan")}
+    return pd.DataFrame(out, columns=["token_ids", "probs", "probability"])
 
 
-def _table(adapter, kind: str, inputs: list[dict], options: dict, compute, cache=None) -> pd.DataFrame:
-    from biasflow.scoring.cache import request_key
-
-    requests = pd.DataFrame(inputs).drop_duplicates().reset_index(drop=True)
-    fingerprint = getattr(adapter, "fingerprint", "no-fingerprint")
-    requests["key"] = [request_key(fingerprint, kind, dict(r), options)
-                       for r in requests.to_dict("records")]
-
-    def run(chunk: pd.DataFrame) -> pd.DataFrame:
-        df = compute(chunk).reset_index(drop=True)
-        df.insert(0, "key", chunk["key"].values)
-        df.insert(1, "kind", kind)
-        for col in chunk.columns.drop("key"):
-            df[col] = chunk[col].values
-        return df
-
-    if cache is None:
-        return run(requests)
-    return cache.fetch_or_compute(requests, run)
+def answer_sentence_logprobs(adapter, requests, budget) -> pd.DataFrame:
+    """Answerer of ``StereoSetSentenceLogprobs``: ``token_ids``, ``logprobs``, ``total``."""
+    found = causal_sentence_logprobs(adapter, [adapter.normalise(r.text) for r in requests], budget.batch_tokens,
+                                     budget.max_logits)
+    return pd.DataFrame({"token_ids": [list(map(int, ids)) for ids, _ in found],
+                         "logprobs": [lp.tolist() for _, lp in found],
+                         "total": [float(lp.sum()) for _, lp in found]})
 
 
-def blank_fill_table(adapter, contexts: Sequence[str], words: Sequence[str], word_prefix_space: bool,
-                     cache=None, batch_tokens: int = 8192) -> pd.DataFrame:
-    """Rows: key, kind, context, word, token_ids, probs, score (arithmetic mean of probs)."""
-    inputs = [{"context": _normalise_context(adapter, c), "word": _normalise(adapter, w)}
-              for c, w in zip(contexts, words)]
-
-    def compute(chunk):
-        res = blank_fill_probabilities(adapter, chunk["context"].tolist(), chunk["word"].tolist(),
-                                       word_prefix_space, batch_tokens)
-        return pd.DataFrame({"token_ids": [list(map(int, ids)) for ids, _ in res],
-                             "probs": [p.tolist() for _, p in res],
-                             "score": [float(np.mean(p)) if len(p) else float("nan") for _, p in res]})
-
-    return _table(adapter, BLANK_FILL_KIND, inputs, {"word_prefix_space": bool(word_prefix_space)}, compute, cache)
-
-
-def causal_table(adapter, texts: Sequence[str], cache=None, batch_tokens: int = 8192) -> pd.DataFrame:
-    """Rows: key, kind, text, token_ids, logprobs, total, score (geometric-mean token probability)."""
-    inputs = [{"text": _normalise(adapter, t)} for t in texts]
-
-    def compute(chunk):
-        res = causal_sentence_logprobs(adapter, chunk["text"].tolist(), batch_tokens)
-        return pd.DataFrame({"token_ids": [list(map(int, ids)) for ids, _ in res],
-                             "logprobs": [lp.tolist() for _, lp in res],
-                             "total": [float(lp.sum()) for _, lp in res],
-                             "score": [geometric_mean(lp) for _, lp in res]})
-
-    return _table(adapter, CAUSAL_KIND, inputs, {"first_token": "separate_start_token_pass"}, compute, cache)
-
-
-def causal_conditional_table(adapter, contexts: Sequence[str], sentences: Sequence[str], cache=None,
-                             batch_tokens: int = 8192) -> pd.DataFrame:
-    inputs = [{"context": _normalise(adapter, c), "sentence": _normalise(adapter, s)}
-              for c, s in zip(contexts, sentences)]
-
-    def compute(chunk):
-        res = causal_conditional_logprobs(adapter, chunk["context"].tolist(), chunk["sentence"].tolist(),
-                                          batch_tokens)
-        return pd.DataFrame({"token_ids": [list(map(int, ids)) for ids, _ in res],
-                             "logprobs": [lp.tolist() for _, lp in res],
-                             "total": [float(lp.sum()) for _, lp in res],
-                             "score": [geometric_mean(lp) for _, lp in res]})
-
-    return _table(adapter, CAUSAL_CONDITIONAL_KIND, inputs, {"prefix": "start_token"}, compute, cache)
-
-
-def nsp_table(adapter, contexts: Sequence[str], sentences: Sequence[str], cache=None,
-              batch_tokens: int = 8192) -> pd.DataFrame:
-    inputs = [{"context": _normalise(adapter, c), "sentence": _normalise(adapter, s)}
-              for c, s in zip(contexts, sentences)]
-
-    def compute(chunk):
-        return pd.DataFrame({"score": nsp_is_next_probabilities(adapter, chunk["context"].tolist(),
-                                                                chunk["sentence"].tolist(), batch_tokens)})
-
-    return _table(adapter, NSP_KIND, inputs, {"head": "is_next_index_0"}, compute, cache)
-
-
-# ------------------------------------------------------------------------------------------------ predictions files
-def read_predictions(path: str | Path, items: pd.DataFrame) -> pd.DataFrame:
-    """A StereoSet predictions file -> scores table (item_id, task, score).
-
-    Tasks absent from the file are simply not scored; within a task present, every sentence of ``items`` must
-    have a score and every id must be a sentence of that task (else a DataFormatError listing the ids).
-    """
-    path = Path(path)
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DataFormatError(f"predictions file {path}: cannot read JSON ({exc})") from exc
-    if not isinstance(doc, dict) or not set(doc) & {"intrasentence", "intersentence"}:
-        raise DataFormatError(f"predictions file {path}: expected {{'intrasentence': [{{'id', 'score'}}], "
-                              f"'intersentence': [...]}}")
-    rows = []
-    for task in ("intrasentence", "intersentence"):
-        if task not in doc:
-            continue
-        expected = set(items.loc[items["task"] == task, "item_id"])
-        got: dict[str, float] = {}
-        for n, rec in enumerate(doc[task]):
-            if not isinstance(rec, dict) or "id" not in rec or "score" not in rec:
-                raise DataFormatError(f"predictions file {path}: {task}[{n}] needs 'id' and 'score', got {rec!r}")
-            if rec["id"] in got:
-                raise DataFormatError(f"predictions file {path}: {task} id {rec['id']} appears twice")
-            got[rec["id"]] = float(rec["score"])
-        unknown = sorted(set(got) - expected)
-        if unknown:
-            raise DataFormatError(
-                f"predictions file {path}: {len(unknown)} {task} id(s) are not {task} sentences of the gold "
-                f"data (wrong split or task?): {unknown[:20]}{' ...' if len(unknown) > 20 else ''}")
-        missing = sorted(expected - set(got))
-        if missing:
-            raise DataFormatError(f"predictions file {path}: {len(missing)} {task} sentence(s) have no score: "
-                                  f"{missing[:20]}{' ...' if len(missing) > 20 else ''}")
-        rows += [{"item_id": k, "task": task, "score": v} for k, v in got.items()]
-    return pd.DataFrame(rows, columns=["item_id", "task", "score"])
-
-
-def predictions_document(scores: pd.DataFrame) -> dict[str, list[dict[str, Any]]]:
-    """Scores table (item_id, task, score) -> the StereoSet predictions format."""
-    doc: dict[str, list[dict[str, Any]]] = {}
-    for task in ("intrasentence", "intersentence"):
-        part = scores[scores["task"] == task]
-        if not part.empty:
-            doc[task] = [{"id": i, "score": float(s)} for i, s in zip(part["item_id"], part["score"])]
-    return doc
-
-
-def write_predictions(scores: pd.DataFrame, path: str | Path) -> None:
-    write_json(predictions_document(scores), path)
-
-
-def per_sentence_scores(items: pd.DataFrame, tables: Mapping[str, pd.DataFrame], adapter) -> pd.DataFrame:
-    """Join item rows with their scored table row: item_id, task, score (used by the metric's score stage)."""
-    frames = []
-    for task, table in tables.items():
-        part = items[items["task"] == task]
-        if table.empty or part.empty:
-            continue
-        kind = table["kind"].iloc[0]
-        if kind == BLANK_FILL_KIND:
-            left = pd.DataFrame({"context": [_normalise_context(adapter, c) for c in part["context"]],
-                                 "word": [_normalise(adapter, w) for w in part["candidate_word"]]})
-            on = ["context", "word"]
-        elif kind == CAUSAL_KIND:
-            left = pd.DataFrame({"text": [_normalise(adapter, s) for s in part["sentence"]]})
-            on = ["text"]
-        else:
-            left = pd.DataFrame({"context": [_normalise(adapter, c) for c in part["context"]],
-                                 "sentence": [_normalise(adapter, s) for s in part["sentence"]]})
-            on = ["context", "sentence"]
-        merged = left.merge(table[on + ["score"]], on=on, how="left", validate="many_to_one")
-        frames.append(pd.DataFrame({"item_id": part["item_id"].values, "task": task,
-                                    "score": merged["score"].values, "kind": kind}))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["item_id", "task", "score"])
+def answer_next_sentence(adapter, requests, budget) -> pd.DataFrame:
+    """Answerer of ``NextSentence`` (a ``bert_nsp`` model): ``probability`` = P(IsNext)."""
+    return pd.DataFrame({"probability": nsp_is_next_probabilities(
+        adapter, [adapter.normalise(r.context) for r in requests], [adapter.normalise(r.sentence) for r in requests],
+        budget.batch_tokens)})
