@@ -21,6 +21,8 @@ MODEL_KINDS_TESTED = ("masked_lm", "causal_lm", "word_vectors", "sentence_encode
 # a metric that runs on several kinds is run on the first of these it accepts, unless listed here (StereoSet on a
 # masked LM also needs the checkpoint's next-sentence head, which the tiny BERT lacks)
 KIND_FOR = {"stereoset": "causal_lm", **{f"lmc_{g}": "ngram" for g in ("wc", "we", "ce", "wr")}}
+# the model of that kind, where the metric needs a particular one (the character game needs a character model)
+MODEL_FOR = {"lmc_ce": ["model=char3"]}
 # small slices and few, short generations: the contract, not the numbers
 EXTRA = {
     "langfair_stereotype": ["metric.langfair_stereotype.generation.count=1",
@@ -97,8 +99,11 @@ def test_runs_end_to_end_on_a_tiny_model(name, request, tmp_path, monkeypatch):
     monkeypatch.setenv("BIASFLOW_CONF", str(project / "conf"))
     s = spec(name)
     kind = kind_under_test(name)
-    overrides = [f"metric=[{name}]", "stats.n_boot=20", *model_overrides(kind, request), *EXTRA.get(name, [])]
-    if s.benchmark:
+    model = MODEL_FOR.get(name) or model_overrides(kind, request)
+    overrides = [f"metric=[{name}]", "stats.n_boot=20", *model, *EXTRA.get(name, [])]
+    bench_cfg = yaml.safe_load((ROOT / "conf" / "benchmark" / f"{s.benchmark}.yaml").read_text()) if s.benchmark \
+        else {}
+    if "limit" in (bench_cfg or {}).get(s.benchmark, {}):
         overrides.append(f"benchmark.{s.benchmark}.limit={ITEM_LIMIT}")
     (job,) = build_plan(overrides).jobs
     items = None

@@ -77,11 +77,14 @@ def _extras(game: str):
     return write
 
 
+# the options of each game that change what the model is asked (its metric config's keys)
+GAME_OPTIONS = {"wc": ("next_word_only",), "we": (), "ce": (), "wr": ("num_candidates", "seed", "p_anykey")}
+
 for _game, _headline in GAME_METRICS.items():
     register_metric(MetricSpec(
         name=f"lmc_{_game}", benchmark="lmchallenge_bold",
         model_kinds=("ngram", "lmc_process", "masked_lm", "causal_lm"),
         requests=_requests(_game), compute=_compute(_game), aggregate=_aggregate,
-        score_keys=("next_word_only", "num_candidates", "seed", "p_anykey"),
+        score_keys=GAME_OPTIONS[_game],
         headline=_headline, plot_metric=None, plot_reference=None, bootstrap=False,
         model_check=_model_check(_game), write_extras=_extras(_game)))
