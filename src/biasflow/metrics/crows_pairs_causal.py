@@ -117,7 +117,7 @@ def score(ctx: ScoreContext) -> pd.DataFrame:
 SPEC = register_metric(MetricSpec(
     name="crows_pairs_causal",
     benchmark="crows_pairs",
-    model_kinds=("causal_lm",),
+    model_kinds=("causal_lm", "served_causal_lm"),  # served: TokenLogprobs answered over HTTP (models/served.py)
     score=score,
     compute=compute,
     aggregate=aggregate,
