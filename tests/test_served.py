@@ -195,7 +195,7 @@ def test_api_key_from_the_environment_is_sent_and_never_stored(tiny_gpt2, tmp_pa
 
 
 # ------------------------------------------------------------------------------------------------ failures
-def _error(adapter, server_setup, cfg_over=None, request=TokenLogprobs("The doctor said she was tired.")
+def _error(adapter, server_setup, cfg_over=None, request=TokenLogprobs("The doctor said she was tired.", "none")
            ) -> tuple[str, CompletionsServer]:
     """The message of the ServedModelError answering ``request`` raises once ``server_setup(server)`` ran."""
     with serving(adapter) as server:
@@ -243,6 +243,8 @@ def test_a_server_that_ignores_echo(tiny_gpt2):
         s.ignore_echo = True
     msg, _ = _error(tiny_gpt2, no_echo)
     assert "ignores echo=true" in msg and "The doctor said" in msg
+    msg, _ = _error(tiny_gpt2, no_echo, request=TokenLogprobs("He is a nurse"))  # prefix mode: its probe says so
+    assert "ignores echo=true" in msg and "probe of the prefix tokens" in msg and "'He is a nurse'" in msg
 
 
 def test_unknown_model_name_is_not_retried(tiny_gpt2):

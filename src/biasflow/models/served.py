@@ -94,7 +94,7 @@ class ServedCausalLM:
         self.revision = cfg.get("revision") or None
         self.lowercase = bool(cfg.get("lowercase", False))
         self.bos_text = str(cfg.get("bos_text") or "")
-        self.concurrency = int(cfg.get("concurrency") or 8)
+        self.concurrency = int(cfg.get("concurrency", 8))
         if self.concurrency < 1:
             raise ConfigError(f"model.concurrency must be >= 1, got {self.concurrency}")
         self.timeout_s = float(cfg.get("timeout_s") or 120)
@@ -137,7 +137,7 @@ class ServedCausalLM:
         return headers
 
     def _redact(self, text: str) -> str:
-        return redact_text(redact_uri(text), extra_secrets=[self._api_key] if self._api_key else [])
+        return redact_text(text, extra_secrets=[self._api_key] if self._api_key else [])
 
     def _fail(self, what: str, detail: str) -> ServedModelError:
         return ServedModelError(self._redact(f"served model {self.served_name!r} at {self.shown_url}: {what}: "
@@ -197,6 +197,9 @@ class ServedCausalLM:
         if not isinstance(tokens, list) or not isinstance(logprobs, list):
             raise self._fail(what, "the reply has no prompt log-probabilities (choices[0].logprobs.tokens / "
                                    "token_logprobs): the server does not support echo with logprobs on /completions")
+        if logprobs and logprobs[0] is not None:
+            raise self._fail(what, "the first token has a log-probability, so it is a generated token, not the "
+                                   "prompt's: the server ignores echo=true")
         if len(tokens) != len(logprobs):
             raise self._fail(what, f"truncated reply: {len(tokens)} tokens but {len(logprobs)} log-probabilities")
         n_prompt = (data.get("usage") or {}).get("prompt_tokens")
@@ -207,9 +210,6 @@ class ServedCausalLM:
             tokens, logprobs = tokens[:n_prompt], logprobs[:n_prompt]  # a server that generated a token anyway
         if not tokens:
             raise self._fail(what, "the server echoed no prompt tokens (it ignores echo=true?)")
-        if logprobs[0] is not None:
-            raise self._fail(what, "the first token has a log-probability, so it is a generated token, not the "
-                                   "prompt's: the server ignores echo=true")
         missing = [i for i, v in enumerate(logprobs[1:], 1) if v is None]
         if missing:
             raise self._fail(what, f"no log-probability for prompt tokens {missing[:5]} of {len(tokens)}")
