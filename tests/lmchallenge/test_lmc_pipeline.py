@@ -18,7 +18,7 @@ from biasflow.registry import get_metric
 from biasflow.scoring.answer import Models, metric_answers
 
 NGRAM2 = {"name": "ngram2", "kind": "ngram", "order": 2, "level": "word", "predictions": 20, "shards": 2,
-          "timeout": 60}
+          "timeout_s": 60}
 
 
 def played(game, items, cfg, model_cfg, cache, model=None):

@@ -12,6 +12,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from biasflow.errors import ConfigError
@@ -82,7 +83,7 @@ class HFGenerateBackend:
     kind = "hf_generate"
 
     def __init__(self, model: Any, tokenizer: Any = None, *, name: str | None = None, device: str | None = None,
-                 use_chat_template: bool | str = "auto", batch_size: int = 1, fingerprint: str | None = None,
+                 use_chat_template: bool | str = "auto", batch_size: int = 8, fingerprint: str | None = None,
                  generate_kwargs: Mapping[str, Any] | None = None):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -141,31 +142,70 @@ class HFGenerateBackend:
             return self.tokenizer(text, return_tensors="pt", add_special_tokens=False)
         return self.tokenizer(prompt, return_tensors="pt")
 
-    def generate(self, requests: Iterable[GenerationRequest], settings: GenerationSettings) -> Iterator[dict]:
+    def _pad_id(self) -> int:
+        pad = self.tokenizer.pad_token_id
+        return self.tokenizer.eos_token_id if pad is None else pad
+
+    def _kwargs(self, settings: GenerationSettings) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"max_new_tokens": settings.max_tokens, "pad_token_id": self._pad_id()}
+        if settings.temperature > 0:
+            kwargs.update(do_sample=True, temperature=settings.temperature, **self.generate_kwargs)
+        else:
+            kwargs.update(do_sample=False)
+        return kwargs
+
+    def _generate_one(self, req: GenerationRequest, settings: GenerationSettings) -> dict:
         import torch
 
-        pad = self.tokenizer.pad_token_id
-        if pad is None:
-            pad = self.tokenizer.eos_token_id
-        for req in requests:
-            started = time.monotonic()
-            try:
-                enc = self._encode(req.prompt, settings.system_prompt).to(self.device)
-                kwargs: dict[str, Any] = {"max_new_tokens": settings.max_tokens, "pad_token_id": pad}
-                if settings.temperature > 0:
-                    kwargs.update(do_sample=True, temperature=settings.temperature, **self.generate_kwargs)
-                else:
-                    kwargs.update(do_sample=False)
-                torch.manual_seed(sample_seed(settings.seed, req.prompt, req.sample_index))
-                with torch.no_grad():
-                    out = self.model.generate(**enc, **kwargs)
-                new_tokens = out[0, enc["input_ids"].shape[1]:]
-                text = self.tokenizer.decode(new_tokens, skip_special_tokens=True)
-                yield _row(req, text, None, started)
-            except Exception as exc:  # recorded as a failure; the run goes on
-                error = redact_text(f"{type(exc).__name__}: {exc}")
-                log.warning("generation failed for sample %d of %r: %s", req.sample_index, req.prompt[:60], error)
-                yield _row(req, None, error, started)
+        started = time.monotonic()
+        try:
+            enc = self._encode(req.prompt, settings.system_prompt).to(self.device)
+            torch.manual_seed(sample_seed(settings.seed, req.prompt, req.sample_index))
+            with torch.no_grad():
+                out = self.model.generate(**enc, **self._kwargs(settings))
+            new_tokens = out[0, enc["input_ids"].shape[1]:]
+            text = self.tokenizer.decode(new_tokens, skip_special_tokens=True)
+            return _row(req, text, None, started)
+        except Exception as exc:  # recorded as a failure; the run goes on
+            error = redact_text(f"{type(exc).__name__}: {exc}")
+            log.warning("generation failed for sample %d of %r: %s", req.sample_index, req.prompt[:60], error)
+            return _row(req, None, error, started)
+
+    def _generate_batch(self, batch: list[GenerationRequest], settings: GenerationSettings) -> list[dict]:
+        """Greedy decoding of several prompts in one ``generate`` call, left-padded (the new tokens of every row
+        start at the same column; the attention mask hides the padding and gives each row its own positions)."""
+        import torch
+
+        started = time.monotonic()
+        encs = [self._encode(r.prompt, settings.system_prompt) for r in batch]
+        width = max(e["input_ids"].shape[1] for e in encs)
+        padded = {}
+        for name in encs[0].keys():
+            fill = self._pad_id() if name == "input_ids" else 0
+            rows = [torch.nn.functional.pad(e[name][0], (width - e[name].shape[1], 0), value=fill) for e in encs]
+            padded[name] = torch.stack(rows).to(self.device)
+        with torch.no_grad():
+            out = self.model.generate(**padded, **self._kwargs(settings))
+        texts = self.tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
+        return [_row(r, t, None, started) for r, t in zip(batch, texts)]
+
+    def generate(self, requests: Iterable[GenerationRequest], settings: GenerationSettings) -> Iterator[dict]:
+        """Rows as they are generated. Greedy decoding (temperature 0) runs ``batch_size`` prompts per ``generate``
+        call; sampling runs one at a time, each under its own seed, so a sample's text never depends on which other
+        samples shared its batch (a resumed run reproduces it). A batch that fails is retried one prompt at a time,
+        so an error is recorded against the prompt that caused it."""
+        size = max(1, int(self.batch_size)) if settings.temperature == 0 else 1
+        pending = iter(requests)
+        while batch := list(islice(pending, size)):
+            if len(batch) > 1:
+                try:
+                    yield from self._generate_batch(batch, settings)
+                    continue
+                except Exception as exc:  # noqa: BLE001 - e.g. out of memory: fall back to one at a time
+                    log.warning("batched generation of %d prompts failed (%s); generating them one at a time",
+                                len(batch), redact_text(f"{type(exc).__name__}: {exc}"))
+            for req in batch:
+                yield self._generate_one(req, settings)
 
 
 # ------------------------------------------------------------------------------------ OpenAI-compatible endpoint

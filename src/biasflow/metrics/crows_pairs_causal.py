@@ -111,7 +111,7 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resam
 SPEC = register_metric(MetricSpec(
     name="crows_pairs_causal",
     benchmark="crows_pairs",
-    model_kinds=("causal_lm",),
+    model_kinds=("causal_lm", "served_causal_lm"),  # served: TokenLogprobs answered over HTTP (models/served.py)
     requests=requests,
     compute=compute,
     aggregate=aggregate,

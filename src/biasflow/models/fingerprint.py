@@ -20,13 +20,19 @@ SCORING_KEYS = ("kind", "hub_id", "path", "package", "revision", "dtype", "lower
 
 # Keys of process models (LM Challenge) and generators (served models): in the fingerprint only when set, so other
 # models' keys never change.
-PROCESS_KEYS = ("order", "level", "command", "predictions", "generator", "model_id", "base_url")
+PROCESS_KEYS = ("order", "level", "command", "predictions", "generator", "model_id", "base_url",
+                "served_model_name", "bos_text")
+
+# Keys that say where a model runs, not what it computes: a served causal LM is named by the server's model name and
+# its pinned revision, so moving the server to another node keeps its results and cached answers.
+LOCATION_KEYS = {"served_causal_lm": ("base_url",)}
 
 
 def config_fingerprint(cfg: Mapping[str, Any]) -> str:
     """Fingerprint from the config alone (known before the model is loaded): names output folders."""
     key = {k: cfg.get(k) for k in SCORING_KEYS}
-    key.update({k: cfg[k] for k in PROCESS_KEYS if cfg.get(k) is not None})
+    key.update({k: cfg[k] for k in PROCESS_KEYS if cfg.get(k) is not None
+                and k not in LOCATION_KEYS.get(str(cfg.get("kind")), ())})
     return stable_hash(key, 16)
 
 

@@ -4,7 +4,7 @@ The adapter is cheap to build (config only): a model is started when a game line
 training text that line's request carries (``ngram``: biasflow's sample n-gram model, trained once per process and
 training text and saved for the shard processes; ``lmc_process``: ``model.command`` with ``{train}`` = the training
 text file and ``{python}`` = this interpreter). Config keys beyond the model's own: ``shards`` (protocol processes
-playing in parallel, each a share of the lines; 1) and ``timeout`` (seconds per answer; 120). Answers:
+playing in parallel, each a share of the lines; 1) and ``timeout_s`` (seconds per answer; 120). Answers:
 ``biasflow.lmchallenge.pipeline.answer_lmc_line``.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ class ProtocolModel:
         if self.kind == "lmc_process" and not cfg.get("command"):
             raise ConfigError(f"model {self.name!r} (kind lmc_process) needs model.command")
         self.shards = int(cfg.get("shards") or 1)
-        self.timeout = float(cfg.get("timeout") or 120)
+        self.timeout = float(cfg.get("timeout_s") or 120)
         self.fingerprint = stable_hash({"config": config_fingerprint(cfg), "adapter": "lmc-protocol"}, 24)
         self._folder: Path | None = None
         self._commands: dict[str, str] = {}

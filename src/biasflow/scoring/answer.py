@@ -43,6 +43,10 @@ ANSWERERS: dict[tuple[str, str], str | Callable] = {
     ("causal_lm", "token_logprobs"): "biasflow.scoring.causal:answer_token_logprobs",
     ("causal_lm", "stereoset_sentence_logprobs"): "biasflow.scoring.stereoset:answer_sentence_logprobs",
     ("causal_lm", "continuation_logprobs"): "biasflow.scoring.causal_options:answer_continuation_logprobs",
+    ("served_causal_lm", "token_logprobs"): "biasflow.models.served:answer_token_logprobs",
+    ("served_causal_lm", "continuation_logprobs"): "biasflow.models.served:answer_continuation_logprobs",
+    # StereoSet's sentence log-probabilities (issue 15's request kind for its reference arithmetic): first_token=separate
+    ("served_causal_lm", "stereoset_sentence_logprobs"): "biasflow.models.served:answer_separate_logprobs",
     ("sentence_encoder", "sentence_embedding"): "biasflow.scoring.embeddings:answer_sentence_embedding",
     ("word_vectors", "word_vector"): "biasflow.models.vectors:answer_word_vector",
     ("ngram", "lmc_line"): "biasflow.lmchallenge.pipeline:answer_lmc_line",

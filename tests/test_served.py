@@ -1,0 +1,303 @@
+"""Served causal LMs (``model.kind: served_causal_lm``) against a real HTTP server that answers as vLLM does.
+
+The server (``tests/served_server.py``, 127.0.0.1, a free port) wraps the tiny in-process GPT-2 of conftest, so the
+served answers must equal the in-process scores of the same model: ``causal_token_logprobs`` (every first-token
+mode) and ``option_logprobs`` (continuations), to 1e-5. Then the cache (keyed by served name and revision, not URL),
+the failure modes (each a clear error naming the request and the redacted URL) and planning.
+
+To check a metric end to end, call ``assert_metric_served_equals_in_process(metric, items, cfg, ...)``: it answers
+the metric's requests through the served model and through the in-process one and compares the answers and the
+metric's per-item table.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from biasflow.errors import ConfigError, ServedModelError
+from biasflow.models import load_model
+from biasflow.scoring.answer import answer_requests, can_answer, lookup
+from biasflow.scoring.causal import causal_token_logprobs, encode
+from biasflow.scoring.causal_options import option_logprobs
+from biasflow.scoring.requests import ContinuationLogprobs, TokenLogprobs
+
+sys.path.insert(0, str(Path(__file__).parent))
+from served_server import CompletionsServer  # noqa: E402
+
+ATOL = 1e-5
+TEXTS = ["The doctor said she was tired.", "A cat", "Poor people are lazy and never work hard enough.",
+         "He is a nurse", "x", "My sister's friend, a mechanic, fixed it!"]
+# WinoBias-MC-like prompts and options (the option follows the prompt after a space)
+CONTEXTS = ["Sentence: The developer argued with the designer because she did not like the design. "
+            "Question: Who did not like the design? A: the developer B: the designer Answer:",
+            "The nurse notified the patient that his shift would be ending in an hour. Answer:"]
+OPTIONS = [" A", " B", " C. Both A and B"]
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+@contextlib.contextmanager
+def serving(adapter, **kw):
+    """A completions server for ``adapter`` on 127.0.0.1 for the duration of the block."""
+    with CompletionsServer(adapter, **kw) as server:
+        yield server
+
+
+def served_cfg(server: CompletionsServer, **over) -> dict:
+    """The model config of the served model (GPT-2 style: the BOS text [CLS] unless the server adds it)."""
+    cfg = {"name": server.served_name, "kind": "served_causal_lm", "base_url": server.base_url,
+           "revision": "test-rev", "bos_text": None if server.lm.add_bos else "[CLS]", "max_retries": 0,
+           "backoff_s": 0.0, "concurrency": 4}
+    cfg.update(over)
+    return cfg
+
+
+def in_process_token_logprobs(adapter, requests: list[TokenLogprobs]) -> list[np.ndarray]:
+    """The in-process numbers for TokenLogprobs requests (the numerical core of the causal_lm answerer)."""
+    out = []
+    for r in requests:
+        out.extend(causal_token_logprobs(adapter, encode(adapter, [adapter.normalise(r.text)]),
+                                         first_token=r.first_token, progress=False))
+    return out
+
+
+def in_process_continuation_logprobs(adapter, requests: list[ContinuationLogprobs]) -> list[np.ndarray]:
+    res = option_logprobs(adapter, [r.context for r in requests], [r.continuation for r in requests])
+    return [np.asarray(x["token_logprobs"]) for x in res]
+
+
+def assert_logprobs_close(got, want, what=""):
+    for g, w, name in zip(got, want, what or [""] * len(want)):
+        g, w = np.asarray(g, float), np.asarray(w, float)
+        assert g.shape == w.shape, f"{name}: {len(g)} served tokens, {len(w)} in-process"
+        assert (np.isnan(g) == np.isnan(w)).all(), name
+        np.testing.assert_allclose(g, w, atol=ATOL, rtol=0, err_msg=str(name))
+
+
+def assert_metric_served_equals_in_process(metric, items, metric_cfg, adapter, server, tmp_path, column="logprobs"):
+    """The metric's requests answered by the served and the in-process model agree to ATOL, and so does the
+    metric's per-item table computed from each (the end-to-end check of a causal metric)."""
+    from biasflow.registry import get_metric
+    from biasflow.scoring.answer import metric_answers
+
+    served = load_model(served_cfg(server))
+    got = metric_answers(metric, items, metric_cfg, None, tmp_path / "served", model=served, progress=False)
+    want = metric_answers(metric, items, metric_cfg, None, tmp_path / "local", model=adapter, progress=False)
+    want = want.set_index("key").loc[got["key"]].reset_index()
+    assert_logprobs_close(got[column], want[column], list(got["key"]))
+    spec = get_metric(metric)
+    per_item_served, per_item_local = spec.compute(items, got, metric_cfg), spec.compute(items, want, metric_cfg)
+    num = per_item_local.select_dtypes("number").columns
+    np.testing.assert_allclose(per_item_served[num].to_numpy(float), per_item_local[num].to_numpy(float),
+                               atol=1e-4, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------------ equality
+def test_the_kind_answers_the_causal_requests():
+    assert can_answer("served_causal_lm", "token_logprobs")
+    assert can_answer("served_causal_lm", "continuation_logprobs")
+
+
+@pytest.mark.parametrize("add_bos", [False, True], ids=["bos_text", "server_bos"])
+def test_token_logprobs_equal_in_process(tiny_gpt2, tmp_path, add_bos):
+    """All three first-token modes, through the dispatcher and its cache, on a GPT-2-style server (BOS sent as
+    text) and a Llama-style one (the server adds the BOS itself)."""
+    requests = [TokenLogprobs(t, mode) for mode in ("prefix", "separate", "none") for t in TEXTS]
+    with serving(tiny_gpt2, add_bos=add_bos) as server:
+        answers = answer_requests(requests, served_cfg(server), tmp_path, progress=False)
+    want = in_process_token_logprobs(tiny_gpt2, requests)
+    assert_logprobs_close(lookup(answers, requests, "logprobs"), want, [str(r) for r in requests])
+    for total, lp in zip(lookup(answers, requests, "total"), want):
+        assert total == pytest.approx(float(np.nansum(lp)), abs=1e-4)
+    tokens = lookup(answers, requests, "tokens")
+    ids = encode(tiny_gpt2, [tiny_gpt2.normalise(r.text) for r in requests])
+    assert [list(t) for t in tokens] == [[tiny_gpt2.tokenizer.decode([i]) for i in x] for x in ids]
+    # requests: one per text and mode, two for separate, plus the one probe of the prefix tokens
+    assert len(server.log) == len(TEXTS) * 4 + 1
+    assert all(b["echo"] is True and b["max_tokens"] == 0 and b["logprobs"] == 1 for b in server.log)
+
+
+def test_continuation_logprobs_equal_in_process(tiny_gpt2, tmp_path):
+    requests = [ContinuationLogprobs(c, o) for c in CONTEXTS for o in OPTIONS]
+    with serving(tiny_gpt2) as server:
+        answers = answer_requests(requests, served_cfg(server), tmp_path, progress=False)
+    assert_logprobs_close(lookup(answers, requests, "logprobs"), in_process_continuation_logprobs(tiny_gpt2, requests),
+                          [str(r) for r in requests])
+    assert len(server.log) == len(CONTEXTS) + len(requests)  # each context once, then each joint text
+    assert all(b["add_special_tokens"] is False for b in server.log)
+
+
+@pytest.mark.parametrize("add_bos", [False, True], ids=["bos_text", "server_bos"])
+def test_stereoset_scorers_equal_in_process(tiny_gpt2, add_bos):
+    """StereoSet's causal scorers: sentences scored as first_token=separate, and the intersentence continuation
+    after the start token (``start_token``: the context follows the BOS)."""
+    from biasflow.scoring.answer import Budget
+    from biasflow.models.served import answer_separate_logprobs
+    from biasflow.scoring.stereoset import causal_conditional_logprobs, causal_sentence_logprobs
+
+    contexts, sentences = ["He is an engineer.", "My neighbor is from Syria."], ["He likes math.", "She is nice."]
+    with serving(tiny_gpt2, add_bos=add_bos) as server:
+        model = load_model(served_cfg(server))
+        got = answer_separate_logprobs(model, [TokenLogprobs(t) for t in TEXTS], Budget(progress=False))
+        cont = [model.continuation_logprobs(c, " " + s, start_token=True) for c, s in zip(contexts, sentences)]
+    assert_logprobs_close(got["logprobs"], [lp for _, lp in causal_sentence_logprobs(tiny_gpt2, TEXTS)], TEXTS)
+    assert_logprobs_close([c.logprobs for c in cont],
+                          [lp for _, lp in causal_conditional_logprobs(tiny_gpt2, contexts, sentences)], sentences)
+
+
+def test_crows_pairs_causal_end_to_end(tiny_gpt2, crows_csv, tmp_path):
+    from biasflow.registry import get_loader, get_metric
+
+    if get_metric("crows_pairs_causal").requests is None:
+        pytest.skip("crows_pairs_causal does not declare requests yet (issue 15 migration)")
+    items = get_loader("crows_pairs")({"csv": crows_csv}, {"split": "all"}).head(12)
+    for first_token in ("prefix", "separate"):
+        with serving(tiny_gpt2) as server:
+            assert_metric_served_equals_in_process("crows_pairs_causal", items, {"first_token": first_token},
+                                                   tiny_gpt2, server, tmp_path / first_token)
+
+
+# ------------------------------------------------------------------------------------------------ the cache
+def test_cache_is_keyed_by_served_name_and_revision_not_url(tiny_gpt2, tmp_path):
+    requests = [TokenLogprobs(t) for t in TEXTS]
+    with serving(tiny_gpt2) as first:
+        answer_requests(requests, served_cfg(first), tmp_path, progress=False)
+        sent = len(first.log)
+    with serving(tiny_gpt2) as moved:  # the same model on another port: every answer comes from the cache
+        again = answer_requests(requests, served_cfg(moved), tmp_path, progress=False)
+        assert moved.log == [] and len(again) == len(TEXTS)
+        answer_requests(requests, served_cfg(moved, revision="other-rev"), tmp_path, progress=False)
+        assert len(moved.log) == sent  # a new revision is a new model: asked again
+    cfg = served_cfg(first)
+    fingerprints = {load_model(c).fingerprint for c in (cfg, dict(cfg, base_url="http://elsewhere:1/v1"),
+                                                        dict(cfg, revision="r2"), dict(cfg, name="other"),
+                                                        dict(cfg, served_model_name="org/model"))}
+    assert len(fingerprints) == 4  # the URL alone changes nothing
+
+
+def test_api_key_from_the_environment_is_sent_and_never_stored(tiny_gpt2, tmp_path, monkeypatch):
+    key = "sk-served-test-0123456789"
+    monkeypatch.setenv("BIASFLOW_TEST_SERVED_KEY", key)
+    with serving(tiny_gpt2, api_key=key) as server:
+        answer_requests([TokenLogprobs("A cat")], served_cfg(server, api_key_env="BIASFLOW_TEST_SERVED_KEY"), tmp_path,
+                        progress=False)
+        assert set(server.auth) == {f"Bearer {key}"}
+        monkeypatch.setenv("BIASFLOW_TEST_SERVED_KEY", key + "-wrong")
+        with pytest.raises(ServedModelError, match="HTTP 401") as err:
+            answer_requests([TokenLogprobs("He is a nurse")], served_cfg(server, api_key_env="BIASFLOW_TEST_SERVED_KEY"),
+                            tmp_path, progress=False)
+    assert key not in str(err.value)
+    assert not any(key.encode() in p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
+
+
+# ------------------------------------------------------------------------------------------------ failures
+def _error(adapter, server_setup, cfg_over=None, request=TokenLogprobs("The doctor said she was tired.", "none")
+           ) -> tuple[str, CompletionsServer]:
+    """The message of the ServedModelError answering ``request`` raises once ``server_setup(server)`` ran."""
+    with serving(adapter) as server:
+        server_setup(server)
+        model = load_model(served_cfg(server, **(cfg_over or {})))
+        with pytest.raises(ServedModelError) as err:
+            answer_requests([request], model.cfg, None, model=model, progress=False)
+    return str(err.value), server
+
+
+def test_http_500_is_retried_then_names_the_request_and_url(tiny_gpt2):
+    def broken(s):
+        s.fail_status = 500
+    msg, server = _error(tiny_gpt2, broken, {"max_retries": 2})
+    assert len(server.log) == 3
+    assert "HTTP 500" in msg and "engine overloaded" in msg and "gave up after 3 attempts" in msg
+    assert "'The doctor said she was tired.'" in msg and f"{server.base_url}/completions" in msg
+
+
+def test_transient_500_and_429_are_retried(tiny_gpt2):
+    for status in (500, 429, 503):
+        with serving(tiny_gpt2) as server:
+            server.fail_status, server.fail_times = status, 2
+            model = load_model(served_cfg(server, max_retries=2))
+            got = model.text_logprobs("A cat", "none")
+            assert len(server.log) == 3 and len(got.tokens) == 2
+
+
+def test_timeout(tiny_gpt2):
+    def slow(s):
+        s.delay_s = 1.0
+    msg, _ = _error(tiny_gpt2, slow, {"timeout_s": 0.2})
+    assert "no reply within model.timeout_s=0.2 s" in msg and "The doctor said" in msg
+
+
+def test_truncated_logprobs(tiny_gpt2):
+    def truncating(s):
+        s.truncate = True
+    msg, _ = _error(tiny_gpt2, truncating)
+    assert "truncated reply" in msg and "The doctor said" in msg
+
+
+def test_a_server_that_ignores_echo(tiny_gpt2):
+    def no_echo(s):
+        s.ignore_echo = True
+    msg, _ = _error(tiny_gpt2, no_echo)
+    assert "ignores echo=true" in msg and "The doctor said" in msg
+    msg, _ = _error(tiny_gpt2, no_echo, request=TokenLogprobs("He is a nurse"))  # prefix mode: its probe says so
+    assert "ignores echo=true" in msg and "probe of the prefix tokens" in msg and "'He is a nurse'" in msg
+
+
+def test_unknown_model_name_is_not_retried(tiny_gpt2):
+    msg, server = _error(tiny_gpt2, lambda s: None, {"served_model_name": "llama-70b", "max_retries": 3})
+    assert len(server.log) == 1 and "HTTP 404" in msg and "llama-70b" in msg
+
+
+def test_unreachable_server_and_credentials_redacted(tiny_gpt2):
+    with serving(tiny_gpt2) as server:
+        port = server.httpd.server_address[1]
+    url = f"http://bob:hunter2pass@127.0.0.1:{port}/v1"  # closed now: nothing listens there
+    model = load_model(served_cfg(server, base_url=url, max_retries=1))
+    with pytest.raises(ServedModelError) as err:
+        model.text_logprobs("He is a nurse", "none")
+    msg = str(err.value)
+    assert "cannot connect" in msg and "'He is a nurse'" in msg and "gave up after 2 attempts" in msg
+    assert "hunter2pass" not in msg and f"bob:***@127.0.0.1:{port}/v1/completions" in msg
+
+
+def test_prefix_mode_needs_a_bos(tiny_gpt2):
+    with serving(tiny_gpt2, add_bos=False) as server:
+        model = load_model(served_cfg(server, bos_text=None))
+        with pytest.raises(ConfigError, match="model.bos_text"):
+            model.text_logprobs("A cat", "prefix")
+        assert math.isnan(model.text_logprobs("A cat", "none").logprobs[0])  # none mode needs no BOS
+
+
+def test_a_continuation_that_merges_with_its_context(tiny_gpt2):
+    with serving(tiny_gpt2) as server:
+        model = load_model(served_cfg(server))
+        with pytest.raises(ServedModelError, match="merges with it"):
+            model.continuation_logprobs("the doct", "or said")  # WordPiece: 'doctor' is one token
+
+
+# ------------------------------------------------------------------------------------------------ planning
+def test_plan_accepts_served_models_and_ignores_the_url(monkeypatch):
+    from biasflow.plan import build_plan
+
+    def plan(url):
+        return build_plan(["model=served_llm", f"model.base_url={url}", "model.name=llama-3.1-8b,mistral-7b",
+                           "metric=[crows_pairs_causal]"], multirun=True)
+
+    a, b = plan("http://gpu-node-1:8000/v1"), plan("http://gpu-node-2:8000/v1")
+    assert [j.model["name"] for j in a.jobs] == ["llama-3.1-8b", "mistral-7b"]
+    assert [j.scores_path() for j in a.jobs] == [j.scores_path() for j in b.jobs]
+
+
+def test_config_errors():
+    from biasflow.plan import build_plan
+
+    with pytest.raises(ConfigError, match="model.base_url"):
+        build_plan(["model=served_llm", "model.base_url=null", "metric=[crows_pairs_causal]"])
+    with pytest.raises(ConfigError, match="api_key_env"):
+        build_plan(["model=served_llm", "+model.api_key=abc", "metric=[crows_pairs_causal]"])
+    with pytest.raises(ConfigError, match="NAME of an environment variable"):
+        build_plan(["model=served_llm", "model.api_key_env=sk-abc", "metric=[crows_pairs_causal]"])
