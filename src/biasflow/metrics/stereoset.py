@@ -95,7 +95,8 @@ def _tasks(cfg: Mapping[str, Any]) -> list[str]:
 def intersentence_scorer(cfg: Mapping[str, Any], kind: str) -> str:
     choice = str(cfg.get("intersentence_scorer", "auto"))
     if choice == "auto":
-        return "causal_conditional" if kind == "causal_lm" else "nsp"
+        # causal LMs (in process or served) score the sentence after the context; the others use an NSP head
+        return "causal_conditional" if can_answer(kind, ContinuationLogprobs.kind) else "nsp"
     if choice not in ("nsp", "causal_conditional"):
         raise ConfigError(f"metric.stereoset.intersentence_scorer={choice!r}: use auto, nsp or causal_conditional")
     return choice
@@ -116,7 +117,8 @@ def _request_builders(cfg: Mapping[str, Any]) -> dict[str, dict[str, Callable[[A
 
 def _request_kind(task: str, cfg: Mapping[str, Any], model_kind: str) -> str:
     if task == "intrasentence":
-        kind = StereoSetSentenceLogprobs.kind if model_kind == "causal_lm" else BlankFill.kind
+        kind = StereoSetSentenceLogprobs.kind if can_answer(model_kind, StereoSetSentenceLogprobs.kind) \
+            else BlankFill.kind
         hint = " (for kind bert_nsp set metric.stereoset.tasks=[intersentence])"
     else:
         how = intersentence_scorer(cfg, model_kind)
@@ -291,7 +293,7 @@ def results_table(aggregates: pd.DataFrame) -> pd.DataFrame:
 SPEC = register_metric(MetricSpec(
     name="stereoset",
     benchmark="stereoset",
-    model_kinds=("masked_lm", "causal_lm", "bert_nsp"),
+    model_kinds=("masked_lm", "causal_lm", "served_causal_lm", "bert_nsp"),
     requests=requests,
     compute=compute,
     aggregate=aggregate,

@@ -355,7 +355,7 @@ def mc_replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resamples) 
 
 
 MC_SPEC = register_metric(MetricSpec(
-    name="winobias_mc", benchmark="winobias", model_kinds=("causal_lm",),
+    name="winobias_mc", benchmark="winobias", model_kinds=("causal_lm", "served_causal_lm"),
     requests=mc_requests, compute=compute_mc, aggregate=aggregate_mc,
     score_keys=("prompt", "option_prefix", "generator", "generation"), headline=("pass_rate", "test_passed"),
     plot_metric="pass_rate", plot_reference=None, bootstrap_statistic=mc_replicates))
