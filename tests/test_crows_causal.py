@@ -70,8 +70,9 @@ def test_cache_second_call_computes_nothing(tiny_gpt2, tmp_path, monkeypatch):
     first = answer(TEXTS, "prefix")
     assert writes == [len(TEXTS)]
     calls = []
-    real_forward = tiny_gpt2.model.forward
-    monkeypatch.setattr(tiny_gpt2.model, "forward", lambda *a, **k: calls.append(1) or real_forward(*a, **k))
+    for module in (tiny_gpt2.model, tiny_gpt2.model.base_model):  # the scorer may run the base model and the head
+        real_forward = module.forward
+        monkeypatch.setattr(module, "forward", lambda *a, _f=real_forward, **k: calls.append(1) or _f(*a, **k))
     second = answer(TEXTS + TEXTS[:2], "prefix")
     assert writes == [len(TEXTS)] and calls == []
     pd.testing.assert_frame_equal(first[["key", "text", "total"]], second[["key", "text", "total"]])

@@ -57,12 +57,31 @@ def _check_mode(first_token: str) -> None:
         raise ValueError(f"first_token={first_token!r} is not one of {FIRST_TOKEN_MODES}")
 
 
+# model types whose logits are exactly ``lm_head(last hidden state)`` (no soft-capping or scaling after the head): for
+# them the vocabulary head runs on the real tokens only, not on the padding of the batch
+PLAIN_HEAD_TYPES = {"gpt2", "llama", "mistral", "qwen2", "qwen3", "gpt_neox", "gpt_neo", "gptj", "opt", "phi3",
+                    "olmo", "olmo2", "falcon", "bloom", "mixtral", "qwen2_moe", "smollm3"}
+
+
+def _head_on_real_tokens(model) -> bool:
+    return (getattr(model.config, "model_type", None) in PLAIN_HEAD_TYPES
+            and model.get_output_embeddings() is not None and getattr(model, "base_model", None) is not model)
+
+
 @torch.inference_mode()
 def _target_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """log P(targets[r, j] | ids[r, :j+1]) for every position j (float32), whatever else shares the batch."""
+    """log P(targets[r, j] | ids[r, :j+1]) for every position j (float32), whatever else shares the batch;
+    padding positions are 0."""
     with batch_invariant(model):  # no key/value cache: one pass, nothing to continue from
-        logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits.float()
-    return logits.gather(-1, targets[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)
+        if not _head_on_real_tokens(model):
+            logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits.float()
+            return logits.gather(-1, targets[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)
+        hidden = model.base_model(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
+        real = attn.bool()
+        logits = model.get_output_embeddings()(hidden[real]).float()  # (real tokens, vocabulary)
+    out = torch.zeros(targets.shape, dtype=torch.float32, device=targets.device)
+    out[real] = logits.gather(-1, targets[real][:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+    return out
 
 
 def causal_token_logprobs(adapter, token_ids: Sequence[Sequence[int]], first_token: str = "prefix",
