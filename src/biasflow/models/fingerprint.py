@@ -18,9 +18,10 @@ from biasflow.io import stable_hash
 SCORING_KEYS = ("kind", "hub_id", "path", "package", "revision", "dtype", "lowercase", "attn_implementation",
                 "format", "header", "pooling", "max_length")
 
-# Keys of process models (LM Challenge) and generators (served models): in the fingerprint only when set, so other
-# models' keys never change.
-PROCESS_KEYS = ("order", "level", "command", "predictions", "generator", "model_id", "base_url")
+# Keys of process models (LM Challenge) and generators (served models, a causal LM's generate options): in the
+# fingerprint only when set, so other models' keys never change.
+PROCESS_KEYS = ("order", "level", "command", "predictions", "generator", "model_id", "base_url", "extra_body",
+                "use_chat_template", "generate_kwargs")
 
 
 def config_fingerprint(cfg: Mapping[str, Any]) -> str:
