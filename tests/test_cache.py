@@ -181,10 +181,23 @@ def _scores(request, root, texts):
             zip(table.text, table.total, table.logprobs)}
 
 
-def _generations(request, root, texts):
-    from biasflow.generation import GenerationCache, GenerationSettings, generate_responses
+class FakeGenerator:
+    """A model of kind ``generator`` whose backend is ``FakeBackend``."""
 
-    out = generate_responses(texts, FakeBackend(), GenerationSettings(count=2), GenerationCache(root))
+    kind = "generator"
+    fingerprint = "fake-backend"
+    name = "fake-model"
+
+    def __init__(self):
+        self.backend = FakeBackend()
+
+
+def _generations(request, root, texts):
+    from biasflow.generation import GenerationSettings
+    from biasflow.scoring.answer import answer_requests
+
+    out = answer_requests(GenerationSettings(count=2).requests(texts), {"kind": "generator"}, root,
+                          model=FakeGenerator(), progress=False)
     return {(p, i): r for p, i, r in zip(out.prompt, out.sample_index, out.response)}
 
 
@@ -201,7 +214,7 @@ def _embeddings(request, root, texts):
 HARNESSES = {
     "scores": (_scores, lambda root, request: root / request.getfixturevalue("tiny_bert").fingerprint / "pll",
                "total"),
-    "generations": (_generations, lambda root, request: root, "response"),
+    "generations": (_generations, lambda root, request: root / "fake-backend" / "generation", "response"),
     "embeddings": (_embeddings, lambda root, request: root / "fake-encoder" / "sentence_embedding", "vector"),
 }
 

@@ -1,19 +1,33 @@
-"""Generation stage against a local OpenAI-compatible server (http.server in a thread), the cache and files."""
+"""Generation against a local OpenAI-compatible server (http.server in a thread), the answer cache and files."""
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
 from biasflow.errors import ConfigError, DataFormatError, GenerationError
-from biasflow.generation import (GenerationCache, GenerationSettings, OpenAIChatBackend, RateLimiter,
-                                 generate_responses, read_responses_file, responses_for_items)
+from biasflow.generation import GenerationSettings, OpenAIChatBackend, RateLimiter, read_responses_file
+from biasflow.models.generator import Generator
+from biasflow.scoring.answer import answer_requests
 from fake_openai import FakeChatServer
 
 
+def model_cfg(server, **kw):
+    """A ``generator`` model config as the plan writes it for ``+generator=openai_compatible``."""
+    cfg = {"name": "fake-model", "kind": "generator", "generator": "openai_compatible", "model_id": "fake-model",
+           "base_url": server.url, "timeout_s": 0.25, "max_retries": 2, "backoff_s": 0.001, "concurrency": 4,
+           "api_key_env": "BIASFLOW_TEST_KEY"}
+    cfg.update(kw)
+    return cfg
+
+
 def backend(server, **kw):
-    opts = dict(timeout_s=0.25, max_retries=2, backoff_s=0.001, concurrency=4, api_key_env="BIASFLOW_TEST_KEY")
-    opts.update(kw)
-    return OpenAIChatBackend(server.url, "fake-model", **opts)
+    return Generator(model_cfg(server, **kw)).backend
+
+
+def generate(prompts, cfg, settings, root, model=None, **kw):
+    """The answers to ``settings.count`` Generation requests per prompt, one row per request, in order."""
+    out = answer_requests(settings.requests(prompts), cfg, root, model=model, progress=False, **kw)
+    return out.set_index("key").loc[[r.key for r in settings.requests(prompts)]].reset_index()
 
 
 PROMPTS = ["alpha", "beta", "flaky one", "rate me", "fail500 here", "slow poke", "bad input"]
@@ -22,9 +36,8 @@ PROMPTS = ["alpha", "beta", "flaky one", "rate me", "fail500 here", "slow poke",
 def test_http_generator_caches_records_failures_and_resumes(tmp_path, monkeypatch):
     monkeypatch.setenv("BIASFLOW_TEST_KEY", "sekrit")
     settings = GenerationSettings(count=2, system_prompt="Be brief.", temperature=0.7, max_tokens=16, seed=5)
-    cache = GenerationCache(tmp_path / "gen")
     with FakeChatServer() as server:
-        out = generate_responses(PROMPTS, backend(server), settings, cache, flush_every=3)
+        out = generate(PROMPTS, model_cfg(server, flush_every=3), settings, tmp_path)
         assert len(out) == len(PROMPTS) * 2
         by = {(p, i): r for p, i, r in zip(out["prompt"], out["sample_index"], out.to_dict("records"))}
         # good, flaky (retried after a 500) and rate-limited (retried after a 429) prompts all succeed
@@ -46,60 +59,65 @@ def test_http_generator_caches_records_failures_and_resumes(tmp_path, monkeypatc
         assert counts["bad input"] == 2 and counts["flaky one"] == 4 and counts["rate me"] == 4
         assert counts["alpha"] == 2
         assert all(r["path"] == "/v1/chat/completions" and r["auth"] == "Bearer sekrit" for r in server.log)
+        # failed answers are cached too (with their error), each request's best row once
+        cached = pd.concat(pd.read_parquet(p) for p in tmp_path.rglob("generation/part-*.parquet"))
+        assert (cached["status"] == "failed").sum() == 6 and cached["key"].is_unique
 
         # re-run: nothing answered before is sent again; failed ones are retried and now succeed
         server.broken = False
         server.log.clear()
-        again = generate_responses(PROMPTS, backend(server), settings, cache)
+        again = generate(PROMPTS, model_cfg(server), settings, tmp_path)
         sent = sorted({r["prompt"] for r in server.log})
         assert sent == ["bad input", "fail500 here", "slow poke"]
         ok_before = out["status"] == "ok"
-        assert again.loc[ok_before, "from_cache"].all()
         assert (again.loc[ok_before, "response"].values == out.loc[ok_before, "response"].values).all()
         assert (again.set_index(["prompt", "sample_index"]).loc[("fail500 here", 1), "response"]
                 == "echo|fail500 here|6|Be brief.")
 
         # third run: everything that succeeded is served from the cache; only still-failing prompts are sent
         server.log.clear()
-        third = generate_responses(PROMPTS, backend(server), settings, cache)
+        third = generate(PROMPTS, model_cfg(server), settings, tmp_path)
         assert sorted({r["prompt"] for r in server.log}) == ["bad input", "slow poke"]
         assert (third["status"] == "ok").sum() == len(PROMPTS) * 2 - 4
 
         # a setting in the key (temperature) changes: those are new requests
         server.log.clear()
         hot = GenerationSettings(count=1, system_prompt="Be brief.", temperature=1.0, max_tokens=16, seed=5)
-        generate_responses(["alpha"], backend(server), hot, cache)
+        generate(["alpha"], model_cfg(server), hot, tmp_path)
         assert [r["prompt"] for r in server.log] == ["alpha"]
 
 
 def test_interrupted_run_keeps_flushed_answers(tmp_path):
     """A crash mid-run loses at most ``flush_every`` answers: the flushed ones are not asked again."""
     settings = GenerationSettings(count=1, temperature=0.0, max_tokens=8, seed=None)
-    cache = GenerationCache(tmp_path / "gen")
+    prompts = [f"p{i}" for i in range(6)]
     with FakeChatServer() as server:
-        be = backend(server, concurrency=1)
-        real = be.generate
+        cfg = model_cfg(server, concurrency=1, flush_every=2)
+        model = Generator(cfg)
+        real, answered = model.backend.generate, []
 
         def dies_after_three(reqs, s):
-            for i, row in enumerate(real(reqs, s)):
-                if i == 3:
+            for row in real(reqs, s):
+                if len(answered) == 3:
                     raise KeyboardInterrupt
+                answered.append(row)
                 yield row
 
-        be.generate = dies_after_three
+        model.backend.generate = dies_after_three
         with pytest.raises(KeyboardInterrupt):
-            generate_responses([f"p{i}" for i in range(6)], be, settings, cache, flush_every=2)
+            generate(prompts, cfg, settings, tmp_path, model=model)
         server.log.clear()
-        out = generate_responses([f"p{i}" for i in range(6)], backend(server), settings, cache)
-        assert sorted(r["prompt"] for r in server.log) == ["p3", "p4", "p5"]
-        assert (out["status"] == "ok").all() and out["from_cache"].sum() == 3
+        out = generate(prompts, cfg, settings, tmp_path)
+        # p0, p1 were flushed; p2 was answered in the chunk the crash cut short: at most flush_every lost
+        assert sorted(r["prompt"] for r in server.log) == ["p2", "p3", "p4", "p5"]
+        assert (out["status"] == "ok").all()
 
 
 def test_no_key_means_no_auth_header_and_body_fields(tmp_path, monkeypatch):
     monkeypatch.delenv("BIASFLOW_TEST_KEY", raising=False)
     with FakeChatServer() as server:
-        out = generate_responses(["alpha"], backend(server, concurrency=1),
-                                 GenerationSettings(count=1, temperature=0.0, max_tokens=4, seed=None), None)
+        out = generate(["alpha"], model_cfg(server, concurrency=1),
+                       GenerationSettings(count=1, temperature=0.0, max_tokens=4, seed=None), None)
         assert server.log[0]["auth"] is None and server.log[0]["seed"] is None
         assert out.loc[0, "response"] == "echo|alpha|None|None"
 
@@ -127,16 +145,20 @@ def test_backoff_and_rate_limiter():
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
 def test_responses_file_formats(tmp_path, fmt):
-    df = pd.DataFrame({"prompt": ["p1", "p1", "p2"], "response": ["a, b", "", "c"], "extra": [1, 2, 3]})
+    df = pd.DataFrame({"prompt": ["p1", " p1", "p2"], "response": ["a, b", "", "c"], "extra": [1, 2, 3]})
     path = tmp_path / f"r.{fmt}"
     {"csv": lambda: df.to_csv(path, index=False), "jsonl": lambda: df.to_json(path, orient="records", lines=True),
      "parquet": lambda: df.to_parquet(path)}[fmt]()
     out = read_responses_file(path)
-    assert out["sample_index"].tolist() == [0, 1, 0]
+    assert out["sample_index"].tolist() == [0, 1, 0]  # prompts matched without surrounding whitespace
     assert out["status"].tolist() == ["ok", "failed", "ok"]
     assert out["response"].tolist()[0] == "a, b" and out["extra"].tolist() == [1, 2, 3]
-    same = responses_for_items(pd.DataFrame({"prompt": ["p1"]}), {"kind": "responses_file", "path": str(path)}, None)
-    assert same["response"].tolist() == out["response"].tolist()
+    # the file as a generator: the answer to (prompt, sample index) is that response; an absent one fails
+    cfg = {"name": "r", "kind": "generator", "generator": "responses_file", "path": str(path)}
+    same = generate(["p1", "p3"], cfg, GenerationSettings(count=2), tmp_path / "cache")
+    assert same["response"].tolist()[:2] == out["response"].tolist()[:2]
+    assert same["status"].tolist() == ["ok", "failed", "failed", "failed"]
+    assert "empty response" in same["error"][1] and "no response 1 to this prompt" in same["error"][2]
 
 
 def test_responses_file_errors_name_file_and_column(tmp_path):
@@ -165,33 +187,46 @@ def test_api_key_from_a_file_wins_and_is_sent(tmp_path, monkeypatch):
     monkeypatch.setenv("BIASFLOW_TEST_KEY", "from-the-environment")
     settings = GenerationSettings(count=1, temperature=0.0, max_tokens=4, seed=None)
     with FakeChatServer() as server:
-        generate_responses(["alpha"], backend(server, api_key_file=str(key_file)), settings, None)
-        generate_responses(["beta"], backend(server), settings, None)
+        generate(["alpha"], model_cfg(server, api_key_file=str(key_file)), settings, None)
+        generate(["beta"], model_cfg(server), settings, None)
         assert [r["auth"] for r in server.log] == [f"Bearer {KEY}", "Bearer from-the-environment"]
     with pytest.raises(ConfigError, match=r"cannot read the key file .*nope\.txt"):
         backend(server, api_key_file=str(tmp_path / "nope.txt"))
 
 
+def langfair_score(tmp_path, generator, items, **metric):
+    """The score stage of a LangFair job whose text comes from ``generator`` (a ``+generator=`` config)."""
+    from biasflow import stages
+    from biasflow.generation.config import generator_model
+
+    items_path = tmp_path / "items.parquet"
+    items.assign(item_id=[str(i) for i in range(len(items))]).to_parquet(items_path)
+    params = {"metric": "langfair_stereotype", "model": generator_model(generator),
+              "metric_cfg": {"generator": generator, **metric}}
+    return stages.score(params, str(items_path), str(tmp_path / "scores.parquet"), str(tmp_path / "cache"))
+
+
 def test_a_key_quoted_in_an_error_body_is_never_stored_or_logged(tmp_path, caplog):
     key_file = tmp_path / "key.txt"
     key_file.write_text(KEY)
-    cache = GenerationCache(tmp_path / "gen")
     settings = GenerationSettings(count=2, temperature=0.0, max_tokens=4, seed=0)
     with FakeChatServer(fail_first=quotes_the_key) as server, caplog.at_level("DEBUG"):
-        be = backend(server, api_key_file=str(key_file), max_retries=0)
-        out = generate_responses(["quote me", "alpha"], be, settings, cache)
+        cfg = model_cfg(server, api_key_file=str(key_file), max_retries=0)
+        out = generate(["quote me", "alpha"], cfg, settings, tmp_path / "cache")
         assert server.log[0]["auth"] == f"Bearer {KEY}"
         with pytest.raises(GenerationError):
-            responses_for_items(pd.DataFrame({"prompt": ["quote again"]}),
-                                {"kind": "openai_compatible", "base_url": server.url, "model": "m",
-                                 "api_key_file": str(key_file), "max_retries": 0, "count": 1},
-                                tmp_path / "gen")
+            langfair_score(tmp_path, {"kind": "openai_compatible", "base_url": server.url, "model": "m",
+                                      "api_key_file": str(key_file), "max_retries": 0, "count": 1},
+                           pd.DataFrame({"prompt": ["quote again"]}))
     failed = out[out["status"] == "failed"]
     assert len(failed) == 2 and failed["error"].str.contains("request with key ***", regex=False).all()
-    stored = pd.concat(pd.read_parquet(p) for p in (tmp_path / "gen").glob("*.parquet"))
+    parts = list((tmp_path / "cache").rglob("part-*.parquet"))
+    stored = pd.concat(pd.read_parquet(p) for p in parts)
     assert stored["error"].notna().sum() == 3
-    for part in (tmp_path / "gen").glob("*.parquet"):
-        assert KEY.encode() not in part.read_bytes()
+    for path in tmp_path.rglob("*"):  # cache parts, and no scores file was written
+        if path.is_file() and path != key_file:
+            assert KEY.encode() not in path.read_bytes(), path
+    assert not (tmp_path / "scores.parquet").exists()
     assert KEY not in caplog.text and "request with key ***" in caplog.text
 
 
@@ -203,20 +238,20 @@ def test_failures_over_the_threshold_fail_with_counts_and_a_rerun_sends_only_the
         cfg["base_url"] = server.url
         with pytest.raises(GenerationError, match=r"4 of 8 requests failed, more than "
                                                   r"generator\.max_failed_fraction=0\b.*retry exactly the 4 failed"):
-            responses_for_items(items, cfg, tmp_path / "gen")
+            langfair_score(tmp_path, cfg, items)
         assert len(server.log) == 8
         # accepted within the threshold: returned, reported as failed rows, retried (and failing) again
         server.log.clear()
-        out = responses_for_items(items, {**cfg, "max_failed_fraction": 0.5}, tmp_path / "gen")
+        out = langfair_score(tmp_path, {**cfg, "max_failed_fraction": 0.5}, items)
         assert (out["status"] == "failed").sum() == 4
         assert sorted(r["prompt"] for r in server.log) == ["fail500 one"] * 2 + ["fail500 two"] * 2
         # the server recovers: a plain re-run sends exactly the 4 failed requests and succeeds
         server.broken = False
         server.log.clear()
-        out = responses_for_items(items, cfg, tmp_path / "gen")
+        out = langfair_score(tmp_path, cfg, items)
         assert (out["status"] == "ok").all()
         assert sorted((r["prompt"], r["seed"]) for r in server.log) == [
             ("fail500 one", 0), ("fail500 one", 1), ("fail500 two", 0), ("fail500 two", 1)]
     for bad in (-0.1, 1.5, "lots"):
         with pytest.raises(ConfigError, match=r"generator\.max_failed_fraction must be a number in \[0, 1\]"):
-            responses_for_items(items, {**cfg, "max_failed_fraction": bad}, tmp_path / "gen")
+            langfair_score(tmp_path, {**cfg, "max_failed_fraction": bad}, items)

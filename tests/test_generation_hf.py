@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from biasflow.generation import GenerationCache, GenerationSettings, HFGenerateBackend, generate_responses
+from biasflow.generation import GenerationSettings, HFGenerateBackend
+from biasflow.scoring.answer import answer_requests
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -38,12 +39,28 @@ def naive_sample(model, tok, prompt, n_new, seed, temperature):
     return ids
 
 
+class TinyCausalLM:
+    """What the answerer needs of a ``causal_lm`` adapter: the model, its tokenizer, a fingerprint and the config."""
+
+    kind = "causal_lm"
+    name = "tiny"
+    fingerprint = "tiny-gpt2"
+
+    def __init__(self, model, tokenizer):
+        self.model, self.tokenizer = model, tokenizer
+        self.cfg = {"kind": "causal_lm", "use_chat_template": False}
+
+
+def generate(adapter, prompts, settings, root):
+    out = answer_requests(settings.requests(prompts), adapter.cfg, root, model=adapter, progress=False)
+    return out.set_index("key").loc[[r.key for r in settings.requests(prompts)]].reset_index()
+
+
 def test_hf_generate_seeded_resumable_and_cached(tiny_gpt2, tmp_path):
     model, tok = tiny_gpt2
-    be = HFGenerateBackend(model, tok, use_chat_template=False)
+    adapter = TinyCausalLM(model, tok)
     settings = GenerationSettings(count=3, temperature=0.0, max_tokens=5, seed=1)
-    cache = GenerationCache(tmp_path / "gen")
-    out = generate_responses(["the doctor said", "my sister is"], be, settings, cache)
+    out = generate(adapter, ["the doctor said", "my sister is"], settings, tmp_path)
     assert len(out) == 6 and (out["status"] == "ok").all()
     # greedy decoding: every sample of a prompt is the same text, and equals argmax decoding by hand
     for prompt, grp in out.groupby("prompt"):
@@ -56,15 +73,15 @@ def test_hf_generate_seeded_resumable_and_cached(tiny_gpt2, tmp_path):
         n_prompt = len(tok(prompt)["input_ids"])
         assert grp["response"].iloc[0] == tok.decode(ids[0, n_prompt:], skip_special_tokens=True)
 
-    # re-run: nothing generated again
+    # re-run: nothing generated again, the same answers
     calls = []
     real = model.generate
     model.generate = lambda *a, **k: calls.append(1) or real(*a, **k)
     try:
-        again = generate_responses(["the doctor said", "my sister is"], be, settings, cache)
+        again = generate(adapter, ["the doctor said", "my sister is"], settings, tmp_path)
     finally:
         model.generate = real
-    assert calls == [] and again["from_cache"].all()
+    assert calls == [] and again["response"].tolist() == out["response"].tolist()
 
 
 def test_hf_sampling_matches_naive_sampler_and_is_order_independent(tiny_gpt2):
@@ -73,12 +90,10 @@ def test_hf_sampling_matches_naive_sampler_and_is_order_independent(tiny_gpt2):
     model, tok = tiny_gpt2
     be = HFGenerateBackend(model, tok, use_chat_template=False)
     settings = GenerationSettings(count=2, temperature=0.9, max_tokens=4, seed=7)
-    both = generate_responses(["hello there"], be, settings, None)
+    both = generate(TinyCausalLM(model, tok), ["hello there"], settings, None)
     assert both["response"].nunique() == 2  # different samples differ (per-sample seeds)
     # the text of a sample does not depend on the other samples: sample 1 alone gives the same text
-    from biasflow.generation.backends import GenerationRequest
-
-    alone = next(be.generate([GenerationRequest("k", "hello there", 1)], settings))
+    alone = next(be.generate([settings.request("hello there", 1)], settings))
     assert alone["response"] == both["response"].iloc[1]
     # and equals ancestral sampling by hand with the same seed
     ids = naive_sample(model, tok, "hello there", 4, sample_seed(7, "hello there", 1), 0.9)
@@ -130,11 +145,11 @@ def _count_generate_calls(model):
 @pytest.mark.parametrize("batch_size", [3, 8])
 def test_batched_greedy_equals_one_at_a_time(lively_gpt2, batch_size):
     """Left-padded batches give every prompt the greedy text it gets alone, in fewer generate calls."""
-    from biasflow.generation.backends import GenerationRequest
+    from biasflow.scoring.requests import Generation
 
     model, tok = lively_gpt2
     settings = GenerationSettings(count=1, temperature=0.0, max_tokens=12, seed=0)
-    requests = [GenerationRequest(f"k{i}", p, 0) for i, p in enumerate(PROMPTS)]
+    requests = [Generation(p, 0) for p in PROMPTS]
     alone = [r["response"] for r in HFGenerateBackend(model, tok, use_chat_template=False, batch_size=1)
              .generate(requests, settings)]
     backend = HFGenerateBackend(model, tok, use_chat_template=False, batch_size=batch_size)
@@ -151,11 +166,11 @@ def test_batched_greedy_equals_one_at_a_time(lively_gpt2, batch_size):
 
 
 def test_sampling_is_not_batched_and_a_failed_batch_falls_back(tiny_gpt2):
-    from biasflow.generation.backends import GenerationRequest
+    from biasflow.scoring.requests import Generation
 
     model, tok = tiny_gpt2
     backend = HFGenerateBackend(model, tok, use_chat_template=False, batch_size=4)
-    requests = [GenerationRequest(f"k{i}", p, 0) for i, p in enumerate(PROMPTS[:4])]
+    requests = [Generation(p, 0) for p in PROMPTS[:4]]
     calls, counting, real = _count_generate_calls(model)
     model.generate = counting
     try:
@@ -173,3 +188,17 @@ def test_sampling_is_not_batched_and_a_failed_batch_falls_back(tiny_gpt2):
     finally:
         model.generate = real
     assert calls == [4, 1, 1, 1, 1] and all(r["status"] == "ok" for r in rows)
+
+
+def test_a_hub_id_or_folder_is_loaded_by_load_pretrained(tmp_path, monkeypatch):
+    """HFGenerateBackend loads a path through the one HF loading function (checked folder, revision, dtype)."""
+    from biasflow.errors import ModelLoadError
+    from biasflow.models import hf
+
+    seen = []
+    real = hf.load_pretrained
+    monkeypatch.setattr(hf, "load_pretrained", lambda cfg, auto, **kw: seen.append(dict(cfg)) or real(cfg, auto, **kw))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelLoadError, match=r"is not a model folder: no config\.json"):
+        HFGenerateBackend(tmp_path / "empty")
+    assert seen == [{"name": str(tmp_path / "empty"), "path": str(tmp_path / "empty"), "device": "auto"}]

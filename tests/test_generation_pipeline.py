@@ -121,7 +121,14 @@ def test_generation_jobs_are_filed_under_the_generators_model(tmp_path):
     assert plan.jobs[0].model == {"name": tmp_path.name, "kind": "causal_lm", "path": str(tmp_path),
                                   "generator": "hf_generate", "device": None}
     # without generator.model the run's causal LM generates: HONEST on a masked LM cannot
-    assert build_plan(["metric=[langfair_stereotype]", "+generator=hf_generate"]).jobs[0].model["name"] == "gpt2"
+    own = build_plan(["metric=[langfair_stereotype]", "+generator=hf_generate"]).jobs[0]
+    default = build_plan(["metric=[langfair_stereotype]"]).jobs[0]
+    assert own.model["name"] == "gpt2" and own.model_key == default.model_key  # the same model, the same answers
+    # generate options that change the text join the causal LM's config, so its fingerprint and folders
+    chat = build_plan(["metric=[langfair_stereotype]", "+generator=hf_generate", "generator.use_chat_template=false",
+                       "+generator.generate_kwargs={top_p: 0.9}"]).jobs[0]
+    assert chat.model == {**own.model, "use_chat_template": False, "generate_kwargs": {"top_p": 0.9}}
+    assert chat.model_key != own.model_key
     with pytest.raises(ConfigError, match=r"metric honest: generator=hf_generate without generator\.model .* "
                                           r"model='demo_bert' is a 'masked_lm'"):
         build_plan(["metric=[honest]", "+generator=hf_generate"])

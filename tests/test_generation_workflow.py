@@ -172,7 +172,7 @@ def test_openai_generator_results_are_filed_under_its_model(project, openai_runs
 def test_api_key_from_a_file_is_sent_and_never_written(project, openai_runs):
     assert openai_runs["sent_first"] and all(r["auth"] == f"Bearer {KEY}"
                                              for r in openai_runs["sent_first"] + openai_runs["sent_second"])
-    errors = pd.concat(pd.read_parquet(p) for p in (project / "results" / "cache" / "generations").glob("*.parquet"))
+    errors = pd.concat(pd.read_parquet(p) for p in (project / "results" / "cache").rglob("generation/part-*.parquet"))
     quoted = errors["error"].dropna()
     assert len(quoted) == 3 and quoted.str.contains("request with key \\*\\*\\*", regex=True).all()
     assert KEY not in openai_runs["first"][1] + openai_runs["second"][1]

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from biasflow.metrics.langfair import (classifier_metrics, classifier_scores, cobs_tokens, cooccurrence_bias,
-                                       group_lists, stereotypical_associations, stop_words, treebank_words,
+from biasflow.metrics.langfair import (classifier_metrics, cobs_tokens, cooccurrence_bias, group_lists,
+                                       stereotype_scores, stereotypical_associations, stop_words, treebank_words,
                                        word_list, word_tokenize)
 
 SEED_TEXTS = ["He was confident after receiving a job offer.",
@@ -220,14 +220,21 @@ def tiny_classifier():
     return model, tok
 
 
+def classifier_scores(texts, model, tok, labels, mode="parity", max_batch=32):
+    from biasflow.scoring.classification import class_probabilities
+
+    names = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    return stereotype_scores(names, class_probabilities(model, tok, texts, max_batch=max_batch), labels, mode)
+
+
 def test_classifier_scores_match_pipeline_and_rules(tiny_classifier):
     from transformers import pipeline
 
     model, tok = tiny_classifier
     texts = random_corpus(5, n=12)
     labels = {"gender": "stereotype_gender", "race": "stereotype_race"}
-    parity = classifier_scores(texts, model, tok, labels, batch_size=5)
-    prob = classifier_scores(texts, model, tok, labels, mode="probability", batch_size=3)
+    parity = classifier_scores(texts, model, tok, labels, max_batch=5)
+    prob = classifier_scores(texts, model, tok, labels, mode="probability", max_batch=3)
     pipe = pipeline("text-classification", model=model, tokenizer=tok, truncation=True)
     for i, out in enumerate(pipe(texts)):  # top label and its score, as LangFair reads them
         for cat, lab in labels.items():
@@ -235,6 +242,57 @@ def test_classifier_scores_match_pipeline_and_rules(tiny_classifier):
             assert parity.loc[i, f"stereotype_score_{cat}"] == pytest.approx(expected, abs=1e-5)
             assert prob.loc[i, f"stereotype_score_{cat}"] >= parity.loc[i, f"stereotype_score_{cat}"] - 1e-6
     assert (parity.to_numpy() > 0).any() and (parity.to_numpy() == 0).any()
+    with pytest.raises(Exception, match=r"classifier label 'toxic' \(category 'tox'\) is not one of the model's"):
+        classifier_scores(texts, model, tok, {"tox": "toxic"})
+
+
+def test_the_classifier_answers_in_the_score_stage_and_the_metric_stage_loads_no_model(tiny_classifier, tmp_path,
+                                                                                      monkeypatch):
+    """A classifier is a model answering Classification requests in the score stage (its answers cached); the
+    metric stage only reads them, so a threshold or mode change classifies nothing again."""
+    from biasflow import stages
+    from biasflow.metrics.langfair import _aggregate, _compute
+
+    model, tok = tiny_classifier
+    model.save_pretrained(tmp_path / "clf")
+    tok.save_pretrained(tmp_path / "clf")
+    texts = random_corpus(6, n=8)
+    pd.DataFrame({"prompt": ["p", "q"] * 4 + ["q"], "response": texts + [""]}).to_csv(tmp_path / "r.csv", index=False)
+    generator = {"kind": "responses_file", "path": str(tmp_path / "r.csv")}
+    labels = {"gender": "stereotype_gender", "race": "stereotype_race"}
+    cfg = {"generator": generator, "generation": {"count": 25},
+           "classifier": {"model": str(tmp_path / "clf"), "labels": labels, "mode": "parity", "threshold": 0.5}}
+    params = {"metric": "langfair_stereotype", "metric_cfg": cfg,
+              "model": {"name": "r", "kind": "generator", "generator": "responses_file", "path": str(tmp_path / "r.csv")}}
+    pd.DataFrame({"item_id": ["0"], "prompt": ["p"]}).to_parquet(tmp_path / "items.parquet")
+    answers = stages.score(params, str(tmp_path / "items.parquet"), str(tmp_path / "s.parquet"), str(tmp_path / "c"))
+    assert answers["kind"].value_counts().to_dict() == {"generation": 9, "classification": 8}
+    writes = {p.parent.name: len(list(p.parent.glob("part-*.parquet"))) for p in (tmp_path / "c").rglob("part-*")}
+    assert writes["classification"] == 1
+
+    import transformers
+
+    monkeypatch.setattr(transformers.AutoModelForSequenceClassification, "from_pretrained",
+                        lambda *a, **k: pytest.fail("the metric stage loaded a model"))
+    items = pd.read_parquet(tmp_path / "items.parquet")
+    per = _compute(items, answers, cfg)
+    expected = classifier_scores(texts, model, tok, labels)
+    ok = per["status"] == "ok"
+    assert ok.sum() == 8 and per.loc[~ok, "stereotype_score_gender"].isna().all()
+    for cat in labels:
+        assert per.loc[ok, f"stereotype_score_{cat}"].tolist() == pytest.approx(
+            expected[f"stereotype_score_{cat}"].tolist(), abs=1e-6)
+    agg = _aggregate(per, cfg).set_index("metric")["value"]
+    assert agg["non_completion_rate"] == pytest.approx(1 / 9)
+    assert agg["expected_maximum_stereotype_gender"] == pytest.approx(
+        classifier_metrics(per[ok], list(labels), 0.5)["expected_maximum_stereotype_gender"])
+    monkeypatch.undo()
+    # another mode and threshold: the score stage asks the same requests, all cached
+    cfg["classifier"] = {**cfg["classifier"], "mode": "probability", "threshold": 0.2}
+    again = stages.score({**params, "metric_cfg": cfg}, str(tmp_path / "items.parquet"), str(tmp_path / "s.parquet"),
+                         str(tmp_path / "c"))
+    assert sorted(again["key"]) == sorted(answers["key"])
+    assert len(list((tmp_path / "c").rglob("classification/part-*.parquet"))) == 1
 
 
 def test_classifier_metrics_by_hand():

@@ -26,6 +26,7 @@ from omegaconf import OmegaConf
 
 from biasflow.errors import ConfigError
 from biasflow.generation.config import job_model as generation_job_model
+from biasflow.generation.config import with_generation_options
 from biasflow.io import stable_hash, write_json, write_text_if_changed
 from biasflow.models.fingerprint import config_fingerprint
 from biasflow.schema import validate_job_config, validate_model_config
@@ -563,6 +564,7 @@ def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
                     continue
                 model = load_model_config(fallback, cfg)
                 validate_model_config(model, f"metric.{name}.default_model={fallback}: model")
+            model = with_generation_options(model, mcfg)  # hf_generate's chat template / generate kwargs
             bench = mcfg.get("benchmark", spec.benchmark)
             bcfg = None
             if bench:

@@ -80,6 +80,12 @@ class MetricSpec:
     # the metric's options as a pydantic model (a ``schema.MetricBase`` subclass): checked for every job at plan
     # time; a built-in metric may list its model in ``schema.METRIC_OPTIONS`` instead
     options: type | None = None
+    # (answers, cfg) -> None, in the score stage before it writes its answers: raises when they are unusable (more
+    # failed generations than allowed), so the stage fails and a re-run asks the failed requests again
+    check_answers: Callable[[pd.DataFrame, Mapping[str, Any]], None] | None = None
+    # (items, answers to ``requests``, cfg) -> [(model config, [Request])]: requests that read those answers (a
+    # classifier scoring generated text), answered next in the score stage by the model config given with them
+    followup_requests: Callable[[pd.DataFrame, pd.DataFrame, Mapping[str, Any]], list] | None = None
 
 
 def register_loader(name: str):

@@ -1,10 +1,8 @@
-"""Generation stage: responses from a local causal LM, an OpenAI-compatible endpoint, or a user's file, cached."""
-from biasflow.generation.backends import (GenerationRequest, GenerationSettings, HFGenerateBackend,
-                                          OpenAIChatBackend, RateLimiter)
-from biasflow.generation.cache import GenerationCache, generation_key
-from biasflow.generation.runner import (build_backend, generate_responses, read_responses_file,
-                                        responses_for_items)
+"""Generated text: backends (a local causal LM, an OpenAI-compatible endpoint, a user's file) that answer
+``Generation`` requests (``biasflow.scoring.requests``) through the one answer cache (``biasflow.scoring.answer``)."""
+from biasflow.generation.answer import (ResponsesFileBackend, answer_generation, check_failures,
+                                        read_responses_file)
+from biasflow.generation.backends import GenerationSettings, HFGenerateBackend, OpenAIChatBackend, RateLimiter
 
-__all__ = ["GenerationCache", "GenerationRequest", "GenerationSettings", "HFGenerateBackend", "OpenAIChatBackend",
-           "RateLimiter", "build_backend", "generate_responses", "generation_key", "read_responses_file",
-           "responses_for_items"]
+__all__ = ["GenerationSettings", "HFGenerateBackend", "OpenAIChatBackend", "RateLimiter", "ResponsesFileBackend",
+           "answer_generation", "check_failures", "read_responses_file"]

@@ -1,7 +1,9 @@
 """Generation backends: a local causal LM (HF ``generate``) and an OpenAI-compatible chat-completions endpoint.
 
-A backend turns requests (prompt, sample index) into result rows. Every backend has a ``fingerprint`` (what
-produced the text: the weights, or the endpoint) and a ``model`` name; both enter the cache key.
+A backend turns ``Generation`` requests of one setting (``GenerationSettings``) into result rows (``key``,
+``response``, ``status``, ``error``, ...); ``biasflow.generation.answer.answer_generation`` is the answerer that
+runs them behind the one answer cache. Every backend has a ``fingerprint`` (what produced the text: the weights,
+or the endpoint) and a ``model_id``.
 """
 from __future__ import annotations
 
@@ -13,10 +15,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from itertools import islice
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from biasflow.errors import ConfigError
 from biasflow.io import stable_hash
+from biasflow.scoring.requests import Generation
 from biasflow.secrets import read_secret, redact_text
 
 log = logging.getLogger(__name__)
@@ -24,7 +28,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class GenerationSettings:
-    """What to ask for: ``count`` responses per prompt under one system prompt and sampling setup."""
+    """What to ask for: ``count`` responses per prompt under one system prompt and sampling setup (the
+    ``Generation`` requests they make: ``requests``)."""
 
     count: int = 1
     system_prompt: str | None = None
@@ -47,12 +52,19 @@ class GenerationSettings:
                    temperature=float(cfg.get("temperature", 1.0)), max_tokens=int(cfg.get("max_tokens", 256)),
                    seed=None if seed is None else int(seed))
 
+    @classmethod
+    def of(cls, request: Generation) -> "GenerationSettings":
+        """The settings a request was made with (one response: ``count`` 1)."""
+        return cls(count=1, system_prompt=request.system_prompt, temperature=request.temperature,
+                   max_tokens=request.max_tokens, seed=request.seed)
 
-@dataclass(frozen=True)
-class GenerationRequest:
-    key: str
-    prompt: str
-    sample_index: int
+    def request(self, prompt: str, sample_index: int) -> Generation:
+        return Generation(prompt=str(prompt), sample_index=int(sample_index), system_prompt=self.system_prompt,
+                          temperature=self.temperature, max_tokens=self.max_tokens, seed=self.seed)
+
+    def requests(self, prompts: Sequence[str]) -> list[Generation]:
+        """``count`` requests per prompt (sample indices 0 .. count-1), prompts in order."""
+        return [self.request(p, i) for p in prompts for i in range(self.count)]
 
 
 def sample_seed(seed: int | None, prompt: str, sample_index: int) -> int:
@@ -61,7 +73,7 @@ def sample_seed(seed: int | None, prompt: str, sample_index: int) -> int:
     return int(hashlib.sha256(blob).hexdigest()[:8], 16)
 
 
-def _row(req: GenerationRequest, response: str | None, error: str | None, started: float) -> dict:
+def _row(req: Generation, response: str | None, error: str | None, started: float) -> dict:
     return {"key": req.key, "prompt": req.prompt, "sample_index": req.sample_index, "response": response,
             "status": "ok" if error is None else "failed", "error": error,
             "latency_s": time.monotonic() - started, "created_at": time.time()}
@@ -71,8 +83,9 @@ def _row(req: GenerationRequest, response: str | None, error: str | None, starte
 class HFGenerateBackend:
     """Sampling from a local causal LM with ``model.generate``.
 
-    ``model`` is a hub id or local path (loaded with AutoModelForCausalLM), a biasflow causal LM adapter (anything
-    with ``.model`` and ``.tokenizer``), or a model object with ``tokenizer`` passed beside it. Each sample is seeded
+    ``model`` is a hub id or local path (loaded by ``models.hf.load_pretrained`` as AutoModelForCausalLM), a
+    biasflow causal LM adapter (anything with ``.model`` and ``.tokenizer``), or a model object with ``tokenizer``
+    passed beside it. Each sample is seeded
     from (seed, prompt, sample index), so a resumed run produces the same text as an uninterrupted one.
     ``temperature`` 0 means greedy decoding; sampling is pure temperature sampling (top_k 0, top_p 1) unless
     ``generate_kwargs`` says otherwise (they enter the fingerprint). With ``use_chat_template`` true (or "auto" and the tokenizer has a chat
@@ -86,14 +99,21 @@ class HFGenerateBackend:
                  use_chat_template: bool | str = "auto", batch_size: int = 8, fingerprint: str | None = None,
                  generate_kwargs: Mapping[str, Any] | None = None):
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
 
         adapter_fp = None
         if isinstance(model, (str, os.PathLike)):
+            from transformers import AutoModelForCausalLM
+
+            from biasflow.models.hf import load_pretrained
+
             source = str(model)
-            tokenizer = tokenizer or AutoTokenizer.from_pretrained(source)
-            model = AutoModelForCausalLM.from_pretrained(source)
+            cfg = {"name": name or source, "path" if Path(source).expanduser().exists() else "hub_id": source,
+                   "device": device or "auto"}
+            loaded = load_pretrained(cfg, AutoModelForCausalLM)
+            tokenizer = tokenizer or loaded.tokenizer
+            model = loaded.model
             name = name or source
+            adapter_fp = loaded.fingerprint(cfg)
         elif hasattr(model, "model") and hasattr(model, "tokenizer"):  # a biasflow adapter
             adapter_fp = getattr(model, "fingerprint", None)
             name = name or getattr(model, "name", None)
@@ -154,7 +174,7 @@ class HFGenerateBackend:
             kwargs.update(do_sample=False)
         return kwargs
 
-    def _generate_one(self, req: GenerationRequest, settings: GenerationSettings) -> dict:
+    def _generate_one(self, req: Generation, settings: GenerationSettings) -> dict:
         import torch
 
         started = time.monotonic()
@@ -171,7 +191,7 @@ class HFGenerateBackend:
             log.warning("generation failed for sample %d of %r: %s", req.sample_index, req.prompt[:60], error)
             return _row(req, None, error, started)
 
-    def _generate_batch(self, batch: list[GenerationRequest], settings: GenerationSettings) -> list[dict]:
+    def _generate_batch(self, batch: list[Generation], settings: GenerationSettings) -> list[dict]:
         """Greedy decoding of several prompts in one ``generate`` call, left-padded (the new tokens of every row
         start at the same column; the attention mask hides the padding and gives each row its own positions)."""
         import torch
@@ -189,7 +209,7 @@ class HFGenerateBackend:
         texts = self.tokenizer.batch_decode(out[:, width:], skip_special_tokens=True)
         return [_row(r, t, None, started) for r, t in zip(batch, texts)]
 
-    def generate(self, requests: Iterable[GenerationRequest], settings: GenerationSettings) -> Iterator[dict]:
+    def generate(self, requests: Iterable[Generation], settings: GenerationSettings) -> Iterator[dict]:
         """Rows as they are generated. Greedy decoding (temperature 0) runs ``batch_size`` prompts per ``generate``
         call; sampling runs one at a time, each under its own seed, so a sample's text never depends on which other
         samples shared its batch (a resumed run reproduces it). A batch that fails is retried one prompt at a time,
@@ -286,7 +306,7 @@ class OpenAIChatBackend:
     def _redact(self, text: str) -> str:
         return redact_text(text, extra_secrets=[self._api_key] if self._api_key else [])
 
-    def _body(self, req: GenerationRequest, settings: GenerationSettings) -> dict:
+    def _body(self, req: Generation, settings: GenerationSettings) -> dict:
         messages = ([{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []) + \
                    [{"role": "user", "content": req.prompt}]
         body = {"model": self.model_id, "messages": messages, "temperature": settings.temperature,
@@ -304,7 +324,7 @@ class OpenAIChatBackend:
                 pass
         return min(self.backoff_s * (2 ** attempt), self.max_backoff_s)
 
-    def _one(self, req: GenerationRequest, settings: GenerationSettings) -> dict:
+    def _one(self, req: Generation, settings: GenerationSettings) -> dict:
         import requests
 
         started = time.monotonic()
@@ -335,7 +355,7 @@ class OpenAIChatBackend:
                 self._sleep(self._delay(attempt, retry_after))
         return _row(req, None, f"gave up after {self.max_retries + 1} attempts: {error}", started)
 
-    def generate(self, requests: Iterable[GenerationRequest], settings: GenerationSettings) -> Iterator[dict]:
+    def generate(self, requests: Iterable[Generation], settings: GenerationSettings) -> Iterator[dict]:
         requests = list(requests)
         if self.concurrency == 1:
             for req in requests:

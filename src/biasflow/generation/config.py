@@ -1,7 +1,10 @@
-"""Generator configs at plan time: no secrets in them, and the model a generation job is filed under.
+"""Generator configs at plan time: no secrets in them, and the model config of a generation job.
 
 A job whose text comes from a generator (``+generator=...``) is the generator's model's job: its folders
-(``model_key``), MLflow run and report rows name that model, not the run's ``model=`` (which generated nothing).
+(``model_key``), MLflow run and report rows name that model, not the run's ``model=`` (which generated nothing), and
+its score stage loads that model config (``biasflow.models.load_model``) to answer the ``Generation`` requests:
+kind ``generator`` (``models/generator.py``: an OpenAI-compatible server or a responses file, the backend named by
+its ``generator`` field) or ``causal_lm`` (``hf_generate``: a local causal LM's ``generate``).
 """
 from __future__ import annotations
 
@@ -16,6 +19,12 @@ from biasflow.secrets import redact_uri
 SECRET_KEYS = frozenset({"api_key", "apikey", "api_token", "token", "access_token", "authorization", "password",
                          "secret"})
 GENERATOR_KINDS = ("hf_generate", "openai_compatible", "responses_file")
+# what an OpenAI-compatible generator's model config carries beside its name, model id and URL (the key's
+# whereabouts only: the key itself is read from the environment or the file when the backend is built)
+OPENAI_OPTIONS = ("api_key_env", "api_key_file", "timeout_s", "max_retries", "backoff_s", "max_backoff_s",
+                  "concurrency", "requests_per_second", "extra_body", "flush_every")
+# options of hf_generate that change the text, carried by the causal LM's model config when set (its fingerprint)
+HF_GENERATE_OPTIONS = {"use_chat_template": "auto", "generate_kwargs": None}
 
 
 def check_generator_config(gen_cfg: Mapping[str, Any] | None, option: str = "generator") -> None:
@@ -37,8 +46,9 @@ def name_slug(text: str) -> str:
 
 
 def generator_model(gen_cfg: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The model config a generation job is filed under, or None when the job's own causal LM generates
-    (``hf_generate`` without ``generator.model``). ``generator.name`` names it explicitly."""
+    """The model config of a generation job (what it is filed under and what its score stage loads), or None
+    when the job's own causal LM generates (``hf_generate`` without ``generator.model``). ``generator.name`` names
+    it explicitly."""
     kind = gen_cfg.get("kind")
     if kind not in GENERATOR_KINDS:
         raise ConfigError(f"generator.kind={kind!r} is not a generator; known: {', '.join(GENERATOR_KINDS)}")
@@ -54,8 +64,10 @@ def generator_model(gen_cfg: Mapping[str, Any]) -> dict[str, Any] | None:
         if not gen_cfg.get("model") or not gen_cfg.get("base_url"):
             raise ConfigError("generator=openai_compatible needs generator.model (the server's model name) and "
                               "generator.base_url")
+        options = {k: gen_cfg[k] for k in OPENAI_OPTIONS if gen_cfg.get(k) is not None}
         return {"name": name_slug(explicit or gen_cfg["model"]), "kind": "generator", "generator": kind,
-                "model_id": str(gen_cfg["model"]), "base_url": redact_uri(str(gen_cfg["base_url"]))}
+                "model_id": str(gen_cfg["model"]), "base_url": redact_uri(str(gen_cfg["base_url"])),
+                **options, "api_key_env": gen_cfg.get("api_key_env", "OPENAI_API_KEY")}
     path = gen_cfg.get("path")
     if not path:
         raise ConfigError("generator=responses_file needs generator.path (CSV / JSONL / Parquet with prompt, "
@@ -83,4 +95,16 @@ def job_model(cfg: Mapping[str, Any], metric: str, metric_cfg: Mapping[str, Any]
     return model
 
 
-__all__ = ["check_generator_config", "generator_model", "job_model", "name_slug", "SECRET_KEYS"]
+def with_generation_options(model: Mapping[str, Any], metric_cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """``model`` with the ``hf_generate`` options that change its text (``use_chat_template``,
+    ``generate_kwargs``) when the metric's generator sets them off their defaults and ``model`` is the causal LM
+    that generates; they enter its fingerprint, so other settings never share its cached answers."""
+    gen_cfg = metric_cfg.get("generator") or {}
+    if gen_cfg.get("kind") != "hf_generate" or model.get("kind") != "causal_lm":
+        return dict(model)
+    options = {k: gen_cfg[k] for k, default in HF_GENERATE_OPTIONS.items() if gen_cfg.get(k, default) != default}
+    return {**model, **options}
+
+
+__all__ = ["check_generator_config", "generator_model", "job_model", "name_slug", "with_generation_options",
+           "SECRET_KEYS"]

@@ -11,13 +11,14 @@ HELM's defaults: gender = its 20 female / 20 male words, race = the most common 
 from __future__ import annotations
 
 from collections import Counter
-from functools import partial
 from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
-from biasflow.metrics.langfair import (_responses_score, group_counts_to_tvd, group_lists, response_rows,
-                                       stereotypical_associations, word_list, word_tokenize)
+from biasflow.metrics._generated import check_generations, generation_grid, with_responses
+from biasflow.metrics.langfair import (group_counts_to_tvd, group_lists, response_rows, stereotypical_associations,
+                                       word_list, word_tokenize)
+from biasflow.scoring.requests import Generation
 
 HELM_CATEGORIES = {"gender": "helm_gender", "race": "helm_race"}
 
@@ -31,8 +32,18 @@ def demographic_representation(responses: Iterable[str], groups: Mapping[str, Se
     return {"value": value, "counts": counts}
 
 
-def _compute(items: pd.DataFrame, responses: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
-    return response_rows(responses)
+METRIC = "helm_representation"
+
+
+def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[Generation]:
+    """``count`` responses to every prompt from the job's generator (or every response of a responses file)."""
+    return generation_grid(items, cfg, METRIC)[1]
+
+
+def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per response (the answers to ``requests``, by request key); metrics are corpus-level."""
+    grid, reqs = generation_grid(items, cfg, METRIC)
+    return response_rows(with_responses(grid, reqs, answers))
 
 
 def _aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
@@ -59,8 +70,8 @@ def _register() -> None:
     from biasflow.registry import MetricSpec, register_metric
 
     register_metric(MetricSpec(
-        name="helm_representation", benchmark="bold", model_kinds=("causal_lm", "generator"),
-        score=partial(_responses_score, metric="helm_representation"), compute=_compute, aggregate=_aggregate,
+        name=METRIC, benchmark="bold", model_kinds=("causal_lm", "generator"), requests=requests,
+        compute=_compute, aggregate=_aggregate, check_answers=check_generations(METRIC),
         score_keys=("generator", "generation"), headline=("representation_gender", "representation_race")))
 
 

@@ -4,9 +4,10 @@ Reference: the ``honest`` package (github MilaNLProc/honest, ``HonestEvaluator``
 * lexicon: HurtLex (``hurtlex_EN.tsv``), rows with ``level == "conservative"``; lemmas and completions have their
   accents stripped; a completion is hurtful if it equals a lemma; its category is the category of the FIRST
   lexicon row with that lemma (one lemma can have several; only the first counts, as in the reference);
-* masked LMs: the top-k fill-mask tokens at ``[M]`` (``tokenizer.decode([id]).strip()``, like the fill-mask
-  pipeline's ``token_str``); causal LMs and generators (``+generator=...``: a local causal LM, an
-  OpenAI-compatible server or a responses file): the first word of k responses to the template up to ``[M]``;
+* masked LMs: the top-k fill-mask tokens at ``[M]`` (``MaskTopK`` requests: ``tokenizer.decode([id]).strip()``,
+  like the fill-mask pipeline's ``token_str``); causal LMs and generators (``+generator=...``: a local causal LM,
+  an OpenAI-compatible server or a responses file): the first word of k responses to the template up to ``[M]``
+  (``Generation`` requests, the same path as LangFair's and HELM's);
 * HONEST = hurtful completions / (k x templates); here also per identity group, per lexicon category and per
   group x category (the paper's per-category figures).
 """
@@ -20,10 +21,15 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from biasflow.errors import ConfigError, DataFormatError
-from biasflow.registry import MetricSpec, ScoreContext, register_metric
+from biasflow.generation.answer import read_responses_file
+from biasflow.metrics._generated import check_generations, generation_grid, generator_settings, responses_path
+from biasflow.registry import MetricSpec, register_metric
+from biasflow.scoring.answer import lookup
+from biasflow.scoring.requests import Generation, MaskTopK
 
+METRIC = "honest"
 MASK = "[M]"
-FILL_MASK_KIND = "honest_fill_mask"
+MASK_PLACEHOLDER = "[MASK]"  # the mask of a MaskTopK template
 
 
 def strip_accents(text: str) -> str:
@@ -48,33 +54,9 @@ def load_lexicon(path: str | Path, level: str | None = "conservative") -> pd.Dat
 
 
 # ------------------------------------------------------------------------------------------------ completions
-def fill_mask_completions(model, tokenizer, templates: Sequence[str], k: int, batch_size: int = 32,
-                          device=None) -> list[list[str]]:
-    """Top-k fill-mask words for each template (its ``[M]`` becomes the tokenizer's mask token)."""
-    import torch
-
-    if tokenizer.mask_token is None:
-        raise ConfigError("HONEST fill-mask needs a masked LM tokenizer (no mask token)")
-    device = device or next(model.parameters()).device
-    out: list[list[str]] = []
-    model.eval()
-    for start in range(0, len(templates), batch_size):
-        batch = [t.replace(MASK, tokenizer.mask_token) for t in templates[start:start + batch_size]]
-        enc = tokenizer(batch, padding=True, return_tensors="pt").to(device)
-        with torch.no_grad():
-            logits = model(**enc).logits
-        for row, ids in enumerate(enc["input_ids"]):
-            pos = (ids == tokenizer.mask_token_id).nonzero()
-            if len(pos) != 1:
-                raise DataFormatError(f"HONEST template {batch[row]!r} has {len(pos)} mask tokens, expected 1")
-            top = torch.topk(logits[row, pos[0, 0]].float(), k).indices.tolist()
-            out.append([tokenizer.decode([i]).strip() for i in top])
-    return out
-
-
 def first_word(text: str | None) -> str:
     """The first word of a generation (letters, digits, apostrophes and hyphens), '' if there is none."""
-    m = re.search(r"[^\W_](?:[\w'\-]*[^\W_])?", text or "")
+    m = re.search(r"[^\W_](?:[\w'\-]*[^\W_])?", text if isinstance(text, str) else "")  # failed: None / NaN
     return m.group(0) if m else ""
 
 
@@ -83,37 +65,62 @@ def template_prompts(templates: Sequence[str]) -> list[str]:
     return [t.split(MASK)[0].strip() for t in templates]
 
 
-def completions_from_responses(responses: pd.DataFrame, prompts: Sequence[str], k: int,
-                               source: str = "generator") -> list[list[str]]:
-    """First words of the first k responses of each prompt (a failed or empty response gives '')."""
-    ordered = responses.sort_values("sample_index", kind="stable")
-    by_prompt = {p: list(g["response"]) for p, g in ordered.groupby(ordered["prompt"].str.strip(), sort=False)}
-    out = []
+def largest_k(cfg: Mapping[str, Any]) -> int:
+    """One pass at the largest k: smaller k are its prefixes."""
+    k = cfg.get("k", 20)
+    return int(max(k)) if isinstance(k, list) else int(k)
+
+
+def fill_mask_requests(items: pd.DataFrame, cfg: Mapping[str, Any]) -> list[MaskTopK]:
+    """The top-k fill-mask words at each template's ``[M]``."""
+    k = largest_k(cfg)
+    return [MaskTopK(t.replace(MASK, MASK_PLACEHOLDER), k) for t in items["template_masked"]]
+
+
+def check_responses_file(path: str, prompts: Sequence[str], k: int) -> None:
+    """A responses file must hold k responses to every template prompt (DataFormatError naming the prompt)."""
+    have = read_responses_file(path)["prompt"].value_counts()
     for prompt in prompts:
-        got = by_prompt.get(prompt, [])
-        if len(got) < k:
+        n = int(have.get(prompt, 0))
+        if n < k:
             raise DataFormatError(
-                f"{source}: {len(got)} response(s) for the HONEST prompt {prompt!r}, but k={k} needs {k} per "
+                f"responses file {path}: {n} response(s) for the HONEST prompt {prompt!r}, but k={k} needs {k} per "
                 f"template (the prompt is the template's text before {MASK}); lower metric.honest.k or add responses")
-        out.append([first_word(r) for r in got[:k]])
-    return out
 
 
-def generated_completions(ctx: ScoreContext, templates: Sequence[str], k: int) -> list[list[str]]:
-    """Completions from the configured generator (``+generator=...``) or, without one, k samples of the job's
-    causal LM with the metric's ``generation`` settings; k responses per template whatever ``count`` says."""
-    from biasflow.generation import responses_for_items
-    from biasflow.metrics.langfair import generator_settings
+def generation_requests(items: pd.DataFrame, cfg: Mapping[str, Any]) -> tuple[pd.DataFrame, list[Generation]]:
+    """k responses to each distinct template prompt (the template's text before ``[M]``) from the job's
+    generator, whatever its ``count`` says; rows and requests in the same order."""
+    prompts = list(dict.fromkeys(template_prompts(items["template_masked"])))
+    k = largest_k(cfg)
+    gen_cfg, option = generator_settings(cfg, METRIC)
+    path = responses_path(gen_cfg, option)
+    if path is not None:
+        check_responses_file(path, prompts, k)
+    return generation_grid(pd.DataFrame({"prompt": prompts}), cfg, METRIC, count=k)
 
-    gen_cfg, option = generator_settings(ctx.metric_cfg, "honest")
-    prompts = template_prompts(templates)
-    if gen_cfg.get("kind") == "responses_file":
-        responses = responses_for_items(pd.DataFrame(), gen_cfg, None, option=option)
-        return completions_from_responses(responses, prompts, k, f"responses file {gen_cfg.get('path')}")
-    model = ctx.model if gen_cfg.get("kind") == "hf_generate" and not gen_cfg.get("model") else None
-    responses = responses_for_items(pd.DataFrame({"prompt": list(dict.fromkeys(prompts))}), gen_cfg,
-                                    Path(ctx.cache_dir) / "generations", model=model, count=k, option=option)
-    return completions_from_responses(responses, prompts, k)
+
+def generates(cfg: Mapping[str, Any], model_kind: str) -> bool:
+    """Completions are generated (first words of k responses) with a generator or a causal LM; fill-mask else."""
+    return bool(cfg.get("generator")) or model_kind in ("causal_lm", "generator")
+
+
+def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
+    if generates(cfg, model_kind):
+        return generation_requests(items, cfg)[1]
+    return fill_mask_requests(items, cfg)
+
+
+def completions(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> list[list[str]]:
+    """The largest k completions of every template, from the answers (fill-mask words or generations' first words;
+    a failed generation gives '')."""
+    if MaskTopK.kind in set(answers.get("kind", ())):
+        return [list(words) for words in lookup(answers, fill_mask_requests(items, cfg), "tokens")]
+    grid, reqs = generation_requests(items, cfg)
+    words: dict[str, list[str]] = {}
+    for prompt, response in zip(grid["prompt"], lookup(answers, reqs, "response") if reqs else []):
+        words.setdefault(prompt, []).append(first_word(response))
+    return [words[p] for p in template_prompts(items["template_masked"])]
 
 
 # -------------------------------------------------------------------------------------------------- scoring
@@ -191,38 +198,14 @@ def lexicon_path(cfg: Mapping[str, Any]) -> Path:
     return dest
 
 
-def score(ctx: ScoreContext) -> pd.DataFrame:
-    from biasflow.scoring.cache import ScoreCache, request_key
-
-    cfg = ctx.metric_cfg
-    k = int(max(cfg.get("k", [1, 5, 20]))) if isinstance(cfg.get("k"), list) else int(cfg.get("k", 20))
-    templates = ctx.items["template_masked"].tolist()
-    if ctx.metric_cfg.get("generator") or ctx.model_cfg.get("kind") == "causal_lm":
-        return pd.DataFrame({"item_id": ctx.items["item_id"], "template_masked": templates,
-                             "completions": generated_completions(ctx, templates, k)})
-    model = ctx.model
-    cache = ScoreCache(ctx.cache_dir, model.fingerprint, FILL_MASK_KIND)
-    req = pd.DataFrame({"template_masked": templates})
-    req["key"] = [request_key(model.fingerprint, FILL_MASK_KIND, {"text": t}, {"k": k}) for t in templates]
-
-    def compute(chunk: pd.DataFrame) -> pd.DataFrame:
-        words = fill_mask_completions(model.model, model.tokenizer, chunk["template_masked"].tolist(), k)
-        return chunk.assign(completions=words)
-
-    got = cache.fetch_or_compute(req, compute).set_index("key")
-    return pd.DataFrame({"item_id": ctx.items["item_id"], "template_masked": templates,
-                         "completions": [list(got.at[key, "completions"]) for key in req["key"]]})
-
-
-def compute(items: pd.DataFrame, scores: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     lexicon = load_lexicon(lexicon_path(cfg),
                            level=(cfg.get("lexicon") or {}).get("level", "conservative"))
-    comps = scores.set_index("item_id")["completions"]
+    comps = completions(items, answers, cfg)
     frames = []
     for k in (cfg.get("k") if isinstance(cfg.get("k"), list) else [cfg.get("k", 20)]):
         k = int(k)
-        top = [list(comps[i])[:k] for i in items["item_id"]]
-        per = honest_per_template(top, items.reset_index(drop=True), lexicon)
+        per = honest_per_template([c[:k] for c in comps], items.reset_index(drop=True), lexicon)
         per["k_setting"] = k
         frames.append(per)
     per = pd.concat(frames, ignore_index=True)
@@ -242,6 +225,7 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
 
 
 SPEC = register_metric(MetricSpec(
-    name="honest", benchmark="honest", model_kinds=("masked_lm", "causal_lm", "generator"),
-    score=score, compute=compute, aggregate=aggregate, score_keys=("k", "generation", "generator"),
+    name=METRIC, benchmark="honest", model_kinds=("masked_lm", "causal_lm", "generator"),
+    requests=requests, compute=compute, aggregate=aggregate, check_answers=check_generations(METRIC),
+    score_keys=("k", "generation", "generator"),
     headline=("honest@1", "honest@5", "honest@20"), plot_metric="honest@20", plot_reference=None))

@@ -3,7 +3,8 @@
 * Co-occurrence bias score (COBS, Bordia & Bowman 2019 as LangFair implements it).
 * Stereotypical associations (HELM, Liang et al. 2023, as LangFair adapted it).
 * Classifier metrics: Stereotype Fraction, Expected Maximum Stereotype, Stereotype Probability with any
-  Hugging Face text-classification model.
+  Hugging Face text-classification model, which the score stage runs on the generated text (``Classification``
+  requests, answered by the classifier after the ``Generation`` requests); the metric reads its probabilities.
 
 The word lists are data files in ``biasflow/resources/wordlists`` (sources in its README). LangFair tokenises
 with NLTK's ``word_tokenize``; NLTK's sentence model is data that cannot be fetched here, so ``word_tokenize``
@@ -18,7 +19,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from functools import lru_cache, partial
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -27,6 +28,9 @@ import numpy as np
 import pandas as pd
 
 from biasflow.errors import ConfigError
+from biasflow.metrics._generated import check_generations, generation_grid, with_responses
+from biasflow.scoring.answer import lookup
+from biasflow.scoring.requests import Classification, Generation
 
 # ----------------------------------------------------------------------------------------------- word lists
 WORDLIST_PACKAGE = "biasflow.resources.wordlists"
@@ -254,33 +258,23 @@ def stereotypical_associations(responses: Iterable[str], target_words: Sequence[
 
 
 # ------------------------------------------------------------------------------------- classifier metrics
-def classifier_scores(responses: Sequence[str], model: Any, tokenizer: Any, label_for: Mapping[str, str],
-                      mode: str = "parity", batch_size: int = 32, max_length: int = 512) -> pd.DataFrame:
-    """Per-response stereotype score per category from a text-classification model.
+def stereotype_scores(labels: Sequence[str], probabilities: Any, label_for: Mapping[str, str],
+                      mode: str = "parity") -> pd.DataFrame:
+    """Per-response stereotype score per category from a classifier's answers (``labels`` in id order, one row of
+    ``probabilities`` per response).
 
     ``label_for`` maps a category (``gender``) to the model's label (``stereotype_gender``). ``parity`` (LangFair):
     the score is the top label's probability if the top label is the category's label, else 0. ``probability``:
     the softmax probability of the category's label whatever the top label is.
     """
-    import torch
-
     if mode not in ("parity", "probability"):
         raise ConfigError(f"classifier.mode must be 'parity' or 'probability', got {mode!r}")
-    id2label = {int(i): str(lab) for i, lab in model.config.id2label.items()}
-    label2id = {lab: i for i, lab in id2label.items()}
+    label2id = {str(lab): i for i, lab in enumerate(labels)}
     for cat, lab in label_for.items():
         if lab not in label2id:
             raise ConfigError(f"classifier label {lab!r} (category {cat!r}) is not one of the model's labels "
                               f"{sorted(label2id)}")
-    device = next(model.parameters()).device
-    probs = []
-    model.eval()
-    for start in range(0, len(responses), batch_size):
-        batch = [str(r) for r in responses[start:start + batch_size]]
-        enc = tokenizer(batch, padding=True, truncation=True, max_length=max_length, return_tensors="pt").to(device)
-        with torch.no_grad():
-            probs.append(torch.softmax(model(**enc).logits.float(), dim=-1).cpu().numpy())
-    p = np.concatenate(probs) if probs else np.zeros((0, len(id2label)))
+    p = np.asarray(probabilities, dtype=float).reshape(-1, len(label2id))
     top = p.argmax(axis=1) if len(p) else np.zeros(0, dtype=int)
     out = {}
     for cat, lab in label_for.items():
@@ -317,27 +311,6 @@ def target_list(cfg: Mapping[str, Any]) -> list[str]:
     return word_list(cfg.get("targets", "adjectives"))
 
 
-def generator_settings(metric_cfg: Mapping[str, Any], metric: str) -> tuple[dict[str, Any], str]:
-    """The generator config of a generated-text metric and the option it lives under (for messages).
-
-    The chosen generator's settings (``+generator=...``) win over the metric's ``generation`` defaults; without a
-    generator, the job's causal LM generates (``hf_generate``) with the ``generation`` settings."""
-    generator = metric_cfg.get("generator")
-    gen_cfg = {**(metric_cfg.get("generation") or {}), **(generator or {"kind": "hf_generate"})}
-    gen_cfg = {k: v for k, v in gen_cfg.items() if v is not None or k in ("system_prompt", "seed")}
-    return gen_cfg, ("generator" if generator else f"metric.{metric}.generation")
-
-
-def _responses_score(ctx, metric: str = "langfair_stereotype") -> pd.DataFrame:
-    from biasflow.generation import responses_for_items
-
-    gen_cfg, option = generator_settings(ctx.metric_cfg, metric)
-    model = None
-    if gen_cfg.get("kind") == "hf_generate" and not gen_cfg.get("model"):
-        model = ctx.model
-    return responses_for_items(ctx.items, gen_cfg, Path(ctx.cache_dir) / "generations", model=model, option=option)
-
-
 def response_rows(responses: pd.DataFrame) -> pd.DataFrame:
     """One row per response (the unit the bootstrap resamples), value 1 for an answered request."""
     per = responses.copy()
@@ -350,18 +323,53 @@ def response_rows(responses: pd.DataFrame) -> pd.DataFrame:
     return per
 
 
-def _compute(items: pd.DataFrame, responses: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+METRIC = "langfair_stereotype"
+
+
+def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[Generation]:
+    """``count`` responses to every prompt from the job's generator (or every response of a responses file)."""
+    return generation_grid(items, cfg, METRIC)[1]
+
+
+def classifier_model(clf: Mapping[str, Any]) -> dict[str, Any]:
+    """The model config of ``classifier.model`` (a hub id or a local folder): it answers the Classification
+    requests in the score stage."""
+    source = str(clf["model"])
+    where = "path" if Path(source).expanduser().exists() else "hub_id"
+    return {"name": source, "kind": "text_classifier", where: source, "batch_size": int(clf.get("batch_size") or 32)}
+
+
+def responses(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per response (the unit the bootstrap resamples), from the answers to ``requests``."""
+    grid, reqs = generation_grid(items, cfg, METRIC)
+    return response_rows(with_responses(grid, reqs, answers))
+
+
+def followup_requests(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> list:
+    """With ``classifier.model``: that classifier's class probabilities of every answered response."""
+    clf = cfg.get("classifier") or {}
+    if not clf.get("model"):
+        return []
+    per = responses(items, answers, cfg)
+    texts = dict.fromkeys(str(t) for t in per.loc[per["status"].eq("ok"), "response"])
+    return [(classifier_model(clf), [Classification(t, str(clf["model"])) for t in texts])]
+
+
+def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     """One row per response; metrics are corpus-level, in ``aggregate``."""
-    per = response_rows(responses)
+    per = responses(items, answers, cfg)
     clf = cfg.get("classifier") or {}
     if clf.get("model"):
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(clf["model"])
-        model = AutoModelForSequenceClassification.from_pretrained(clf["model"])
         ok = per["status"].eq("ok")
-        scores = classifier_scores(per.loc[ok, "response"].tolist(), model, tok, dict(clf["labels"]),
-                                   mode=clf.get("mode", "parity"), batch_size=int(clf.get("batch_size", 32)))
+        asked = [Classification(str(t), str(clf["model"])) for t in per.loc[ok, "response"]]
+        labels = lookup(answers, asked, "labels")
+        probabilities = [np.asarray(p, dtype=float) for p in lookup(answers, asked, "probabilities")]
+        label_for = dict(clf["labels"])
+        if asked:
+            scores = stereotype_scores(list(labels[0]), np.stack(probabilities), label_for,
+                                       mode=clf.get("mode", "parity"))
+        else:  # nothing answered: nothing classified
+            scores = pd.DataFrame({f"stereotype_score_{cat}": [] for cat in label_for}, dtype=float)
         for col in scores:
             per.loc[ok, col] = scores[col].to_numpy()
     return per
@@ -398,10 +406,10 @@ def _register() -> None:
     from biasflow.registry import MetricSpec, register_metric
 
     register_metric(MetricSpec(
-        name="langfair_stereotype", benchmark="langfair_prompts", model_kinds=("causal_lm", "generator"),
-        score=partial(_responses_score, metric="langfair_stereotype"), compute=_compute, aggregate=_aggregate,
-        score_keys=("generator", "generation"), headline=("cooccurrence_bias", "stereotypical_associations"),
-        plot_metric=None))
+        name=METRIC, benchmark="langfair_prompts", model_kinds=("causal_lm", "generator"),
+        requests=requests, compute=_compute, aggregate=_aggregate, check_answers=check_generations(METRIC),
+        followup_requests=followup_requests, score_keys=("generator", "generation", "classifier"),
+        headline=("cooccurrence_bias", "stereotypical_associations"), plot_metric=None))
 
 
 _register()

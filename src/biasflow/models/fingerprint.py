@@ -18,10 +18,10 @@ from biasflow.io import stable_hash
 SCORING_KEYS = ("kind", "hub_id", "path", "package", "revision", "dtype", "lowercase", "attn_implementation",
                 "format", "header", "pooling", "max_length")
 
-# Keys of process models (LM Challenge) and generators (served models): in the fingerprint only when set, so other
-# models' keys never change.
-PROCESS_KEYS = ("order", "level", "command", "predictions", "generator", "model_id", "base_url",
-                "served_model_name", "bos_text")
+# Keys of process models (LM Challenge) and generators (served models, a causal LM's generate options): in the
+# fingerprint only when set, so other models' keys never change.
+PROCESS_KEYS = ("order", "level", "command", "predictions", "generator", "model_id", "base_url", "extra_body",
+                "use_chat_template", "generate_kwargs", "served_model_name", "bos_text")
 
 # Keys that say where a model runs, not what it computes: a served causal LM is named by the server's model name and
 # its pinned revision, so moving the server to another node keeps its results and cached answers.

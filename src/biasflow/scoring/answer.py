@@ -53,10 +53,18 @@ ANSWERERS: dict[tuple[str, str], str | Callable] = {
     ("lmc_process", "lmc_line"): "biasflow.lmchallenge.pipeline:answer_lmc_line",
     ("masked_lm", "lmc_line"): "biasflow.lmchallenge.pipeline:answer_lmc_line",
     ("causal_lm", "lmc_line"): "biasflow.lmchallenge.pipeline:answer_lmc_line",
+    ("causal_lm", "generation"): "biasflow.generation.answer:answer_generation",
+    ("generator", "generation"): "biasflow.generation.answer:answer_generation",
+    ("text_classifier", "classification"): "biasflow.scoring.classification:answer_classification",
 }
 
 # a request kind a model kind answers with a sibling head of the same checkpoint (loaded as that kind)
 LOAD_AS: dict[tuple[str, str], str] = {("masked_lm", "next_sentence"): "bert_nsp"}
+
+# requests answered one network call or one sampled decoding at a time: written to the cache in small chunks, so
+# an interrupted run loses little (a model config's ``flush_every`` overrides)
+CHUNK_SIZES = {"generation": 32}
+DEFAULT_CHUNK_SIZE = 512
 
 DEFAULT_BATCH_TOKENS = 8192
 DEFAULT_MAX_LOGITS = 1 << 26  # 64M floats = 256 MB of logits per forward pass
@@ -144,11 +152,12 @@ def request_frame(requests: Sequence[Request]) -> pd.DataFrame:
 
 def answer_requests(requests: Sequence[Request], model_cfg: Mapping[str, Any], cache_root: str | Path | None,
                     *, model: Any = None, models: Models | None = None, metric: str | None = None,
-                    chunk_size: int = 512, progress: bool = True) -> pd.DataFrame:
+                    chunk_size: int | None = None, progress: bool = True) -> pd.DataFrame:
     """One row per distinct request (first-asked order): key, kind, request fields, answer columns.
 
     ``cache_root`` None answers everything without the cache. ``model`` is an already loaded adapter of
-    ``model_cfg``'s kind (else loaded on first need).
+    ``model_cfg``'s kind (else loaded on first need). Missing answers are written to the cache every
+    ``chunk_size`` requests (default: ``model_cfg.flush_every``, else ``CHUNK_SIZES`` of the request kind, else 512).
     """
     models = models or Models(model_cfg, model)
     budget = Budget.from_model_cfg(model_cfg, progress=progress)
@@ -173,8 +182,9 @@ def answer_requests(requests: Sequence[Request], model_cfg: Mapping[str, Any], c
         log.info("%s requests: %d, %d cached, %d to answer (%s)", request_kind, len(todo), len(todo) - len(missing),
                  len(missing), getattr(adapter, "name", kind_of_model))
         parts = [hits] if len(hits) else []
-        for start in range(0, len(missing), chunk_size):
-            chunk = missing[start:start + chunk_size]
+        size = int(chunk_size or model_cfg.get("flush_every") or CHUNK_SIZES.get(request_kind, DEFAULT_CHUNK_SIZE))
+        for start in range(0, len(missing), size):
+            chunk = missing[start:start + size]
             answers = _answer_chunk(fn, adapter, chunk, budget)
             rows = pd.concat([request_frame(chunk), answers.drop(columns=[c for c in ("key", "kind")
                                                                           if c in answers])], axis=1)
@@ -212,4 +222,12 @@ def metric_answers(metric: str, items: pd.DataFrame, metric_cfg: Mapping[str, An
         model_cfg = dict(getattr(model, "cfg", None) or {"kind": model.kind})
     models = models or Models(model_cfg, model)
     requests = spec.requests(items, metric_cfg, str(model_cfg.get("kind")))
-    return answer_requests(requests, model_cfg, cache_root, models=models, metric=spec.name, progress=progress)
+    answers = answer_requests(requests, model_cfg, cache_root, models=models, metric=spec.name, progress=progress)
+    if spec.check_answers is not None:  # raising fails the score stage before it writes anything
+        spec.check_answers(answers, metric_cfg)
+    if spec.followup_requests is None:
+        return answers
+    frames = [answers]
+    for other_cfg, more in spec.followup_requests(items, answers, metric_cfg):  # e.g. a classifier on the text
+        frames.append(answer_requests(more, other_cfg, cache_root, metric=spec.name, progress=progress))
+    return pd.concat(frames, ignore_index=True).drop_duplicates("key")

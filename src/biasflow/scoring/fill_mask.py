@@ -118,6 +118,20 @@ def answer_mask_token_str(adapter, requests, budget) -> pd.DataFrame:
     return pd.DataFrame(found).drop(columns="candidates")
 
 
+def answer_mask_top_k(adapter, requests, budget) -> pd.DataFrame:
+    """Answerer of ``MaskTopK``: the ``top_k`` most probable vocabulary entries at the mask (template cased as the
+    model expects), as the HF fill-mask pipeline lists them: ``tokens`` (``decode([id]).strip()``, its
+    ``token_str``), ``probabilities`` (softmax at the mask, descending)."""
+    tok = adapter.tokenizer
+    templates = [adapter.normalise(r.template).replace(MASK_PLACEHOLDER.lower(), MASK_PLACEHOLDER) for r in requests]
+    out: list[dict] = [{} for _ in requests]
+    for i, dist in mask_distributions(adapter, templates, budget.batch_tokens, budget.progress, desc="fill-mask top-k"):
+        top = torch.topk(dist, int(requests[i].top_k))
+        out[i] = {"tokens": [tok.decode([int(t)]).strip() for t in top.indices],
+                  "probabilities": [float(p) for p in top.values]}
+    return pd.DataFrame(out, columns=["tokens", "probabilities"])
+
+
 def top_k_probability(prob: float, rank: int, n_pieces: int, top_k: int | None) -> float:
     """Probability as a top-k fill-mask list reports it: 0 when the word is not among the k best single pieces."""
     if top_k is None:

@@ -204,15 +204,36 @@ class ContinuationLogprobs(Request):
 
 @dataclass(frozen=True)
 class Generation(Request):
-    """One sampled (or greedy) response to ``prompt``. Answer: ``response``, ``status``, ``error``."""
+    """Sample ``sample_index`` of a response to ``prompt`` under the settings that determine it (temperature 0:
+    greedy). Answered by every generator (a causal LM's ``generate``, an OpenAI-compatible server, a responses
+    file). Answer: ``response`` (None when failed), ``status`` (``ok`` | ``failed``), ``error`` (redacted),
+    ``latency_s``; a failed answer is cached but asked again on the next run."""
 
     kind: ClassVar[str] = "generation"
     prompt: str
     sample_index: int = 0
     system_prompt: str | None = None
-    temperature: float = 0.0
-    max_tokens: int = 64
-    seed: int | None = None
+    temperature: float = 1.0
+    max_tokens: int = 256
+    seed: int | None = 0
+
+    def __post_init__(self):  # one key whether a config wrote 1 or 1.0
+        object.__setattr__(self, "sample_index", int(self.sample_index))
+        object.__setattr__(self, "temperature", float(self.temperature))
+        object.__setattr__(self, "max_tokens", int(self.max_tokens))
+        object.__setattr__(self, "seed", None if self.seed is None else int(self.seed))
+
+
+# -------------------------------------------------------------------------------------------------- classifiers
+@dataclass(frozen=True)
+class Classification(Request):
+    """The class probabilities a text classifier (``classifier``: hub id or local folder) gives ``text``; answered
+    by that classifier (model kind ``text_classifier``), not by the job's model. Answer: ``labels`` (the model's
+    labels in id order), ``probabilities`` (softmax, same order)."""
+
+    kind: ClassVar[str] = "classification"
+    text: str
+    classifier: str
 
 
 # ------------------------------------------------------------------------------------------------- embeddings

@@ -1,0 +1,165 @@
+"""Answering ``Generation`` requests: one answerer for every generator, the responses-file backend, the failure rule.
+
+``answer_generation`` is registered in ``biasflow.scoring.answer.ANSWERERS`` for model kinds ``causal_lm`` (the
+model's own ``generate``: ``HFGenerateBackend``) and ``generator`` (the backend its config names:
+``models/generator.py``). The dispatcher caches its answers in the one answer cache, failed ones included (with
+their redacted error), and asks the failed ones again on the next run.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import pandas as pd
+
+from biasflow.errors import ConfigError, DataFormatError, GenerationError
+from biasflow.generation.backends import GenerationSettings, HFGenerateBackend, _row
+from biasflow.scoring.requests import Generation
+from biasflow.secrets import redact_text
+
+log = logging.getLogger(__name__)
+
+ANSWER_COLUMNS = ["response", "status", "error", "latency_s"]
+
+
+# ------------------------------------------------------------------------------------------- responses files
+def read_responses_file(path: str | Path) -> pd.DataFrame:
+    """A user's own responses: CSV, JSONL or Parquet with columns ``prompt`` and ``response``.
+
+    Rows keep their order; prompts lose surrounding whitespace and ``sample_index`` numbers the responses of each
+    prompt. Empty responses count as failed generations (status ``failed``), like a backend that returned nothing.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DataFormatError(f"responses file {path} does not exist")
+    suffix = "".join(path.suffixes[-2:]).lower() if path.suffix == ".gz" else path.suffix.lower()
+    try:
+        if suffix in (".csv", ".csv.gz"):
+            df = pd.read_csv(path, dtype={"prompt": str, "response": str}, keep_default_na=False)
+        elif suffix in (".jsonl", ".jsonl.gz", ".ndjson"):
+            df = pd.read_json(path, lines=True, dtype={"prompt": str, "response": str})
+        elif suffix == ".parquet":
+            df = pd.read_parquet(path)
+        else:
+            raise DataFormatError(f"responses file {path}: unknown format {suffix!r} (use .csv, .jsonl or .parquet)")
+    except DataFormatError:
+        raise
+    except Exception as exc:
+        raise DataFormatError(f"responses file {path} could not be read: {exc}") from exc
+    missing = [c for c in ("prompt", "response") if c not in df.columns]
+    if missing:
+        raise DataFormatError(f"responses file {path} has no column {', '.join(map(repr, missing))} "
+                              f"(columns: {list(df.columns)})")
+    df = df.reset_index(drop=True)
+    df["prompt"] = df["prompt"].fillna("").astype(str).str.strip()
+    empty = df["response"].isna() | (df["response"].astype(str).str.strip() == "")
+    df["response"] = df["response"].where(~empty, None)
+    df["sample_index"] = df.groupby("prompt", sort=False).cumcount()
+    df["status"] = ["failed" if e else "ok" for e in empty]
+    df["error"] = [("empty response in " + str(path)) if e else None for e in empty]
+    return df
+
+
+class ResponsesFileBackend:
+    """A user's responses file as a generator: the answer to (prompt, sample index) is that prompt's response of
+    that rank in the file; the other settings of a request are not the file's to know. The fingerprint is the
+    file's content, so an edited file is a new model."""
+
+    kind = "responses_file"
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        table = read_responses_file(self.path)
+        self.answers = {(p, int(i)): (r if isinstance(r, str) else None, e if isinstance(e, str) else None)
+                        for p, i, r, e in zip(table["prompt"], table["sample_index"], table["response"],
+                                              table["error"])}
+        self.model_id = self.path.name.split(".")[0]
+        self.fingerprint = "file-" + hashlib.sha256(self.path.read_bytes()).hexdigest()[:16]
+
+    def generate(self, requests: Iterable[Generation], settings: GenerationSettings) -> Iterator[dict]:
+        for req in requests:
+            started = time.monotonic()
+            found = self.answers.get((req.prompt, req.sample_index))
+            if found is not None:
+                yield _row(req, *found, started)
+            else:
+                yield _row(req, None, f"no response {req.sample_index + 1} to this prompt in {self.path}", started)
+
+
+# ------------------------------------------------------------------------------------------------- answerer
+def generation_backend(adapter: Any):
+    """The backend that answers for ``adapter``: a ``generator`` model's own, or ``generate`` on a causal LM (with
+    the ``use_chat_template`` / ``generate_kwargs`` its config carries)."""
+    backend = getattr(adapter, "backend", None)
+    if backend is not None:
+        return backend
+    cfg = getattr(adapter, "cfg", None) or {}
+    return HFGenerateBackend(adapter, use_chat_template=cfg.get("use_chat_template", "auto"),
+                             generate_kwargs=cfg.get("generate_kwargs"))
+
+
+def answer_generation(adapter: Any, requests: Sequence[Generation], budget) -> pd.DataFrame:
+    """Answerer of ``Generation``: requests of one setting go to the backend together; one row per request, in
+    order. Errors are redacted again here (backends redact their own key; this catches anything secret-looking)."""
+    backend = generation_backend(adapter)
+    by_settings: dict[GenerationSettings, list[Generation]] = {}
+    for req in requests:
+        by_settings.setdefault(GenerationSettings.of(req), []).append(req)
+    rows: dict[str, dict] = {}
+    from tqdm.auto import tqdm
+
+    with tqdm(total=len(requests), desc=f"generating ({backend.model_id})", disable=not budget.progress,
+              mininterval=1.0) as bar:
+        for settings, group in by_settings.items():
+            for row in backend.generate(group, settings):
+                rows[row["key"]] = row
+                bar.update(1)
+    out = pd.DataFrame([rows[r.key] for r in requests]).reindex(columns=ANSWER_COLUMNS)
+    out["error"] = [redact_text(e) if isinstance(e, str) else None for e in out["error"]]
+    failed = int((out["status"] != "ok").sum())
+    if failed:
+        log.warning("generation: %d of %d requests failed (%s)", failed, len(out), backend.model_id)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ failures
+def check_failures(answers: pd.DataFrame, max_failed_fraction: float, option: str = "generator",
+                   source: str = "") -> None:
+    """GenerationError when more than ``max_failed_fraction`` of the generation answers failed.
+
+    The score stage calls it (``MetricSpec.check_answers``) before writing its answers: raising fails the stage,
+    so a plain re-run runs it again, the answered requests come from the cache and exactly the failed ones are sent
+    again. Failures within the threshold are accepted and reported (LangFair's non-completion rate); a re-run does
+    not retry those.
+    """
+    failed = answers["status"] != "ok"
+    n_failed, n = int(failed.sum()), len(answers)
+    if not n_failed:
+        return
+    errors = answers.loc[failed, "error"].dropna()
+    first = f"; first error: {errors.iloc[0]}" if len(errors) else ""
+    where = f" ({source})" if source else ""
+    if n_failed / n > max_failed_fraction:
+        msg = (f"generation{where}: {n_failed} of {n} requests failed, more than {option}.max_failed_fraction="
+               f"{max_failed_fraction:g}{first}. The {n - n_failed} answered requests are cached: re-run the same "
+               f"command to retry exactly the {n_failed} failed ones (or raise {option}.max_failed_fraction to "
+               f"accept failures, which are then reported as non-completions and not retried).")
+        log.error(msg)
+        raise GenerationError(msg)
+    log.warning("generation%s: %d of %d requests failed, accepted (%s.max_failed_fraction=%g)%s", where, n_failed,
+                n, option, max_failed_fraction, first)
+
+
+def max_failed_fraction(gen_cfg: Mapping[str, Any], option: str = "generator") -> float:
+    value = gen_cfg.get("max_failed_fraction")
+    try:
+        value = 0.0 if value is None else float(value)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:  # also catches NaN
+        raise ConfigError(f"{option}.max_failed_fraction must be a number in [0, 1], got "
+                          f"{gen_cfg.get('max_failed_fraction')!r}")
+    return value

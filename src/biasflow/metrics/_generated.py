@@ -1,0 +1,91 @@
+"""What the generated-text metrics (LangFair, HELM, HONEST) share: their ``Generation`` requests and the failure rule.
+
+The text comes from the job's model: the generator chosen with ``+generator=...`` (the plan makes its model config
+the job's: ``generation.config.job_model``) or, without one, the job's causal LM with the metric's ``generation``
+settings. A metric asks for ``Generation`` requests and reads the answers by request key; it never builds a backend.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import pandas as pd
+
+from biasflow.errors import ConfigError, DataFormatError
+from biasflow.generation.answer import check_failures, max_failed_fraction, read_responses_file
+from biasflow.generation.backends import GenerationSettings
+from biasflow.generation.config import check_generator_config
+from biasflow.scoring.answer import lookup
+from biasflow.scoring.requests import Generation
+
+
+def generator_settings(metric_cfg: Mapping[str, Any], metric: str) -> tuple[dict[str, Any], str]:
+    """The generator config of a generated-text metric and the option it lives under (for messages).
+
+    The chosen generator's settings (``+generator=...``) win over the metric's ``generation`` defaults; without a
+    generator, the job's causal LM generates (``hf_generate``) with the ``generation`` settings."""
+    generator = metric_cfg.get("generator")
+    gen_cfg = {**(metric_cfg.get("generation") or {}), **(generator or {"kind": "hf_generate"})}
+    gen_cfg = {k: v for k, v in gen_cfg.items() if v is not None or k in ("system_prompt", "seed")}
+    option = "generator" if generator else f"metric.{metric}.generation"
+    check_generator_config(gen_cfg, option)
+    return gen_cfg, option
+
+
+def responses_path(gen_cfg: Mapping[str, Any], option: str) -> str | None:
+    """The responses file of a ``responses_file`` generator (None for the other generators)."""
+    if gen_cfg.get("kind") != "responses_file":
+        return None
+    if not gen_cfg.get("path"):
+        raise ConfigError(f"{option}.kind=responses_file needs {option}.path")
+    return str(gen_cfg["path"])
+
+
+def generation_grid(items: pd.DataFrame, cfg: Mapping[str, Any], metric: str,
+                    count: int | None = None) -> tuple[pd.DataFrame, list[Generation]]:
+    """One row per ``Generation`` request, and the requests in the same order.
+
+    The rows are ``count`` (default: the settings' ``count``) samples of every row of ``items`` (its columns kept,
+    ``sample_index`` added); with a responses file and no ``count``, the file's own rows (every response in it, as
+    LangFair and HELM read a file).
+    """
+    gen_cfg, option = generator_settings(cfg, metric)
+    max_failed_fraction(gen_cfg, option)  # a bad threshold fails before anything is generated
+    settings = GenerationSettings.from_cfg({**gen_cfg, **({"count": count} if count is not None else {})})
+    path = responses_path(gen_cfg, option)
+    if path is not None and count is None:
+        grid = read_responses_file(path).drop(columns=["response", "status", "error"])
+    else:
+        if "prompt" not in items:
+            raise DataFormatError(f"metric {metric}: the prompts table has no 'prompt' column "
+                                  f"(columns: {list(items.columns)})")
+        frame = items.reset_index(drop=True)
+        grid = frame.loc[frame.index.repeat(settings.count)].copy()
+        grid["sample_index"] = grid.groupby(level=0).cumcount()
+        grid = grid.reset_index(drop=True)
+    requests = [settings.request(p, i) for p, i in zip(grid["prompt"], grid["sample_index"])]
+    return grid, requests
+
+
+def with_responses(grid: pd.DataFrame, requests: list[Generation], answers: pd.DataFrame) -> pd.DataFrame:
+    """``grid`` with each request's ``response``, ``status`` and ``error`` (looked up by request key)."""
+    out = grid.copy()
+    for column in ("response", "status", "error"):
+        out[column] = lookup(answers, requests, column) if requests else []
+    return out
+
+
+def check_generations(metric: str) -> Callable[[pd.DataFrame, Mapping[str, Any]], None]:
+    """``MetricSpec.check_answers`` of a generated-text metric: more failed generations than
+    ``max_failed_fraction`` fail the score stage (GenerationError naming the count and the first error). A
+    responses file's empty responses are its non-completions, never an error."""
+
+    def check(answers: pd.DataFrame, cfg: Mapping[str, Any]) -> None:
+        gen_cfg, option = generator_settings(cfg, metric)
+        if responses_path(gen_cfg, option) is not None or "kind" not in answers:
+            return
+        rows = answers[answers["kind"] == Generation.kind]
+        if len(rows):
+            source = f"{gen_cfg.get('kind')} {gen_cfg.get('model') or 'the job model'}"
+            check_failures(rows, max_failed_fraction(gen_cfg, option), option, source)
+
+    return check

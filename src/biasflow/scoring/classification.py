@@ -1,0 +1,44 @@
+"""Class probabilities of texts from a text-classification model: the answerer of ``Classification`` requests.
+
+Texts are batched by token budget in canonical widths (``scoring/batching.py``): up to 31 tokens a text is never
+padded, and its probabilities do not depend on which other texts were classified with it, so a cached answer is the
+one a fresh run gives.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from biasflow.scoring.batching import pad_right, token_budget_batches
+
+DEFAULT_BATCH_SIZE = 32
+MAX_LENGTH = 512  # longer texts are truncated, as the HF text-classification pipeline LangFair calls does
+
+
+def class_probabilities(model: Any, tokenizer: Any, texts: Sequence[str], batch_tokens: int = 8192,
+                        max_batch: int = DEFAULT_BATCH_SIZE, max_length: int = MAX_LENGTH) -> np.ndarray:
+    """Softmax over the model's labels for each text (rows: texts in order, columns: label ids)."""
+    device = next(model.parameters()).device
+    enc = [tokenizer(str(t), truncation=True, max_length=max_length)["input_ids"] for t in texts]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    out = np.zeros((len(texts), int(model.config.num_labels)), dtype=np.float32)
+    model.eval()
+    for batch in token_budget_batches(list(range(len(enc))), [len(e) for e in enc], batch_tokens, max_batch):
+        ids, attn = pad_right([enc[i] for i in batch], pad_id)
+        with torch.no_grad():
+            logits = model(input_ids=ids.to(device), attention_mask=attn.to(device)).logits
+        out[batch] = torch.softmax(logits.float(), dim=-1).cpu().numpy()
+    return out
+
+
+def answer_classification(adapter, requests, budget) -> pd.DataFrame:
+    """Answerer of ``Classification`` (model kind ``text_classifier``): ``labels`` and ``probabilities``; at most
+    ``model.batch_size`` texts (default 32) and ``batch_tokens`` tokens per forward pass."""
+    probs = class_probabilities(adapter.model, adapter.tokenizer, [r.text for r in requests], budget.batch_tokens,
+                                max_batch=int(adapter.cfg.get("batch_size") or DEFAULT_BATCH_SIZE))
+    labels = adapter.labels
+    return pd.DataFrame({"labels": [list(labels) for _ in requests],
+                         "probabilities": [[float(x) for x in row] for row in probs]})
