@@ -35,7 +35,8 @@ import yaml  # noqa: E402
 
 from biasflow.data.download import fetch_verified  # noqa: E402
 from biasflow.metrics.stereoset import count_examples  # noqa: E402
-from biasflow.registry import ScoreContext, get_loader, get_metric  # noqa: E402
+from biasflow.registry import get_loader, get_metric  # noqa: E402
+from biasflow.scoring.answer import metric_answers  # noqa: E402
 from biasflow.stats.bootstrap import bootstrap_ci  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,8 +107,8 @@ def crows_tables() -> dict[str, tuple[pd.DataFrame, dict]]:
         if not path.exists():
             spec = get_metric(metric)
             print(f"scoring {len(items)} CrowS-Pairs pairs for {metric} with the tiny BERT (cached) ...", flush=True)
-            scores = spec.score(ScoreContext(items=items, metric_cfg=cfg, model_cfg=model, cache_dir=OUT / "cache"))
-            spec.compute(items, scores, dict(cfg, _model=model)).to_parquet(path)
+            answers = metric_answers(metric, items, cfg, model, OUT / "cache")
+            spec.compute(items, answers, cfg).to_parquet(path)
         tables[metric] = (pd.read_parquet(path), cfg)
     rng = np.random.default_rng(0)
     more, less = rng.normal(-40, 8, len(items)).round(1), rng.normal(-40, 8, len(items)).round(1)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -24,31 +24,13 @@ METRICS: dict[str, "MetricSpec"] = {}
 DISCOVERED_PACKAGES = ["biasflow.data", "biasflow.metrics"]
 
 
-@dataclass
-class ScoreContext:
-    """What a metric's expensive model stage gets: items, its config, a lazily loaded model and the caches."""
-
-    items: pd.DataFrame
-    metric_cfg: Mapping[str, Any]
-    model_cfg: Mapping[str, Any]
-    cache_dir: Path
-    _model: Any = field(default=None, repr=False)
-
-    @property
-    def model(self):
-        if self._model is None:
-            from biasflow.models import load_model
-
-            self._model = load_model(self.model_cfg)
-        return self._model
-
-
 @dataclass(frozen=True)
 class MetricSpec:
     """A metric family.
 
-    ``score`` is the expensive, model-dependent stage (it uses the caches and returns one table of model outputs);
-    ``compute`` and ``aggregate`` are pure and cheap. ``score_keys`` lists the metric options that change the
+    ``requests`` says what the expensive, model-dependent stage must answer (the generic score stage answers it
+    through ``scoring.answer``); ``compute`` (reading the answers by request key) and ``aggregate`` are pure and
+    cheap. ``score_keys`` lists the metric options that change the
     model outputs: only those enter the hash of the score stage, so sweeping any other option (thresholds)
     never re-runs a model.
     """
@@ -60,8 +42,7 @@ class MetricSpec:
     aggregate: Callable[[pd.DataFrame, Mapping[str, Any]], pd.DataFrame]
     # what the metric asks of the model: (items, cfg, model kind) -> [scoring.requests.Request]; the score stage
     # answers them (scoring.answer) and ``compute(items, answers, cfg)`` reads the answers by request key
-    requests: Callable[[pd.DataFrame, Mapping[str, Any], str], list] | None = None
-    score: Callable[[ScoreContext], pd.DataFrame] | None = None  # TEMPORARY: metrics not yet on requests
+    requests: Callable[[pd.DataFrame, Mapping[str, Any], str], list]
     score_keys: tuple[str, ...] = ()
     headline: tuple[str, ...] = ()  # metric names shown first in tables and logged as the run's headline
     plot_metric: str | None = None  # the per-category metric drawn as a bar plot

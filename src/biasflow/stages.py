@@ -13,7 +13,7 @@ import yaml
 
 from biasflow.errors import DataFormatError
 from biasflow.io import write_json, write_parquet, write_text
-from biasflow.registry import ScoreContext, get_loader, get_metric
+from biasflow.registry import get_loader, get_metric
 from biasflow.stats.bootstrap import bootstrap_ci
 
 log = logging.getLogger(__name__)
@@ -160,16 +160,11 @@ def score(params: Mapping[str, Any], items_path: str | None, out: str, cache_dir
     cfg = dict(params["metric_cfg"], _mode=params.get("mode", "parity"))
     model_cfg = params["model"]
     started, start = time.time(), time.perf_counter()
-    if spec.requests is not None:
-        from biasflow.scoring.answer import Models, metric_answers
+    from biasflow.scoring.answer import Models, metric_answers  # torch only where a model is loaded
 
-        models = Models(model_cfg)
-        scores = metric_answers(spec.name, items, cfg, model_cfg, Path(cache_dir), models=models)
-        loaded = list(models.loaded.values())
-    else:  # TEMPORARY: metrics not yet on requests
-        ctx = ScoreContext(items=items, metric_cfg=cfg, model_cfg=model_cfg, cache_dir=Path(cache_dir))
-        scores = spec.score(ctx)
-        loaded = [ctx._model] if ctx._model is not None else []
+    models = Models(model_cfg)
+    scores = metric_answers(spec.name, items, cfg, model_cfg, Path(cache_dir), models=models)
+    loaded = list(models.loaded.values())
     write_parquet(scores, out)
     provenance = {}
     for model in loaded:
@@ -186,7 +181,7 @@ def metric(params: Mapping[str, Any], items_path: str | None, scores_path: str, 
     spec = get_metric(params["metric"])
     items = pd.read_parquet(items_path) if items_path else pd.DataFrame()
     scores = pd.read_parquet(scores_path)
-    cfg = dict(params["metric_cfg"], _model=params["model"], _mode=params.get("mode", "parity"))
+    cfg = dict(params["metric_cfg"], _mode=params.get("mode", "parity"))
     per_item = spec.compute(items, scores, cfg)
     for path in (spec.export(items, scores, cfg) if spec.export else []):
         log.info("exported %s", path)

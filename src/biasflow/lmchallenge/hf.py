@@ -62,9 +62,14 @@ class _HFModel(Model):
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, **kw):
-        from transformers import AutoTokenizer
+        """A hub id or local folder, through biasflow's one Hugging Face loading function."""
+        from pathlib import Path
 
-        return cls(cls._auto().from_pretrained(name_or_path), AutoTokenizer.from_pretrained(name_or_path), **kw)
+        from biasflow.models.hf import load_pretrained
+
+        where = "path" if Path(name_or_path).expanduser().exists() else "hub_id"
+        loaded = load_pretrained({"name": name_or_path, where: name_or_path, "device": "cpu"}, cls._auto())
+        return cls(loaded.model, loaded.tokenizer, **kw)
 
     def _enc(self, text: str) -> list[int]:
         return self.tok(text, add_special_tokens=False)["input_ids"] if text else []

@@ -59,6 +59,6 @@ def job_table(plan: Mapping[str, Any]) -> pd.DataFrame:
                          "benchmark": j.get("benchmark") or family, "model_key": j["model_key"],
                          "model": labels[j["model_key"]], "demo": bool(j["model"].get("demo")),
                          "setting": setting, "setting_key": _frozen(options), "options": options,
-                         "cfg": dict(j.get("metric_cfg") or {}, _model=j["model"])})
+                         "cfg": dict(j.get("metric_cfg") or {})})
     return pd.DataFrame(rows, columns=["config_hash", "family", "benchmark", "model_key", "model", "demo", "setting",
                                        "setting_key", "options", "cfg"])

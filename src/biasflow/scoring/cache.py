@@ -62,29 +62,3 @@ class AnswerCache:
         table = self.store.read(columns=["key"])
         return set() if table is None else set(table.column("key").to_pylist())
 
-
-# --- TEMPORARY: the per-metric scorers' old interface, removed once every metric declares requests -----------
-import hashlib as _hashlib  # noqa: E402
-import json as _json  # noqa: E402
-
-
-def request_key(fingerprint, kind, inputs, options=None):
-    blob = _json.dumps([fingerprint, kind, inputs, options or {}], sort_keys=True, separators=(",", ":"))
-    return _hashlib.sha256(blob.encode()).hexdigest()
-
-
-class ScoreCache(AnswerCache):
-    def fetch_or_compute(self, requests, compute, chunk_size=512):
-        requests = requests.drop_duplicates("key").reset_index(drop=True)
-        hits = self.get(requests["key"])
-        missing = requests[~requests["key"].isin(set(hits["key"]))]
-        frames = [hits] if not hits.empty else []
-        for start in range(0, len(missing), chunk_size):
-            out = compute(missing.iloc[start:start + chunk_size])
-            self.put(out)
-            frames.append(out)
-        if not frames:
-            return pd.DataFrame(columns=["key"])
-        result = pd.concat(frames, ignore_index=True).drop_duplicates("key", keep="first")
-        order = {k: i for i, k in enumerate(requests["key"])}
-        return result.sort_values("key", key=lambda s: s.map(order)).reset_index(drop=True)
