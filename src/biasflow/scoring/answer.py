@@ -1,8 +1,8 @@
 """Answering requests: each model kind answers the request kinds it can, behind the one cache.
 
-``answer_requests(requests, model_cfg, cache_root)`` de-duplicates the requests, looks every one up in the cache
-(``AnswerCache``: ``<cache_root>/<model fingerprint>/<request kind>/``), loads the model only if something is missing,
-answers the missing requests in chunks through the answerer ``ANSWERERS[(model kind, request kind)]`` (each chunk
+``answer_requests(requests, model_cfg, cache_root)`` de-duplicates the requests, loads the model (its fingerprint
+names the cache folder), looks every request up in the cache (``AnswerCache``:
+``<cache_root>/<model fingerprint>/<request kind>/``), answers the missing requests in chunks through the answerer ``ANSWERERS[(model kind, request kind)]`` (each chunk
 written to the cache as it finishes, so an interrupted run keeps its progress) and returns one row per distinct
 request: ``key``, ``kind``, the request's fields and the answer's columns.
 

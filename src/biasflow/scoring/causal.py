@@ -25,11 +25,11 @@ import torch
 from tqdm.auto import tqdm
 
 from biasflow.models.batch_invariant import batch_invariant
+from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_LOGITS
 from biasflow.scoring.batching import pad_right, token_budget_batches
 
 CAUSAL_KIND = "causal_token_logprobs"
 FIRST_TOKEN_MODES = ("prefix", "separate", "none")
-DEFAULT_MAX_LOGITS = 1 << 26  # 64M floats = 256 MB of logits per forward pass
 
 
 def prefix_token_id(adapter) -> int:
@@ -85,7 +85,7 @@ def _target_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, targets: torc
 
 
 def causal_token_logprobs(adapter, token_ids: Sequence[Sequence[int]], first_token: str = "prefix",
-                          batch_tokens: int = 8192, max_logits: int = DEFAULT_MAX_LOGITS,
+                          batch_tokens: int = DEFAULT_BATCH_TOKENS, max_logits: int = DEFAULT_MAX_LOGITS,
                           progress: bool = True) -> list[np.ndarray]:
     """Per-token log-probabilities of each id sequence (same length as it); see the module doc for ``first_token``."""
     _check_mode(first_token)

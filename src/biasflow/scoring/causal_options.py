@@ -17,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from biasflow.models.batch_invariant import batch_invariant
+from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS
 from biasflow.scoring.batching import pad_right, token_budget_batches
 from biasflow.scoring.causal import DEFAULT_MAX_LOGITS, prefix_token_id
 
@@ -32,7 +33,7 @@ def _encode(tokenizer, prompt: str, option: str, prefix: Sequence[int] = ()) -> 
 
 
 @torch.inference_mode()
-def option_logprobs(adapter, prompts: Sequence[str], options: Sequence[str], batch_tokens: int = 8192,
+def option_logprobs(adapter, prompts: Sequence[str], options: Sequence[str], batch_tokens: int = DEFAULT_BATCH_TOKENS,
                     progress: bool = False, start_token: bool = False,
                     max_logits: int = DEFAULT_MAX_LOGITS) -> list[dict]:
     """One dict per (prompts[i], options[i]): ``logprob`` (sum over option tokens), ``n_tokens``, ``token_logprobs``,

@@ -12,13 +12,14 @@ import numpy as np
 import pandas as pd
 import torch
 
+from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS
 from biasflow.scoring.batching import pad_right, token_budget_batches
 
 DEFAULT_BATCH_SIZE = 32
 MAX_LENGTH = 512  # longer texts are truncated, as the HF text-classification pipeline LangFair calls does
 
 
-def class_probabilities(model: Any, tokenizer: Any, texts: Sequence[str], batch_tokens: int = 8192,
+def class_probabilities(model: Any, tokenizer: Any, texts: Sequence[str], batch_tokens: int = DEFAULT_BATCH_TOKENS,
                         max_batch: int = DEFAULT_BATCH_SIZE, max_length: int = MAX_LENGTH) -> np.ndarray:
     """Softmax over the model's labels for each text (rows: texts in order, columns: label ids)."""
     device = next(model.parameters()).device

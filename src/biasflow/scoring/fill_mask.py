@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from biasflow.score_kinds import MASK_TOKEN_STR_KIND as TOKEN_STR_KIND
 from biasflow.score_kinds import NO_MATCH_PROB, NO_MATCH_RANK, listed_probability  # noqa: F401 (re-exported)
+from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS
 from biasflow.scoring.batching import pad_right, token_budget_batches
 
 MASK_PLACEHOLDER = "[MASK]"
@@ -33,7 +34,7 @@ def candidate_pieces(tokenizer, word: str) -> list[int]:
     return ids or tokenizer(word, add_special_tokens=False)["input_ids"]
 
 
-def mask_distributions(adapter, templates: Sequence[str], batch_tokens: int = 8192, progress: bool = True,
+def mask_distributions(adapter, templates: Sequence[str], batch_tokens: int = DEFAULT_BATCH_TOKENS, progress: bool = True,
                        desc: str = "fill-mask") -> Iterator[tuple[int, torch.Tensor]]:
     """(template index, softmax over the vocabulary at its single mask), one batched forward pass per chunk."""
     tok = adapter.tokenizer
@@ -63,7 +64,7 @@ def _ranks(dist: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
 
 
 def candidate_probabilities(adapter, templates: Sequence[str], candidates: Sequence[Sequence[str]],
-                            batch_tokens: int = 8192, progress: bool = True) -> list[dict]:
+                            batch_tokens: int = DEFAULT_BATCH_TOKENS, progress: bool = True) -> list[dict]:
     tok = adapter.tokenizer
     out: list[dict] = [{} for _ in templates]
     for i, dist in mask_distributions(adapter, templates, batch_tokens, progress):
@@ -85,7 +86,7 @@ def decoded_vocabulary(tokenizer) -> dict[str, list[int]]:
 
 
 def token_str_probabilities(adapter, templates: Sequence[str], words: Sequence[Sequence[str]],
-                            batch_tokens: int = 8192, progress: bool = True) -> list[dict]:
+                            batch_tokens: int = DEFAULT_BATCH_TOKENS, progress: bool = True) -> list[dict]:
     """Per template and word: probabilities and ranks of the vocabulary entries whose decoded text is the word.
 
     A word no entry decodes to gets ``[0.0]`` / ``[-1]`` (never an empty list or a NaN, so every cached chunk has the

@@ -17,6 +17,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS
 from biasflow.scoring.batching import padded_width, run_with_backoff
 
 PLL_KIND = "pll"
@@ -32,7 +33,7 @@ def scored_positions(tokenizer, ids: Sequence[int]) -> list[int]:
     return [i for i, s in enumerate(special) if not s]
 
 
-def pseudo_log_likelihoods(adapter, token_ids: Sequence[Sequence[int]], batch_tokens: int = 8192,
+def pseudo_log_likelihoods(adapter, token_ids: Sequence[Sequence[int]], batch_tokens: int = DEFAULT_BATCH_TOKENS,
                            progress: bool = True, max_batch: int = 1024) -> list[np.ndarray]:
     """Per-position log P(token_i | text with position i masked); NaN at special-token positions.
 

@@ -31,6 +31,7 @@ import pandas as pd
 import torch
 
 from biasflow.models.batch_invariant import batch_invariant
+from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS
 from biasflow.scoring.batching import pad_right, token_budget_batches
 from biasflow.scoring.causal import DEFAULT_MAX_LOGITS
 
@@ -71,7 +72,7 @@ def blank_fill_inputs(tokenizer, context: str, word: str, word_prefix_space: boo
 
 
 def blank_fill_probabilities(adapter, contexts: Sequence[str], words: Sequence[str], word_prefix_space: bool,
-                             batch_tokens: int = 8192) -> list[tuple[list[int], np.ndarray]]:
+                             batch_tokens: int = DEFAULT_BATCH_TOKENS) -> list[tuple[list[int], np.ndarray]]:
     """For each (context, word): (word token ids, probability of each word token at its mask)."""
     tok = adapter.tokenizer
     prepared = [blank_fill_inputs(tok, c, w, word_prefix_space) for c, w in zip(contexts, words)]
@@ -129,7 +130,7 @@ def first_token_logprobs(adapter) -> torch.Tensor:
     return lp
 
 
-def causal_sentence_logprobs(adapter, texts: Sequence[str], batch_tokens: int = 8192,
+def causal_sentence_logprobs(adapter, texts: Sequence[str], batch_tokens: int = DEFAULT_BATCH_TOKENS,
                              max_logits: int = DEFAULT_MAX_LOGITS) -> list[tuple[list[int], np.ndarray]]:
     """StereoSet's GPT-2 scoring: per-token log-probs, token 0 after <eot> alone, the rest without <eot>.
     A batch holds at most ``batch_tokens`` tokens and ``max_logits`` vocabulary floats."""
@@ -153,7 +154,7 @@ def causal_sentence_logprobs(adapter, texts: Sequence[str], batch_tokens: int = 
 
 # ------------------------------------------------------------------------------------------------ NSP
 def nsp_is_next_probabilities(adapter, contexts: Sequence[str], sentences: Sequence[str],
-                              batch_tokens: int = 8192) -> np.ndarray:
+                              batch_tokens: int = DEFAULT_BATCH_TOKENS) -> np.ndarray:
     """P(IsNext) (softmax index 0 of BERT's next-sentence head) for ``[CLS] context [SEP] sentence [SEP]``."""
     tok = adapter.tokenizer
     enc = [tok(c, s, add_special_tokens=True) for c, s in zip(contexts, sentences)]
