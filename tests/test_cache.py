@@ -325,3 +325,32 @@ def test_a_writer_killed_mid_write_leaves_no_half_part(tmp_path, die_in_fsync, c
     leftovers = [p.name for p in tmp_path.iterdir() if p not in parts]
     assert all(name.startswith(".part-") for name in leftovers)  # at most a hidden temporary file
     assert leftovers or not die_in_fsync
+
+
+def _slow_pll(model, requests, budget):
+    """An answerer that takes a while and records, in a shared file, every text it computed."""
+    with open(os.environ["BIASFLOW_TEST_ANSWERED"], "a") as fh:
+        fh.write("".join(f"{r.text}\n" for r in requests))
+    time.sleep(1.0)
+    return pd.DataFrame({"total": [float(len(r.text)) for r in requests]})
+
+
+def _ask_slowly(args):
+    from biasflow.scoring import answer
+
+    root, texts, log = args
+    os.environ["BIASFLOW_TEST_ANSWERED"] = log
+    answer.ANSWERERS[("fake", "pll")] = _slow_pll
+    out = answer_requests([PseudoLogLikelihood(t) for t in texts], {"kind": "fake"}, root, model=FakeModel())
+    return out.total.tolist()
+
+
+def test_two_jobs_asking_the_same_questions_compute_them_once(tmp_path):
+    """Two score jobs started together on the same requests (crows_pairs and crows_pairs_biasbench): one answers,
+    the other waits for the lock and reads its answers; both get every answer."""
+    texts = ["a", "bb", "ccc", "dddd"]
+    log = tmp_path / "answered.txt"
+    with mp.get_context("spawn").Pool(2) as pool:
+        results = pool.map(_ask_slowly, [(str(tmp_path / "cache"), texts, str(log))] * 2)
+    assert results == [[1.0, 2.0, 3.0, 4.0]] * 2
+    assert sorted(log.read_text().split()) == sorted(texts)  # computed once, not twice

@@ -80,6 +80,9 @@ NOT_RUNNABLE = {
     "float32,bfloat16": "a benchmark (minutes), not a test",
     "HF_HUB_OFFLINE=1 python benchmarks/weat_seat.py": "a benchmark (minutes), not a test",
     "python benchmarks/pipeline_stages.py --quick": "runs a slice of the pipeline twice (minutes), not a test",
+    "python benchmarks/summary.py --quick": "runs the pipeline slice, the bootstrap and the causal benchmarks "
+                                            "(minutes), not a test",
+    "python benchmarks/summary.py --quick --before f4c7661": "also runs an older commit's pipeline (minutes)",
     "python benchmarks/pipeline_stages.py": "runs the default pipeline twice (20 minutes), not a test",
     "python benchmarks/pipeline_stages.py --quick --project /work/main": "a benchmark of another checkout (minutes)",
     "python benchmarks/bootstrap_speed.py": "a benchmark (minutes), not a test",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -150,6 +151,17 @@ def request_frame(requests: Sequence[Request]) -> pd.DataFrame:
     return pd.DataFrame([{"key": r.key, "kind": r.kind, **r.fields()} for r in requests])
 
 
+def _cached(cache, todo: Sequence[Request]) -> tuple[pd.DataFrame, list[Request]]:
+    """The cached answers among ``todo`` (failed ones, e.g. a server error, are asked again) and what is missing."""
+    hits = pd.DataFrame({"key": pd.Series([], dtype=str)})
+    if cache is not None:
+        hits = cache.get([r.key for r in todo])
+        if "status" in hits:
+            hits = hits[hits["status"] == "ok"]
+    have = set(hits["key"])
+    return hits, [r for r in todo if r.key not in have]
+
+
 def answer_requests(requests: Sequence[Request], model_cfg: Mapping[str, Any], cache_root: str | Path | None,
                     *, model: Any = None, models: Models | None = None, metric: str | None = None,
                     chunk_size: int | None = None, progress: bool = True) -> pd.DataFrame:
@@ -169,28 +181,27 @@ def answer_requests(requests: Sequence[Request], model_cfg: Mapping[str, Any], c
         fn = answerer(kind_of_model, request_kind, metric)
         adapter = models.get(LOAD_AS.get((kind_of_model, request_kind)))
         cache = None
-        hits = pd.DataFrame({"key": pd.Series([], dtype=str)})
         if cache_root is not None:
             from biasflow.scoring.cache import AnswerCache
 
             cache = AnswerCache(cache_root, adapter.fingerprint, request_kind)
-            hits = cache.get([r.key for r in todo])
-            if "status" in hits:  # failed answers (a server error) are asked again
-                hits = hits[hits["status"] == "ok"]
-        have = set(hits["key"])
-        missing = [r for r in todo if r.key not in have]
+        hits, missing = _cached(cache, todo)
         log.info("%s requests: %d, %d cached, %d to answer (%s)", request_kind, len(todo), len(todo) - len(missing),
                  len(missing), getattr(adapter, "name", kind_of_model))
-        parts = [hits] if len(hits) else []
-        size = int(chunk_size or model_cfg.get("flush_every") or CHUNK_SIZES.get(request_kind, DEFAULT_CHUNK_SIZE))
-        for start in range(0, len(missing), size):
-            chunk = missing[start:start + size]
-            answers = _answer_chunk(fn, adapter, chunk, budget)
-            rows = pd.concat([request_frame(chunk), answers.drop(columns=[c for c in ("key", "kind")
-                                                                          if c in answers])], axis=1)
-            if cache is not None:
-                cache.put(rows)
-            parts.append(rows)
+        with (cache.answering() if cache is not None and missing else nullcontext()):
+            if cache is not None and missing:  # what another job answered while this one waited
+                hits, missing = _cached(cache, todo)
+            parts = [hits] if len(hits) else []
+            size = int(chunk_size or model_cfg.get("flush_every") or CHUNK_SIZES.get(request_kind,
+                                                                                      DEFAULT_CHUNK_SIZE))
+            for start in range(0, len(missing), size):
+                chunk = missing[start:start + size]
+                answers = _answer_chunk(fn, adapter, chunk, budget)
+                rows = pd.concat([request_frame(chunk), answers.drop(columns=[c for c in ("key", "kind")
+                                                                              if c in answers])], axis=1)
+                if cache is not None:
+                    cache.put(rows)
+                parts.append(rows)
         if parts:
             table = pd.concat(parts, ignore_index=True).drop_duplicates("key", keep="first")
             order = {r.key: i for i, r in enumerate(todo)}

@@ -14,15 +14,19 @@ failure, so a later successful retry supersedes a failure without deleting anyth
 """
 from __future__ import annotations
 
+import logging
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 
 from biasflow.part_store import PartStore
+
+log = logging.getLogger(__name__)
 
 
 class AnswerCache:
@@ -57,6 +61,27 @@ class AnswerCache:
         path = self.store.write(df)
         self.writes += 1
         return path
+
+    @contextmanager
+    def answering(self) -> Iterator[None]:
+        """Held while a job answers requests of this model and kind. Two jobs that ask the same questions at the
+        same time (CrowS-Pairs and its bias-bench variant both ask for every sentence's PLL) would both compute them:
+        the second waits here, then reads the first one's answers. A lock file beside the parts (``fcntl``: released
+        when its process dies, so a killed job never blocks the next)."""
+        from filelock import FileLock, Timeout
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(self.dir / ".answering.lock"))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            log.info("another job is answering %s requests of model %s; waiting for its answers", self.kind,
+                     self.fingerprint)
+            lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
 
     def keys(self) -> set[str]:
         table = self.store.read(columns=["key"])
