@@ -202,3 +202,17 @@ def test_a_hub_id_or_folder_is_loaded_by_load_pretrained(tmp_path, monkeypatch):
     with pytest.raises(ModelLoadError, match=r"is not a model folder: no config\.json"):
         HFGenerateBackend(tmp_path / "empty")
     assert seen == [{"name": str(tmp_path / "empty"), "path": str(tmp_path / "empty"), "device": "auto"}]
+
+
+def test_the_model_config_sets_the_generation_batch(tiny_gpt2):
+    """``model.batch_size`` of a causal LM is how many greedy prompts share a generate call (8 when unset)."""
+    from types import SimpleNamespace
+
+    from biasflow.generation.answer import generation_backend
+
+    model, tok = tiny_gpt2
+    adapter = SimpleNamespace(model=model, tokenizer=tok, cfg={"batch_size": 3}, name="t", fingerprint="f",
+                              device="cpu")
+    assert generation_backend(adapter).batch_size == 3
+    assert generation_backend(SimpleNamespace(model=model, tokenizer=tok, cfg={}, name="t", fingerprint="f",
+                                      device="cpu")).batch_size == 8

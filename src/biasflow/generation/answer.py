@@ -97,8 +97,9 @@ def generation_backend(adapter: Any):
     if backend is not None:
         return backend
     cfg = getattr(adapter, "cfg", None) or {}
+    # model.batch_size: prompts per generate call for greedy decoding (the same texts as one at a time)
     return HFGenerateBackend(adapter, use_chat_template=cfg.get("use_chat_template", "auto"),
-                             generate_kwargs=cfg.get("generate_kwargs"))
+                             generate_kwargs=cfg.get("generate_kwargs"), batch_size=int(cfg.get("batch_size") or 8))
 
 
 def answer_generation(adapter: Any, requests: Sequence[Generation], budget) -> pd.DataFrame:
