@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from biasflow.errors import ConfigError
 from biasflow.io import stable_hash
+from biasflow.openai_http import OpenAIHTTPClient, RateLimiter  # noqa: F401 (RateLimiter re-exported)
 from biasflow.scoring.requests import Generation
 from biasflow.secrets import read_secret, redact_text
 
@@ -229,28 +230,7 @@ class HFGenerateBackend:
 
 
 # ------------------------------------------------------------------------------------ OpenAI-compatible endpoint
-class RateLimiter:
-    """At most ``rate`` request starts per second across threads (evenly spaced)."""
-
-    def __init__(self, rate: float | None, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep):
-        self.interval = 1.0 / rate if rate else 0.0
-        self._next = 0.0
-        self._lock = threading.Lock()
-        self._clock, self._sleep = clock, sleep
-
-    def acquire(self) -> None:
-        if not self.interval:
-            return
-        with self._lock:
-            now = self._clock()
-            start = max(now, self._next)
-            self._next = start + self.interval
-        if start > now:
-            self._sleep(start - now)
-
-
-class OpenAIChatBackend:
+class OpenAIChatBackend(OpenAIHTTPClient):
     """``POST {base_url}/chat/completions``, one request per sample, spoken by vLLM, Ollama, llama.cpp and hosts.
 
     The API key is read from the file named by ``api_key_file`` or else the environment variable named by
@@ -290,22 +270,6 @@ class OpenAIChatBackend:
         self.requests_sent = 0  # HTTP attempts, retries included (tests and timings read it)
         self._count_lock = threading.Lock()
 
-    def _session(self):
-        import requests
-
-        if not hasattr(self._local, "session"):
-            self._local.session = requests.Session()
-        return self._local.session
-
-    def _headers(self) -> dict:
-        headers = {"Content-Type": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        return headers
-
-    def _redact(self, text: str) -> str:
-        return redact_text(text, extra_secrets=[self._api_key] if self._api_key else [])
-
     def _body(self, req: Generation, settings: GenerationSettings) -> dict:
         messages = ([{"role": "system", "content": settings.system_prompt}] if settings.system_prompt else []) + \
                    [{"role": "user", "content": req.prompt}]
@@ -315,14 +279,6 @@ class OpenAIChatBackend:
             body["seed"] = settings.seed + req.sample_index
         body.update(self.extra_body)
         return body
-
-    def _delay(self, attempt: int, retry_after: str | None) -> float:
-        if retry_after:
-            try:
-                return min(float(retry_after), self.max_backoff_s)
-            except ValueError:
-                pass
-        return min(self.backoff_s * (2 ** attempt), self.max_backoff_s)
 
     def _one(self, req: Generation, settings: GenerationSettings) -> dict:
         import requests

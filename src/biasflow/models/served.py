@@ -48,8 +48,9 @@ from biasflow.errors import ConfigError, ServedModelError
 from biasflow.io import stable_hash
 from biasflow.models import register_model_kind
 from biasflow.models.fingerprint import config_fingerprint
+from biasflow.openai_http import OpenAIHTTPClient, RateLimiter
 from biasflow.score_kinds import FIRST_TOKEN_MODES
-from biasflow.secrets import read_secret, redact_text, redact_uri
+from biasflow.secrets import read_secret, redact_uri
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +71,10 @@ class Echo:
 
 
 @register_model_kind("served_causal_lm")
-class ServedCausalLM:
+class ServedCausalLM(OpenAIHTTPClient):
     kind = "served_causal_lm"
 
     def __init__(self, cfg: Mapping[str, Any], *, sleep: Callable[[float], None] = time.sleep):
-        from biasflow.generation.backends import RateLimiter
 
         self.cfg = dict(cfg)
         self.name = str(cfg.get("name") or "")
@@ -123,33 +123,9 @@ class ServedCausalLM:
                 "model.revision": str(self.revision or "unpinned"), "model.fingerprint": self.fingerprint}
 
     # ------------------------------------------------------------------------------------------- HTTP
-    def _session(self):
-        import requests
-
-        if not hasattr(self._local, "session"):
-            self._local.session = requests.Session()
-        return self._local.session
-
-    def _headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        return headers
-
-    def _redact(self, text: str) -> str:
-        return redact_text(text, extra_secrets=[self._api_key] if self._api_key else [])
-
     def _fail(self, what: str, detail: str) -> ServedModelError:
         return ServedModelError(self._redact(f"served model {self.served_name!r} at {self.shown_url}: {what}: "
                                              f"{detail}"))
-
-    def _delay(self, attempt: int, retry_after: str | None) -> float:
-        if retry_after:
-            try:
-                return min(float(retry_after), self.max_backoff_s)
-            except ValueError:
-                pass
-        return min(self.backoff_s * (2 ** attempt), self.max_backoff_s)
 
     def _post(self, body: dict, what: str) -> dict:
         """The JSON reply to ``body``, retried on transient failures; ServedModelError naming ``what`` otherwise."""
