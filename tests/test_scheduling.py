@@ -62,11 +62,15 @@ def test_score_jobs_ask_for_what_their_model_config_says(project):
     assert jobs["gpt2"]["gpu"] == "1" and int(jobs["gpt2"]["mem_mb"]) < int(jobs["mistral_7b"]["mem_mb"])
 
 
-def test_resources_are_overridable_and_capped_by_cores_locally(project):
-    jobs = score_jobs(project, ["model=mistral_7b", "metric=[crows_pairs_causal]", "model.resources.gpus=0",
-                                "model.resources.mem_mb=1234"], cores=2)
+def test_resources_are_overridable_and_capped_by_half_the_cores_locally(project):
+    """On one machine a score job takes at most half of --cores, so two share it; the model's cpus go to a cluster."""
+    overrides = ["model=mistral_7b", "metric=[crows_pairs_causal]", "model.resources.gpus=0",
+                 "model.resources.mem_mb=1234"]
+    jobs = score_jobs(project, overrides, cores=2)
     assert jobs["mistral_7b"]["gpu"] == "0" and jobs["mistral_7b"]["mem_mb"] == "1234"
-    assert jobs["mistral_7b"]["threads"] == "2"  # cpus: 8, but Snakemake was given 2 cores
+    assert jobs["mistral_7b"]["threads"] == "1"  # cpus: 8, but Snakemake was given 2 cores: half of them
+    assert score_jobs(project, overrides, cores=6)["mistral_7b"]["threads"] == "3"
+    assert score_jobs(project, overrides + ["model.resources.cpus=2"], cores=6)["mistral_7b"]["threads"] == "2"
 
 
 def test_resources_change_no_results_folder(project, monkeypatch):

@@ -6,8 +6,9 @@ A model config sets any of them under ``resources:``; the rest come from default
 changes a number, so none is in a cache key or a results folder name (``SCORING_KEYS`` in ``models/hf.py``).
 
 Snakemake maps them as: ``mem_mb`` -> ``sbatch --mem``, ``gpu`` -> ``--gpus``, ``runtime`` (minutes) -> ``-t``,
-threads -> ``--cpus-per-task``; locally ``threads`` is capped by ``--cores``, and ``gpu`` counts against a
-``--resources gpu=N`` limit (``workflow/profiles/gpu``).
+threads -> ``--cpus-per-task``; on one machine ``threads`` is at most half of ``--cores``
+(``workflow.Lookups.score_threads``: two scoring jobs share it), and ``gpu`` counts against a ``--resources gpu=N``
+limit (``workflow/profiles/gpu``).
 """
 from __future__ import annotations
 

@@ -144,6 +144,15 @@ class Lookups:
         """The score rule's threads and resources, from its model's config (biasflow.scheduling)."""
         return score_resources(self.score_job(wildcards.model_key, wildcards.metric, wildcards.shash).model)
 
+    def score_threads(self, wildcards, workflow) -> int:
+        """The score rule's threads: the model config's CPUs on a cluster; on one machine at most half its cores,
+        so two scoring jobs share it (one small model's job rarely keeps more than one core busy, and a job that
+        claims every core leaves the others idle)."""
+        cpus = self.score_resources(wildcards)["cpus"]
+        if workflow.local_exec and not workflow.remote_exec:
+            return max(1, min(cpus, int(workflow.cores) // 2))
+        return cpus
+
     def score_inputs(self, job: Job) -> dict[str, Any]:
         inputs: dict[str, Any] = {"model": self.model_inputs(job.model), "user_files": self.user_file_inputs(job)}
         if job.items_path:

@@ -15,8 +15,8 @@ rule score:
     benchmark:
         benchmark_file(RESULTS, "score", "{model_key}/{metric}-{shash}")
     # What the scheduler gives one job comes from the model config (model.resources, defaults per kind), so one
-    # profile serves GloVe and a 7B LM alike; locally threads are capped by --cores.
-    threads: lambda w: W.score_resources(w)["cpus"]
+    # profile serves GloVe and a 7B LM alike; on one machine at most half of --cores (W.score_threads).
+    threads: lambda w: W.score_threads(w, workflow)
     resources:
         gpu=lambda w: W.score_resources(w)["gpus"],
         mem_mb=lambda w: W.score_resources(w)["mem_mb"],
