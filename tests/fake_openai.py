@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
+from local_http import JSONHandler, LocalHTTPServer
 
-class FakeChatServer:
+
+class FakeChatServer(LocalHTTPServer):
     def __init__(self, delay_s: float = 0.0, reply: Callable[[dict], str] | None = None,
                  fail_first: Callable[[dict], bool] | None = None):
         self.log: list[dict] = []
@@ -27,10 +28,7 @@ class FakeChatServer:
         self.lock = threading.Lock()
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Handler(JSONHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 prompt = body["messages"][-1]["content"]
@@ -59,28 +57,5 @@ class FakeChatServer:
                 text = server.reply(body) if server.reply else f"echo|{prompt}|{body.get('seed')}|{system}"
                 self._send(200, {"choices": [{"message": {"role": "assistant", "content": text}}]})
 
-            def _send(self, code, payload, headers=None):
-                data = json.dumps(payload).encode()
-                try:
-                    self.send_response(code)
-                    for k, v in (headers or {}).items():
-                        self.send_header(k, v)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
-                    pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.url = self._serve(Handler)

@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from local_http import JSONHandler, LocalHTTPServer
 
 
 class ServedLM:
@@ -67,7 +68,7 @@ class ServedLM:
                 "n_generated": len(ids) - n_prompt}
 
 
-class CompletionsServer:
+class CompletionsServer(LocalHTTPServer):
     def __init__(self, adapter: Any, served_name: str = "tiny-gpt2", add_bos: bool = False, api_key: str | None = None):
         self.lm = ServedLM(adapter, add_bos=add_bos)
         self.served_name = served_name
@@ -82,10 +83,7 @@ class CompletionsServer:
         self.lock = threading.Lock()
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Handler(JSONHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with server.lock:
@@ -126,28 +124,5 @@ class CompletionsServer:
                     "usage": {"prompt_tokens": out["n_prompt"], "completion_tokens": out["n_generated"],
                               "total_tokens": out["n_prompt"] + out["n_generated"]}})
 
-            def _send(self, code, payload, headers=None):
-                data = json.dumps(payload).encode()
-                try:
-                    self.send_response(code)
-                    for k, v in (headers or {}).items():
-                        self.send_header(k, v)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
-                    pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.base_url = self._serve(Handler)
