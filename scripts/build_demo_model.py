@@ -3,4 +3,4 @@ from biasflow.stages import build_demo_model, start_stage
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
 start_stage(sm.log[0])
-build_demo_model(sm.params.model, list(sm.input.texts), sm.output[0], threads=sm.threads)
+build_demo_model(sm.params.model, list(sm.input.texts), sm.output[0])  # its threads: model.train.threads

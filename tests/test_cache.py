@@ -6,6 +6,7 @@ import logging
 import multiprocessing as mp
 import os
 import random
+import shutil
 import signal
 import time
 
@@ -328,29 +329,71 @@ def test_a_writer_killed_mid_write_leaves_no_half_part(tmp_path, die_in_fsync, c
 
 
 def _slow_pll(model, requests, budget):
-    """An answerer that takes a while and records, in a shared file, every text it computed."""
+    """An answerer that takes a while and records, in a shared file, every text it computed and by which process."""
     with open(os.environ["BIASFLOW_TEST_ANSWERED"], "a") as fh:
-        fh.write("".join(f"{r.text}\n" for r in requests))
-    time.sleep(1.0)
+        fh.write("".join(f"{os.getpid()} {r.text}\n" for r in requests))
+    time.sleep(float(os.environ.get("BIASFLOW_TEST_SLEEP", "0.3")))
     return pd.DataFrame({"total": [float(len(r.text)) for r in requests]})
 
 
 def _ask_slowly(args):
     from biasflow.scoring import answer
 
-    root, texts, log = args
+    root, texts, log, ready_dir, jobs = args
     os.environ["BIASFLOW_TEST_ANSWERED"] = log
     answer.ANSWERERS[("fake", "pll")] = _slow_pll
-    out = answer_requests([PseudoLogLikelihood(t) for t in texts], {"kind": "fake"}, root, model=FakeModel())
+    # start together, as two score jobs that Snakemake launched side by side
+    open(os.path.join(ready_dir, str(os.getpid())), "w").close()
+    while len(os.listdir(ready_dir)) < jobs:
+        time.sleep(0.01)
+    out = answer_requests([PseudoLogLikelihood(t) for t in texts], {"kind": "fake"}, root, model=FakeModel(),
+                          chunk_size=4)
     return out.total.tolist()
 
 
-def test_two_jobs_asking_the_same_questions_compute_them_once(tmp_path):
-    """Two score jobs started together on the same requests (crows_pairs and crows_pairs_biasbench): one answers,
-    the other waits for the lock and reads its answers; both get every answer."""
-    texts = ["a", "bb", "ccc", "dddd"]
-    log = tmp_path / "answered.txt"
+def _answered(log):
+    return [line.split(" ", 1) for line in log.read_text().splitlines()]
+
+
+def test_two_jobs_asking_the_same_questions_share_the_work(tmp_path):
+    """Two score jobs started together on the same requests (crows_pairs and crows_pairs_biasbench): they claim
+    work units in turn, so each request is computed once, both jobs compute, and both get every answer."""
+    texts = [f"text {i}" + "x" * (i % 7) for i in range(60)]
+    log, ready = tmp_path / "answered.txt", tmp_path / "ready"
+    ready.mkdir()
     with mp.get_context("spawn").Pool(2) as pool:
-        results = pool.map(_ask_slowly, [(str(tmp_path / "cache"), texts, str(log))] * 2)
-    assert results == [[1.0, 2.0, 3.0, 4.0]] * 2
-    assert sorted(log.read_text().split()) == sorted(texts)  # computed once, not twice
+        results = pool.map(_ask_slowly, [(str(tmp_path / "cache"), texts, str(log), str(ready), 2)] * 2,
+                           chunksize=1)
+    assert results == [[float(len(t)) for t in texts]] * 2
+    answered = _answered(log)
+    assert sorted(text for _, text in answered) == sorted(texts)  # computed once, not twice
+    assert len({pid for pid, _ in answered}) == 2  # by both jobs, not one while the other waited
+
+
+def test_a_job_killed_while_answering_leaves_its_work_to_the_next(tmp_path):
+    """kill -9 of a job that holds claims: the claims die with it, and another job computes what it had not
+    written (its finished chunks are kept)."""
+    texts = [f"sentence {i}" for i in range(24)]
+    log, ready = tmp_path / "answered.txt", tmp_path / "ready"
+    ready.mkdir()
+    os.environ["BIASFLOW_TEST_SLEEP"] = "0.5"
+    try:
+        ctx = mp.get_context("spawn")
+        victim = ctx.Process(target=_ask_slowly, args=((str(tmp_path / "cache"), texts, str(log), str(ready), 1),))
+        victim.start()
+        deadline = time.time() + 60
+        while (not log.exists() or len(_answered(log)) < 8) and time.time() < deadline:
+            time.sleep(0.05)  # until it wrote one chunk and is answering the next
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.join()
+        assert victim.exitcode == -signal.SIGKILL
+        done_before = AnswerCache(tmp_path / "cache", "fake-fp", "pll").keys()
+        assert 0 < len(done_before) < len(texts)
+        os.environ["BIASFLOW_TEST_SLEEP"] = "0"
+        shutil.rmtree(ready)
+        ready.mkdir()
+        assert _ask_slowly((str(tmp_path / "cache"), texts, str(log), str(ready), 1)) == [float(len(t)) for t in texts]
+    finally:
+        os.environ.pop("BIASFLOW_TEST_SLEEP", None)
+    by_second = [text for pid, text in _answered(log) if int(pid) == os.getpid()]
+    assert sorted(by_second) == sorted(t for t in texts if PseudoLogLikelihood(t).key not in done_before)

@@ -125,11 +125,10 @@ def download_file(sources, dest: str, wheel_dir: str) -> dict:
     return fetch_verified(sources, dest, wheel_dir=wheel_dir)
 
 
-def build_demo_model(model_cfg: Mapping[str, Any], text_files, out_dir: str, threads: int = 1) -> dict:
+def build_demo_model(model_cfg: Mapping[str, Any], text_files, out_dir: str) -> dict:
     from biasflow.data.bold import documents
     from biasflow.models.demo import build_demo_mlm
 
-    set_threads(threads)
     return build_demo_mlm(documents(text_files), out_dir, model_cfg.get("train", {}))
 
 

@@ -130,6 +130,12 @@ class Lookups:
                 return job.model
         raise ValueError(f"no model of this plan is built at {path}")
 
+    def build_threads(self, path: str, workflow) -> int:
+        """The build rule's threads: the training's own thread count (``model.train.threads``), at most --cores."""
+        from biasflow.models.demo import demo_threads
+
+        return min(int(workflow.cores), demo_threads(self.built_model(path).get("train") or {}))
+
     def demo_training_texts(self) -> list[str]:
         return list(self.raw_files("bold_wikipedia", self.plan.benchmarks["bold_wikipedia"]).values())
 

@@ -11,6 +11,8 @@ rule build_demo_model:
         RESULTS + "/logs/build_model/{model_name}.log",
     benchmark:
         benchmark_file(RESULTS, "build_demo_model", "{model_name}")
-    threads: workflow.cores
+    threads: lambda w: W.build_threads(f"{RESOURCES}/models/{w.model_name}", workflow)
+    # first: every masked-LM score job waits for it
+    priority: 10
     script:
         "../../scripts/build_demo_model.py"

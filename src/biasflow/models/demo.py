@@ -14,12 +14,12 @@ import os
 import shutil
 import random
 from pathlib import Path
-from typing import Any, Mapping, Sequence
-
-import torch
-from tqdm.auto import tqdm
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from biasflow.errors import ModelLoadError
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,8 @@ def minilm_dir() -> Path:
 def mask_tokens(input_ids: torch.Tensor, special: torch.Tensor, tokenizer, gen: torch.Generator,
                 prob: float = 0.15) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT's masking: 15% of non-special tokens; of those 80% [MASK], 10% random, 10% kept."""
+    import torch
+
     labels = input_ids.clone()
     chosen = (torch.rand(input_ids.shape, generator=gen) < prob) & ~special
     labels[~chosen] = -100
@@ -59,15 +61,24 @@ def sentence_pairs(documents: Sequence[Sequence[str]], rng: random.Random) -> li
     return pairs
 
 
+def demo_threads(train: Mapping[str, Any]) -> int:
+    return max(1, int(train.get("threads", 2)))
+
+
 def build_demo_mlm(documents: Sequence[Sequence[str]], out_dir: str | Path, train: Mapping[str, Any]) -> dict:
     """Fine-tune MiniLM's encoder with BERT's two objectives (masked LM + next sentence) and save it.
 
     ``documents`` are lists of consecutive sentences. The saved checkpoint (BertForPreTraining) loads as a masked LM
     and as a next-sentence predictor (StereoSet intersentence).
     """
+    import torch
+    from tqdm.auto import tqdm
     from transformers import AutoTokenizer, BertConfig, BertForPreTraining, BertModel
 
     seed = int(train.get("seed", 0))
+    # The trained weights depend on the thread count (it splits the matrix products' sums), so it is part of the
+    # recipe, not of the machine: the same model whatever --cores a run has.
+    torch.set_num_threads(demo_threads(train))
     torch.manual_seed(seed)
     rng = random.Random(seed)
     src = minilm_dir()

@@ -15,10 +15,11 @@ neither torch nor transformers).
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import logging
-from contextlib import nullcontext
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -62,10 +63,14 @@ ANSWERERS: dict[tuple[str, str], str | Callable] = {
 # a request kind a model kind answers with a sibling head of the same checkpoint (loaded as that kind)
 LOAD_AS: dict[tuple[str, str], str] = {("masked_lm", "next_sentence"): "bert_nsp"}
 
-# requests answered one network call or one sampled decoding at a time: written to the cache in small chunks, so
-# an interrupted run loses little (a model config's ``flush_every`` overrides)
-CHUNK_SIZES = {"generation": 32}
+# requests written to the cache every so many answers (a model config's ``flush_every`` overrides): generations
+# (one network call or sampled decoding each) in small chunks, so an interrupted run loses little; multi-mask
+# questions in big ones, since CBS asks ~70 of each masked template and a chunk shares the template's passes
+CHUNK_SIZES = {"generation": 32, "multi_mask": 4096}
 DEFAULT_CHUNK_SIZE = 512
+# a request kind's missing answers are split into this many work units by key; concurrent jobs on the same model
+# claim units one by one and so share the work (``_answer_missing``)
+WORK_UNITS = 64
 
 DEFAULT_BATCH_TOKENS = 8192
 DEFAULT_MAX_LOGITS = 1 << 26  # 64M floats = 256 MB of logits per forward pass
@@ -146,6 +151,16 @@ def _answer_chunk(fn: Callable, model: Any, chunk: Sequence[Request], budget: Bu
         return out.reset_index(drop=True)
 
 
+def _answer_and_store(fn: Callable, model: Any, budget: Budget, cache, chunk: Sequence[Request]) -> pd.DataFrame:
+    """The rows of ``chunk`` (request columns and answer columns), written to ``cache`` (if any) before returning."""
+    answers = _answer_chunk(fn, model, chunk, budget)
+    rows = pd.concat([request_frame(chunk), answers.drop(columns=[c for c in ("key", "kind") if c in answers])],
+                     axis=1)
+    if cache is not None:
+        cache.put(rows)
+    return rows
+
+
 def request_frame(requests: Sequence[Request]) -> pd.DataFrame:
     """``key``, ``kind`` and the request's fields, one row per request."""
     return pd.DataFrame([{"key": r.key, "kind": r.kind, **r.fields()} for r in requests])
@@ -160,6 +175,59 @@ def _cached(cache, todo: Sequence[Request]) -> tuple[pd.DataFrame, list[Request]
             hits = hits[hits["status"] == "ok"]
     have = set(hits["key"])
     return hits, [r for r in todo if r.key not in have]
+
+
+def work_unit(request: Request) -> int:
+    """The work unit of a request: by its work key (requests that share model work share a unit), so every job
+    agrees on it whatever else it asks."""
+    return int(hashlib.sha256(request.work_key.encode()).hexdigest()[:8], 16) % WORK_UNITS
+
+
+def _answer_missing(missing: Sequence[Request], cache, size: int,
+                    answer: Callable[[Sequence[Request]], pd.DataFrame]) -> list[pd.DataFrame]:
+    """Answers to ``missing``, ``answer`` called on chunks of at most ``size`` requests.
+
+    With a cache, the requests are split into work units (``work_unit``) and a job answers a unit only while it
+    holds the unit's claim (``AnswerCache.claim``): it claims free units until it has ``size`` requests, re-reads
+    the cache for them (another job may have answered them since), answers the rest, writes them and releases the
+    claims. Two jobs asking the same model the same questions (CrowS-Pairs and its bias-bench variant both ask for
+    every sentence's PLL) thus split the work between them instead of computing it twice or one waiting for the
+    other; when every unit left is claimed by another job, this one waits for a claim and reads its answers."""
+    # answered in the order asked, except that requests sharing model work (``Request.work_key``) are kept
+    # together, so chunk boundaries rarely split them
+    first_of_group: dict[str, int] = {}
+    order = {r.key: (first_of_group.setdefault(r.work_key, i), i) for i, r in enumerate(missing)}
+    if cache is None:
+        missing = sorted(missing, key=lambda r: order[r.key])
+        return [answer(missing[start:start + size]) for start in range(0, len(missing), size)]
+    units: dict[int, list[Request]] = {}
+    for request in missing:
+        units.setdefault(work_unit(request), []).append(request)
+    parts, wait = [], False
+    while units:
+        held, todo = [], []
+        for unit in list(units):
+            claim = cache.claim(unit, wait=wait)
+            if claim is None:
+                continue
+            held.append(claim)
+            todo += units.pop(unit)
+            if wait or len(todo) >= size:
+                break
+        if not held:  # every unit left is being answered by another job
+            log.info("another job is answering the %d %s requests left; waiting for its answers",
+                     sum(map(len, units.values())), missing[0].kind)
+            wait = True
+            continue
+        wait = False
+        try:
+            hits, todo = _cached(cache, sorted(todo, key=lambda r: order[r.key]))
+            parts += [hits] if len(hits) else []
+            parts += [answer(todo[start:start + size]) for start in range(0, len(todo), size)]
+        finally:
+            for claim in held:
+                claim.release()
+    return parts
 
 
 def answer_requests(requests: Sequence[Request], model_cfg: Mapping[str, Any], cache_root: str | Path | None,
@@ -188,20 +256,10 @@ def answer_requests(requests: Sequence[Request], model_cfg: Mapping[str, Any], c
         hits, missing = _cached(cache, todo)
         log.info("%s requests: %d, %d cached, %d to answer (%s)", request_kind, len(todo), len(todo) - len(missing),
                  len(missing), getattr(adapter, "name", kind_of_model))
-        with (cache.answering() if cache is not None and missing else nullcontext()):
-            if cache is not None and missing:  # what another job answered while this one waited
-                hits, missing = _cached(cache, todo)
-            parts = [hits] if len(hits) else []
-            size = int(chunk_size or model_cfg.get("flush_every") or CHUNK_SIZES.get(request_kind,
-                                                                                      DEFAULT_CHUNK_SIZE))
-            for start in range(0, len(missing), size):
-                chunk = missing[start:start + size]
-                answers = _answer_chunk(fn, adapter, chunk, budget)
-                rows = pd.concat([request_frame(chunk), answers.drop(columns=[c for c in ("key", "kind")
-                                                                              if c in answers])], axis=1)
-                if cache is not None:
-                    cache.put(rows)
-                parts.append(rows)
+        size = int(chunk_size or model_cfg.get("flush_every") or CHUNK_SIZES.get(request_kind, DEFAULT_CHUNK_SIZE))
+
+        answer = partial(_answer_and_store, fn, adapter, budget, cache)
+        parts = ([hits] if len(hits) else []) + _answer_missing(missing, cache, size, answer)
         if parts:
             table = pd.concat(parts, ignore_index=True).drop_duplicates("key", keep="first")
             order = {r.key: i for i, r in enumerate(todo)}

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import logging
 import os
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import pandas as pd
 import pyarrow as pa
@@ -62,26 +61,21 @@ class AnswerCache:
         self.writes += 1
         return path
 
-    @contextmanager
-    def answering(self) -> Iterator[None]:
-        """Held while a job answers requests of this model and kind. Two jobs that ask the same questions at the
-        same time (CrowS-Pairs and its bias-bench variant both ask for every sentence's PLL) would both compute them:
-        the second waits here, then reads the first one's answers. A lock file beside the parts (``fcntl``: released
+    def claim(self, unit: int, wait: bool = False):
+        """The claim on work unit ``unit`` of this model and request kind (see ``answer.WORK_UNITS``): a held
+        ``filelock.FileLock`` to release when its answers are written, or None when another job holds it (unless
+        ``wait``: then block until it is released). One lock file per unit under ``.claims/`` (``flock``: released
         when its process dies, so a killed job never blocks the next)."""
         from filelock import FileLock, Timeout
 
-        self.dir.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(self.dir / ".answering.lock"))
+        claims = self.dir / ".claims"
+        claims.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(claims / f"unit-{unit:03d}.lock"), thread_local=False)
         try:
-            lock.acquire(timeout=0)
+            lock.acquire(timeout=-1 if wait else 0)
         except Timeout:
-            log.info("another job is answering %s requests of model %s; waiting for its answers", self.kind,
-                     self.fingerprint)
-            lock.acquire()
-        try:
-            yield
-        finally:
-            lock.release()
+            return None
+        return lock
 
     def keys(self) -> set[str]:
         table = self.store.read(columns=["key"])

@@ -11,16 +11,16 @@ the model. Positions index the tokenised text *with* special tokens.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from functools import lru_cache
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
 
 from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS, Budget
-from biasflow.scoring.batching import pad_right, token_budget_batches
 from biasflow.scoring.fill_mask import MASK_PLACEHOLDER
+from biasflow.scoring.masked import vocabulary_scores
 
 
 def model_text(tokenizer, text: str) -> str:
@@ -52,62 +52,46 @@ def read_positions(ids: Sequence[int], mask_id: int, counts: Sequence[int], targ
     return list(range(mpos[1], mpos[1] + n))
 
 
-def expand(adapter, request) -> tuple[str, list[int], list[int]]:
-    """The model's text of a ``MultiMaskLogprobs`` request, its read positions and the target's piece ids."""
+def expand(adapter, request, pieces_of: Callable[[str], list[int]] | None = None,
+           encode_text: Callable[[str], list[int]] | None = None) -> tuple[str, list[int], list[int]]:
+    """The model's text of a ``MultiMaskLogprobs`` request, its read positions and the target's piece ids.
+    ``pieces_of`` (word -> piece ids) and ``encode_text`` (text -> ids) may be memoised versions of the tokenizer's."""
     tok = adapter.tokenizer
+    pieces_of = pieces_of or (lambda word: word_pieces(tok, adapter.normalise(word)))
+    encode_text = encode_text or (lambda text: encode(tok, text))
     pieces = []
     for word in request.words:
-        ids = word_pieces(tok, adapter.normalise(word))
+        ids = pieces_of(word)
         if not ids:
             raise ValueError(f"word {word!r} of multi-mask request {request.text!r} has no word pieces")
-        pieces.append(ids)
+        pieces.append(list(ids))
     parts = request.text.split(MASK_PLACEHOLDER)
     filled = parts[0] + "".join(" ".join([MASK_PLACEHOLDER] * len(p)) + rest for p, rest in zip(pieces, parts[1:]))
     # an uncased model lowercases the placeholders too: restore them
     text = adapter.normalise(filled).replace(MASK_PLACEHOLDER.lower(), MASK_PLACEHOLDER)
-    positions = read_positions(encode(tok, text), tok.mask_token_id, [len(p) for p in pieces], request.target,
+    positions = read_positions(encode_text(text), tok.mask_token_id, [len(p) for p in pieces], request.target,
                                request.position_rule)
     return text, positions, pieces[request.target]
 
 
-@torch.inference_mode()
 def logprob_matrices(adapter, texts: Sequence[str], positions: Sequence[Sequence[int]],
                      token_ids: Sequence[Sequence[int]], batch_tokens: int = DEFAULT_BATCH_TOKENS,
                      progress: bool = False) -> list[np.ndarray]:
-    tok = adapter.tokenizer
-    enc = [encode(tok, t) for t in texts]
-    for t, ids, pos in zip(texts, enc, positions):
-        if any(p < 0 or p >= len(ids) for p in pos):
-            raise ValueError(f"positions {list(pos)} out of range for {t!r} ({len(ids)} tokens)")
-    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
-    out: list[np.ndarray] = [np.empty((0, 0))] * len(enc)
-    bar = tqdm(total=len(enc), desc=f"multi-mask {adapter.name}", unit="text", disable=not progress, mininterval=1.0)
-    for batch in token_budget_batches(list(range(len(enc))), [len(x) for x in enc], batch_tokens):
-        ids, attn = pad_right([enc[i] for i in batch], pad_id)
-        rows, cols = [], []
-        for r, i in enumerate(batch):
-            rows += [r] * len(positions[i])
-            cols += list(positions[i])
-        logits = adapter.logits_at(ids.to(adapter.device), attn.to(adapter.device),
-                                   torch.as_tensor(rows, dtype=torch.long, device=adapter.device),
-                                   torch.as_tensor(cols, dtype=torch.long, device=adapter.device))
-        logp = torch.log_softmax(logits.float(), dim=-1).cpu()
-        at = 0
-        for i in batch:
-            n = len(positions[i])
-            block = logp[at:at + n][:, torch.as_tensor(list(token_ids[i]), dtype=torch.long)]
-            out[i] = block.double().numpy().reshape(n, len(token_ids[i]))
-            at += n
-        bar.update(len(batch))
-    bar.close()
-    return out
+    """The ``len(positions[i]) x len(token_ids[i])`` log-softmax matrix of each text (identical texts run once)."""
+    encoded = {t: encode(adapter.tokenizer, t) for t in dict.fromkeys(texts)}
+    return vocabulary_scores(adapter, [encoded[t] for t in texts], positions, token_ids, torch.log_softmax, batch_tokens, progress,
+                             desc="multi-mask")
 
 
 def answer_multi_mask(adapter, requests, budget: Budget) -> pd.DataFrame:
     """Answerer of ``MultiMaskLogprobs``: positions, token_ids (the target's pieces), logprobs (flattened)."""
-    texts, positions, pieces = zip(*[expand(adapter, r) for r in requests])
-    mats = logprob_matrices(adapter, texts, positions, pieces, batch_tokens=budget.batch_tokens,
-                            progress=budget.progress)
+    tok = adapter.tokenizer
+    # CBS asks tens of thousands of questions about a few hundred words and templates: tokenize each once
+    pieces_of = lru_cache(maxsize=None)(lambda word: tuple(word_pieces(tok, adapter.normalise(word))))
+    encode_text = lru_cache(maxsize=None)(lambda text: encode(tok, text))
+    texts, positions, pieces = zip(*[expand(adapter, r, pieces_of, encode_text) for r in requests])
+    mats = vocabulary_scores(adapter, [encode_text(t) for t in texts], positions, pieces, torch.log_softmax,
+                             budget.batch_tokens, budget.progress, desc="multi-mask")
     return pd.DataFrame({"positions": [list(map(int, p)) for p in positions],
                          "token_ids": [list(map(int, i)) for i in pieces],
                          "logprobs": [m.reshape(-1).tolist() for m in mats]})

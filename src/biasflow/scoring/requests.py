@@ -47,6 +47,12 @@ class Request:
     def key(self) -> str:
         return request_key(self.kind, self.fields())
 
+    @property
+    def work_key(self) -> str:
+        """Requests with the same work key share model work (a forward pass): answered together, it is done once.
+        By default a request shares nothing."""
+        return self.key
+
 
 def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
@@ -129,6 +135,10 @@ class MultiMaskLogprobs(Request):
     target: int = 0
     position_rule: str = "aligned"
 
+    @property
+    def work_key(self) -> str:  # the questions about one template share its masked passes
+        return self.text
+
     def __post_init__(self):
         object.__setattr__(self, "words", tuple(self.words))
         placeholders = self.text.count(MASK_PLACEHOLDER)
@@ -154,6 +164,10 @@ class BlankFill(Request):
     context: str
     word: str
     word_prefix_space: bool = False
+
+    @property
+    def work_key(self) -> str:  # the candidates of a context share its first masked pass
+        return self.context
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from biasflow.models.batch_invariant import batch_invariant
 from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS
 from biasflow.scoring.batching import pad_right, token_budget_batches
 from biasflow.scoring.causal import DEFAULT_MAX_LOGITS
+from biasflow.scoring.masked import vocabulary_scores
 
 # ------------------------------------------------------------------------------------------------ helpers
 def _pad_id(tokenizer) -> int:
@@ -41,14 +42,6 @@ def _pad_id(tokenizer) -> int:
         if tid is not None:
             return int(tid)
     return 0
-
-
-def _masked_logits(adapter, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor):
-    """Vocabulary logits at (rows, cols); the adapter's head-only path when it has one."""
-    if hasattr(adapter, "logits_at"):
-        return adapter.logits_at(ids, attn, rows, cols)
-    with torch.inference_mode(), batch_invariant(adapter.model):
-        return adapter.model(input_ids=ids, attention_mask=attn).logits[rows, cols].float()
 
 
 # ------------------------------------------------------------------------------------------------ blank fill
@@ -78,16 +71,10 @@ def blank_fill_probabilities(adapter, contexts: Sequence[str], words: Sequence[s
     prepared = [blank_fill_inputs(tok, c, w, word_prefix_space) for c, w in zip(contexts, words)]
     out = [(word_ids, np.full(len(word_ids), np.nan)) for word_ids, _ in prepared]
     jobs = [(i, k, seq, pos, target) for i, (_, js) in enumerate(prepared) for k, (seq, pos, target) in enumerate(js)]
-    device = adapter.device
-    for batch in token_budget_batches(jobs, [len(j[2]) for j in jobs], batch_tokens):
-        ids, attn = pad_right([j[2] for j in batch], _pad_id(tok))
-        rows = torch.arange(len(batch), device=device)
-        cols = torch.tensor([j[3] for j in batch], device=device)
-        logits = _masked_logits(adapter, ids.to(device), attn.to(device), rows, cols)
-        targets = torch.tensor([j[4] for j in batch], device=device)
-        probs = torch.softmax(logits.float(), dim=-1).gather(1, targets[:, None])[:, 0].cpu().numpy()
-        for (i, k, *_), p in zip(batch, probs):
-            out[i][1][k] = float(p)
+    probs = vocabulary_scores(adapter, [j[2] for j in jobs], [[j[3]] for j in jobs], [[j[4]] for j in jobs],
+                              torch.softmax, batch_tokens)
+    for (i, k, *_), p in zip(jobs, probs):
+        out[i][1][k] = float(p[0, 0])
     return out
 
 
