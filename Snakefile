@@ -11,7 +11,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from biasflow.report.timing import benchmark_file  # every rule's benchmark: record (summed in the run report)
-from biasflow.workflow import load_plan
+from biasflow.workflow import BUILD_PRIORITY, load_plan
 
 PLAN, W = load_plan(config)
 RESULTS = PLAN.paths["results"]

@@ -24,11 +24,13 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,14 +99,62 @@ def stage_table(project: Path) -> dict[str, dict]:
     return out
 
 
+_STAMP = re.compile(r"\[(\w{3} \w{3} +\d+ \d\d:\d\d:\d\d \d{4})\]$")
+
+
+def timeline(log_text: str) -> list[dict]:
+    """Start and end (s after the first job started; Snakemake logs whole seconds) of every job of a run, from
+    Snakemake's log: which jobs ran side by side and what waited."""
+    jobs: dict[str, dict] = {}
+    stamp, current = None, None
+    for line in log_text.splitlines():
+        if m := _STAMP.search(line):
+            stamp = datetime.strptime(m.group(1), "%a %b %d %H:%M:%S %Y")
+        elif m := re.match(r"^(?:local)?rule (\w+):$", line):
+            current = {"rule": m.group(1), "start": stamp, "end": None, "job": ""}
+        elif current is not None and (m := re.match(r"^\s+jobid: (\d+)$", line)):
+            jobs[m.group(1)] = current
+        elif current is not None and (m := re.match(r"^\s+wildcards: (.*)$", line)):
+            current["job"] = m.group(1)
+            current = None
+        elif m := re.search(r"Finished jobid: (\d+)", line):
+            if m.group(1) in jobs:
+                jobs[m.group(1)]["end"] = stamp
+    done = [j for j in jobs.values() if j["start"] is not None and j["end"] is not None]
+    if not done:
+        return []
+    t0 = min(j["start"] for j in done)
+    return sorted(({"rule": j["rule"], "job": j["job"], "start_s": (j["start"] - t0).total_seconds(),
+                    "end_s": (j["end"] - t0).total_seconds()} for j in done), key=lambda j: (j["start_s"], j["end_s"]))
+
+
+def print_timeline(jobs: list[dict], min_s: float = 5.0, width: int = 60) -> None:
+    """The jobs of at least ``min_s`` seconds as bars on one time axis."""
+    if not jobs:
+        return
+    end = max(j["end_s"] for j in jobs) or 1.0
+    print(f"jobs of >= {min_s:g} s, on a {end:.0f} s axis:")
+    for j in jobs:
+        if j["end_s"] - j["start_s"] < min_s:
+            continue
+        a, b = round(j["start_s"] / end * width), max(round(j["end_s"] / end * width), round(j["start_s"] / end * width) + 1)
+        name = f"{j['rule']} {j['job']}"
+        print(f"  {' ' * a}{'#' * (b - a)}{' ' * (width - b)} {j['start_s']:5.0f}-{j['end_s']:4.0f} s  {name[:70]}")
+
+
 def run_once(label: str, project: Path, overrides: list[str], cores: int, log: Path) -> dict:
     py = sys.executable
     before = load()
     parse_s = timed([py, "-m", "snakemake", "--snakefile", "Snakefile", "--cores", str(cores), "-n", "--quiet",
                      "--config", f"overrides={json.dumps(overrides)}"], project, log)
+    offset = log.stat().st_size
     total_s = timed([py, "-m", "biasflow.cli", "run", "--cores", str(cores), *overrides], project, log)
+    with open(log) as fh:
+        fh.seek(offset)
+        jobs = timeline(fh.read())
     rec = {"run": label, "parse_s": parse_s, "total_s": total_s, "load_before": before, "load_after": load(),
-           "stages": stage_table(project)}
+           "stages": stage_table(project), "timeline": jobs}
+    print_timeline(jobs)
     print(f"{label}: total {total_s:.1f} s (Snakefile parse, dry run: {parse_s:.1f} s), load {before} -> "
           f"{rec['load_after']}", flush=True)
     return rec

@@ -197,3 +197,40 @@ def test_linear_rows_do_not_depend_on_the_row_count_inside_batch_invariant(layer
 def test_tiles_shrink_for_layers_with_many_outputs():
     assert tile_rows(32) == tile_rows(384) == 256
     assert tile_rows(1536) == 128 and tile_rows(3072) == tile_rows(30522) == 64
+
+
+def _answers_by_key(requests, adapter, root, batch_tokens) -> pd.DataFrame:
+    table = answer_requests(requests, dict(adapter.cfg, batch_tokens=batch_tokens), root, model=adapter,
+                            progress=False)
+    return table.set_index("key")
+
+
+@pytest.mark.parametrize("kind", ["unmasked_logprobs_attn", "multi_mask", "blank_fill"])
+def test_other_masked_lm_answers_are_the_same_whatever_else_is_asked(tiny_bert, kind, tmp_path):
+    """AUL's log-probs and attention, LPBS/CBS's multi-mask matrices and StereoSet's blank fill (whose passes are
+    shared between the questions about one template) at once, resumed and among other questions, bit for bit."""
+    from biasflow.scoring.requests import BlankFill, MultiMaskLogprobs, UnmaskedLogprobsAttention
+
+    words = ["nurse", "doctor", "engineer", "he", "she", "teacher"]
+    if kind == "unmasked_logprobs_attn":
+        asked, others = [UnmaskedLogprobsAttention(t) for t in TEXTS], [UnmaskedLogprobsAttention(t) for t in OTHERS]
+    elif kind == "multi_mask":
+        templates = ["[MASK] is a [MASK].", "The [MASK] said that [MASK] would come.", "[MASK] likes [MASK] a lot."]
+        asked = [MultiMaskLogprobs(t, (a, b), target) for t in templates for a in words[3:] for b in words[:3]
+                 for target in (0, 1)]
+        others = [MultiMaskLogprobs(t, (b, a), 0) for t in templates[1:] for a in words[3:] for b in words]
+    else:
+        contexts = [s.split(" ", 3) for s in TEXTS[:12]]
+        asked = [BlankFill(" ".join(c[:2] + ["BLANK"] + c[3:]), w) for c in contexts if len(c) == 4 for w in words]
+        others = [BlankFill(" ".join(c[:1] + ["BLANK"] + c[2:]), w) for c in contexts if len(c) == 4 for w in words]
+    keys = [r.key for r in asked]
+    at_once = _answers_by_key(asked, tiny_bert, tmp_path / "at_once", 300).loc[keys]
+    _answers_by_key(asked[: len(asked) // 2], tiny_bert, tmp_path / "resumed", 8192)
+    resumed = _answers_by_key(asked, tiny_bert, tmp_path / "resumed", 8192).loc[keys]
+    among = _answers_by_key(others[::2] + asked[::-1] + others[1::2], tiny_bert, tmp_path / "among", 300).loc[keys]
+    def plain(value):  # lists as answered, numpy arrays as read back from the cache
+        return np.asarray(value).tolist() if isinstance(value, (list, tuple, np.ndarray)) else value
+
+    for other in (resumed, among):
+        for column in at_once.columns:
+            assert at_once[column].map(plain).tolist() == other[column].map(plain).tolist(), column

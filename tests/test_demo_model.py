@@ -41,3 +41,26 @@ def test_only_the_top_layers_learn(tmp_path):
                        after["encoder.layer.0.attention.self.query.weight"])
     assert not torch.equal(before["encoder.layer.5.attention.self.query.weight"],
                            after["encoder.layer.5.attention.self.query.weight"])
+
+
+def test_the_weights_do_not_depend_on_the_threads_of_the_process(tmp_path):
+    """Matrix products split their sums by thread, so the trained weights depend on the thread count: the recipe
+    fixes it (``model.train.threads``), and a run with more or fewer --cores builds the same model."""
+    from safetensors.torch import load_file
+
+    from biasflow.models.demo import build_demo_mlm
+
+    docs = [["The nurse helped the patient after the long operation.", "She was kind to everyone she met."],
+            ["The engineer fixed the old bridge over the river.", "He worked all night.", "The city thanked him."]] * 6
+    train = {"steps": 3, "batch_size": 8, "max_length": 24, "seed": 0, "trainable_layers": 2, "threads": 2}
+    before = torch.get_num_threads()
+    try:
+        weights = []
+        for process_threads in (1, 2):
+            torch.set_num_threads(process_threads)
+            build_demo_mlm(docs, tmp_path / f"demo{process_threads}", train)
+            weights.append(load_file(tmp_path / f"demo{process_threads}" / "model.safetensors"))
+    finally:
+        torch.set_num_threads(before)
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])

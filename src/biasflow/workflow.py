@@ -8,6 +8,10 @@ from typing import Any, Mapping
 from biasflow.plan import Job, Plan, build_plan
 from biasflow.scheduling import score_resources
 
+# Snakemake priority of building a model and of downloading what it is built from: every job on that model waits
+# for it, so it goes before cheaper jobs that are ready (WEAT, SEAT) take the cores
+BUILD_PRIORITY = 10
+
 
 def _overrides(config: Mapping[str, Any]) -> list[str]:
     raw = config.get("overrides", [])
@@ -131,10 +135,23 @@ class Lookups:
         raise ValueError(f"no model of this plan is built at {path}")
 
     def build_threads(self, path: str, workflow) -> int:
-        """The build rule's threads: the training's own thread count (``model.train.threads``), at most --cores."""
+        """The build rule's threads. On a cluster, the training's own thread count (``model.train.threads``). On one
+        machine one: the model is the longest wait of a run, and a job claiming two cores waits until two are free
+        at the same moment, which on a busy 2-core machine is only after every cheaper job that is ready (WEAT,
+        SEAT, downloads) has run; with one it starts at once and trains on its threads beside them."""
         from biasflow.models.demo import demo_threads
 
-        return min(int(workflow.cores), demo_threads(self.built_model(path).get("train") or {}))
+        if workflow.local_exec and not workflow.remote_exec:
+            return 1
+        return demo_threads(self.built_model(path).get("train") or {})
+
+    def download_priority(self, benchmark: str, filename: str) -> int:
+        """Snakemake priority of a download: ``BUILD_PRIORITY`` for the files a model is built from."""
+        wanted = {os.path.normpath(p) for p in self.demo_training_texts()} if self.built_models() else set()
+        return BUILD_PRIORITY if os.path.normpath(f"{self.resources}/datasets/{benchmark}/{filename}") in wanted else 0
+
+    def built_models(self) -> list[Mapping[str, Any]]:
+        return [job.model for job in self.plan.jobs if job.model.get("build")]
 
     def demo_training_texts(self) -> list[str]:
         return list(self.raw_files("bold_wikipedia", self.plan.benchmarks["bold_wikipedia"]).values())

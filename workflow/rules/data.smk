@@ -12,6 +12,8 @@ rule download:
         benchmark_file(RESULTS, "download", "{benchmark}/{filename}")
     wildcard_constraints:
         filename=r"[^/]+",
+    # the demo model's training text first: the model is the longest wait of a default run
+    priority: lambda w: W.download_priority(w.benchmark, w.filename)
     retries: 1
     script:
         "../../scripts/download.py"

@@ -12,7 +12,6 @@ rule build_demo_model:
     benchmark:
         benchmark_file(RESULTS, "build_demo_model", "{model_name}")
     threads: lambda w: W.build_threads(f"{RESOURCES}/models/{w.model_name}", workflow)
-    # first: every masked-LM score job waits for it
-    priority: 10
+    priority: BUILD_PRIORITY
     script:
         "../../scripts/build_demo_model.py"

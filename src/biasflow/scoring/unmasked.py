@@ -79,10 +79,9 @@ def unmasked_scores(adapter, token_ids: Sequence[Sequence[int]], with_attention:
             if not res.attentions:
                 raise ValueError(f"model {adapter.name!r} returned no attention weights; "
                                  "set model.attn_implementation=eager")
-            # (batch, query, key) averaged over layers and heads; then over the real query rows only
-            per_query = torch.stack([a.float() for a in res.attentions], 0).mean(dim=(0, 2))
-            qmask = attn.float()[:, :, None]
-            received = ((per_query * qmask).sum(1) / qmask.sum(1)).cpu().numpy()
+            # per text: (query, key) averaged over layers and heads, then over its real query rows only; one text
+            # at a time, since a reduction over the whole batch sums in an order that depends on the batch size
+            received = np.stack([_attention_received(res.attentions, r, attn[r]) for r in range(len(batch))])
         for r, t in enumerate(batch):
             n = len(token_ids[t])
             out[t] = {"logprobs": lp[r, :n].astype(np.float64), "top1": top1[r, :n].copy()}
@@ -91,6 +90,13 @@ def unmasked_scores(adapter, token_ids: Sequence[Sequence[int]], with_attention:
         bar.update(len(batch))
     bar.close()
     return out
+
+
+def _attention_received(attentions, row: int, mask: torch.Tensor) -> np.ndarray:
+    """The attention each position of batch row ``row`` receives, averaged over layers, heads and real queries."""
+    per_query = torch.stack([a[row].float() for a in attentions], 0).mean(dim=(0, 1))  # (query, key)
+    qmask = mask.float()[:, None]
+    return ((per_query * qmask).sum(0) / qmask.sum()).cpu().numpy()
 
 
 def _answer(adapter, requests, budget: Budget, with_attention: bool) -> pd.DataFrame:
