@@ -137,7 +137,8 @@ def print_timeline(jobs: list[dict], min_s: float = 5.0, width: int = 60) -> Non
     for j in jobs:
         if j["end_s"] - j["start_s"] < min_s:
             continue
-        a, b = round(j["start_s"] / end * width), max(round(j["end_s"] / end * width), round(j["start_s"] / end * width) + 1)
+        a = round(j["start_s"] / end * width)
+        b = max(round(j["end_s"] / end * width), a + 1)
         name = f"{j['rule']} {j['job']}"
         print(f"  {' ' * a}{'#' * (b - a)}{' ' * (width - b)} {j['start_s']:5.0f}-{j['end_s']:4.0f} s  {name[:70]}")
 

@@ -79,8 +79,8 @@ def logprob_matrices(adapter, texts: Sequence[str], positions: Sequence[Sequence
                      progress: bool = False) -> list[np.ndarray]:
     """The ``len(positions[i]) x len(token_ids[i])`` log-softmax matrix of each text (identical texts run once)."""
     encoded = {t: encode(adapter.tokenizer, t) for t in dict.fromkeys(texts)}
-    return vocabulary_scores(adapter, [encoded[t] for t in texts], positions, token_ids, torch.log_softmax, batch_tokens, progress,
-                             desc="multi-mask")
+    return vocabulary_scores(adapter, [encoded[t] for t in texts], positions, token_ids, torch.log_softmax,
+                             batch_tokens, progress, desc="multi-mask")
 
 
 def answer_multi_mask(adapter, requests, budget: Budget) -> pd.DataFrame:
