@@ -68,7 +68,7 @@ LOAD_AS: dict[tuple[str, str], str] = {("masked_lm", "next_sentence"): "bert_nsp
 # questions in big ones, since CBS asks ~70 of each masked template and a chunk shares the template's passes
 CHUNK_SIZES = {"generation": 32, "multi_mask": 4096}
 DEFAULT_CHUNK_SIZE = 512
-# a request kind's missing answers are split into this many work units by key; concurrent jobs on the same model
+# a request kind's missing answers are split into this many work units by work key; concurrent jobs on one model
 # claim units one by one and so share the work (``_answer_missing``)
 WORK_UNITS = 64
 
