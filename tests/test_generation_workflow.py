@@ -137,7 +137,13 @@ def openai_runs(project, tmp_path_factory):
 def test_failed_generations_fail_the_run_and_a_rerun_retries_exactly_them(openai_runs):
     rc, out = openai_runs["first"]
     assert rc != 0
-    assert "3 of 6 requests failed" in out and "re-run the same command to retry exactly the 3 failed" in out
+    # LangFair and HELM ask the same 6 letters; their score jobs may split them (work units), so the 3 failures
+    # may be reported by one job or shared between both. Each job reports exactly the failures of what it sent.
+    failed_jobs = re.findall(r"^  failed   fake-llm / (\w+): generation \(openai_compatible fake-llm\): (\d) of 6 "
+                             r"requests failed.*re-run the same command to retry exactly the (\d) failed", out, re.M)
+    assert failed_jobs and {m for m, _, _ in failed_jobs} <= {"langfair_stereotype", "helm_representation"}, out[-4000:]
+    assert all(n == again for _, n, again in failed_jobs)
+    assert sum(int(n) for _, n, _ in failed_jobs) == 3
     letters = lambda log: [(r["prompt"], r["seed"]) for r in log if r["prompt"].startswith("Write a letter")]
     # The server fails each seed-1 request the first time it sees it. With --keep-going a later job of the failing
     # run may already retry a failed request (the cache keeps only answers); the re-run sends what is still missing.
