@@ -349,3 +349,77 @@ def test_causal_fast_path_equals_the_plain_model_loop(tiny_gpt2, first_token):
                     continue
                 want = torch.log_softmax(plain(torch.tensor([context])).logits[0, -1], -1)[token]
                 assert abs(lp[i] - float(want)) < 1e-4
+
+
+def _tiny_decoder(model_type: str):
+    """A random decoder-only LM of ``model_type`` (vocabulary of 97, 2 layers), untouched and as the causal_lm
+    adapter runs it (oneDNN linears)."""
+    import copy
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from biasflow.models.onednn import use_onednn_linears
+
+    sizes = {"gpt2": dict(n_embd=32, n_layer=2, n_head=4, n_positions=64),
+             "opt": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, ffn_dim=64,
+                         word_embed_proj_dim=32, max_position_embeddings=64),
+             "gpt_neox": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                              max_position_embeddings=64)}
+    # llama-style: grouped-query attention (2 key/value heads for 4 query heads), rotary positions
+    llama_like = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      intermediate_size=64, max_position_embeddings=64, head_dim=8)
+    config = AutoConfig.for_model(model_type, vocab_size=97, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+                                  **sizes.get(model_type, llama_like))
+    torch.manual_seed(0)
+    plain = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
+    fast = copy.deepcopy(plain)
+    use_onednn_linears(fast)
+    return plain, fast
+
+
+@pytest.mark.parametrize("model_type", ["gpt2", "llama", "mistral", "qwen2", "qwen3", "opt", "gpt_neox"])
+def test_causal_scorer_equals_the_plain_model_for_each_decoder_type(model_type, monkeypatch):
+    """Packed (gpt2, llama-style with grouped-query attention) or padded (opt, gpt_neox): every token's
+    log-probability within 1e-4 of the untouched model run on that text alone; texts of one length share a batch."""
+    from types import SimpleNamespace
+
+    from biasflow.models.packed import PACKABLE_TYPES
+    from biasflow.scoring import causal
+    from biasflow.scoring.causal import causal_token_logprobs
+
+    plain, fast = _tiny_decoder(model_type)
+    calls = []
+    real = causal._packed_target_logprobs
+    monkeypatch.setattr(causal, "_packed_target_logprobs", lambda model, seqs, *args: calls.append(
+        [len(s) for s in seqs]) or real(model, seqs, *args))
+    rng = random.Random(model_type)
+    ids = [[rng.randrange(3, 97) for _ in range(n)] for n in (1, 5, 5, 9, 3, 17, 5, 30)]
+    adapter = SimpleNamespace(model=fast, tokenizer=SimpleNamespace(pad_token_id=0), device=torch.device("cpu"),
+                              name=model_type, bos_token_id=1)
+    got = causal_token_logprobs(adapter, ids, first_token="prefix", batch_tokens=40, progress=False)
+    assert bool(calls) == (model_type in PACKABLE_TYPES)
+    if calls:  # several texts of different lengths per pass (the prefix token included)
+        assert sorted(sum(calls, [])) == sorted(len(seq) + 1 for seq in ids) and max(map(len, calls)) > 2
+    with torch.no_grad():
+        for seq, lp in zip(ids, got):
+            want = torch.log_softmax(plain(torch.tensor([[1] + seq])).logits[0, :-1].float(), -1)
+            assert np.abs(lp - want[torch.arange(len(seq)), torch.tensor(seq)].numpy()).max() < 1e-4
+
+
+def test_packed_layout_and_batches():
+    from biasflow.models.packed import PackedLayout
+    from biasflow.scoring.batching import packed_batches
+
+    layout = PackedLayout.of([2, 2, 3, 5])
+    assert layout.groups == ((0, 2, 2), (4, 1, 3), (7, 1, 5)) and layout.starts() == [0, 2, 4, 7]
+    assert layout.position_ids().tolist() == [[0, 1, 0, 1, 0, 1, 2, 0, 1, 2, 3, 4]]
+    with pytest.raises(ValueError, match="adjacent"):
+        PackedLayout.of([2, 3, 2])
+    lengths = [7, 3, 9, 3, 1, 20, 7]
+    batches = list(packed_batches(list("abcdefg"), lengths, 12))
+    assert sorted(sum(batches, [])) == list("abcdefg")
+    by_job = dict(zip("abcdefg", lengths))
+    for batch in batches:  # within budget unless a job alone is over it; lengths in order, so equal ones adjacent
+        assert sum(by_job[j] for j in batch) <= 12 or len(batch) == 1
+        assert [by_job[j] for j in batch] == sorted(by_job[j] for j in batch)
+    assert batches == [["e", "b", "d"], ["a"], ["g"], ["c"], ["f"]]

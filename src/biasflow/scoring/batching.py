@@ -70,6 +70,26 @@ def token_budget_batches(jobs: Sequence[T], lengths: Sequence[int], batch_tokens
         start = end
 
 
+def packed_batches(jobs: Sequence[T], lengths: Sequence[int], batch_tokens: int) -> Iterator[list[T]]:
+    """Yield batches of jobs to be laid end to end (``models/packed.py``): by length, as many as fit in
+    ``batch_tokens`` tokens (at least one), so jobs of one length stay adjacent."""
+    if len(jobs) != len(lengths):
+        raise ValueError(f"packed_batches: {len(jobs)} jobs but {len(lengths)} lengths")
+    if batch_tokens < 1:
+        raise ValueError(f"packed_batches: batch_tokens={batch_tokens} must be >= 1")
+    order = sorted(range(len(jobs)), key=lambda i: lengths[i])
+    batch: list[T] = []
+    tokens = 0
+    for i in order:
+        if batch and tokens + lengths[i] > batch_tokens:
+            yield batch
+            batch, tokens = [], 0
+        batch.append(jobs[i])
+        tokens += lengths[i]
+    if batch:
+        yield batch
+
+
 def pad_right(seqs: Sequence[Sequence[int]], pad_id: int):
     """(ids, attention mask) long tensors of the sequences, right-padded to the canonical width of the longest."""
     import torch

@@ -10,10 +10,12 @@ is conditioned is the request's ``first_token`` (part of its key):
   (log P(t0 | BOS)), tokens 1.. from a pass on the text WITHOUT the prefix (log P(t_i | t_<i)).
 * ``none``     -- no prefix; token 0 is not scored (NaN).
 
-Texts are batched by a token budget in canonical length buckets (right padding + attention mask; a text's scores
-do not depend on which other texts are scored, see ``scoring/batching.py``); the vocabulary
-log-softmax is never materialised: log p = logit[target] - logsumexp(logits), and rows per batch are also capped so
-that rows x length x vocabulary stays under ``max_logits`` floats.
+Texts are batched by a token budget. Models of ``models/packed.py``'s types run packed: the texts of a batch laid
+end to end with no padding, so the linear layers see one large matrix whatever the mix of lengths. Others run in
+canonical length buckets (right padding + attention mask, ``scoring/batching.py``). Either way a text's scores do not
+depend on which other texts are scored. The vocabulary log-softmax is never materialised: log p = logit[target] -
+logsumexp(logits), and the tokens per batch are also capped so that tokens x vocabulary stays under ``max_logits``
+floats.
 """
 from __future__ import annotations
 
@@ -25,8 +27,9 @@ import torch
 from tqdm.auto import tqdm
 
 from biasflow.models.batch_invariant import batch_invariant
+from biasflow.models.packed import PackedLayout, packable, packed
 from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_LOGITS
-from biasflow.scoring.batching import pad_right, token_budget_batches
+from biasflow.scoring.batching import packed_batches, pad_right, token_budget_batches
 
 CAUSAL_KIND = "causal_token_logprobs"
 FIRST_TOKEN_MODES = ("prefix", "separate", "none")
@@ -68,8 +71,25 @@ def _head_on_real_tokens(model) -> bool:
             and model.get_output_embeddings() is not None and getattr(model, "base_model", None) is not model)
 
 
+# vocabulary-head rows per slice: a slice's logits (128 x 50,257 floats for GPT-2, 26 MB) are reduced while still in
+# cache; the whole batch's at once (1,335 rows, 268 MB) made the head and its log-softmax a quarter slower here
+HEAD_ROWS = 128
+
+
+def _head_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, rows: int) -> torch.Tensor:
+    """logit[target] - logsumexp(logits) for each row of ``hidden`` (tokens, hidden size), float32, the head run on
+    ``rows`` rows at a time (each row's value does not depend on the slicing)."""
+    out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+    for start in range(0, hidden.shape[0], rows):
+        logits = head(hidden[start:start + rows]).float()
+        out[start:start + rows] = (logits.gather(-1, targets[start:start + rows, None])[:, 0]
+                                   - torch.logsumexp(logits, dim=-1))
+    return out
+
+
 @torch.inference_mode()
-def _target_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def _target_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, targets: torch.Tensor,
+                     head_rows: int = HEAD_ROWS) -> torch.Tensor:
     """log P(targets[r, j] | ids[r, :j+1]) for every position j (float32), whatever else shares the batch;
     padding positions are 0."""
     with batch_invariant(model):  # no key/value cache: one pass, nothing to continue from
@@ -78,10 +98,24 @@ def _target_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, targets: torc
             return logits.gather(-1, targets[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)
         hidden = model.base_model(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
         real = attn.bool()
-        logits = model.get_output_embeddings()(hidden[real]).float()  # (real tokens, vocabulary)
-    out = torch.zeros(targets.shape, dtype=torch.float32, device=targets.device)
-    out[real] = logits.gather(-1, targets[real][:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+        out = torch.zeros(targets.shape, dtype=torch.float32, device=targets.device)
+        out[real] = _head_logprobs(model.get_output_embeddings(), hidden[real], targets[real], head_rows)
     return out
+
+
+@torch.inference_mode()
+def _packed_target_logprobs(model, seqs: Sequence[Sequence[int]], device, head_rows: int = HEAD_ROWS
+                            ) -> list[np.ndarray]:
+    """log P(seq[j+1] | seq[:j+1]) for j < len(seq) - 1 of each sequence, the sequences scored packed in one pass."""
+    layout = PackedLayout.of([len(s) for s in seqs])
+    ids = torch.tensor([t for s in seqs for t in s], dtype=torch.long, device=device)
+    # each position predicts the next token of its own text; a text's last position predicts nothing (target 0)
+    targets = torch.tensor([t for s in seqs for t in list(s[1:]) + [0]], dtype=torch.long, device=device)
+    with batch_invariant(model), packed(model):
+        hidden = model.base_model(input_ids=ids[None], position_ids=layout.position_ids(device), use_cache=False,
+                                  biasflow_layout=layout).last_hidden_state[0]
+        lp = _head_logprobs(model.get_output_embeddings(), hidden, targets, head_rows).cpu().numpy()
+    return [lp[start:start + len(s) - 1] for start, s in zip(layout.starts(), seqs)]
 
 
 def causal_token_logprobs(adapter, token_ids: Sequence[Sequence[int]], first_token: str = "prefix",
@@ -96,17 +130,32 @@ def causal_token_logprobs(adapter, token_ids: Sequence[Sequence[int]], first_tok
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
     vocab = int(model.get_output_embeddings().weight.shape[0]) if model.get_output_embeddings() is not None \
         else len(tok)
+    # the padded path's batch holds its logits (rows x width x vocabulary) at once; the packed path and the plain
+    # heads hold head_rows x vocabulary at a time
+    head_rows = max(1, min(HEAD_ROWS, int(max_logits) // max(1, vocab)))
     budget = max(1, min(int(batch_tokens), int(max_logits) // max(1, vocab)))
     with_prefix = first_token == "prefix"
     inputs = [([bos] + list(ids)) if with_prefix else list(ids) for ids in token_ids]
     out = [np.full(len(ids), np.nan, dtype=np.float64) for ids in token_ids]
     bar = tqdm(total=len(inputs), desc=f"causal log-probs {adapter.name}", unit="text", disable=not progress,
                mininterval=1.0)
-    for batch in token_budget_batches(list(range(len(inputs))), [len(x) for x in inputs], budget):
+    lengths = [len(x) for x in inputs]
+    if inputs and _head_on_real_tokens(model) and packable(model, max(lengths)):
+        for batch in packed_batches(list(range(len(inputs))), lengths, max(1, int(batch_tokens))):
+            for t, lp in zip(batch, _packed_target_logprobs(model, [inputs[t] for t in batch], device, head_rows)):
+                if with_prefix:
+                    out[t][:] = lp      # prefix at 0 predicts token 0, ...
+                else:
+                    out[t][1:] = lp     # token 0 has no context here
+            bar.update(len(batch))
+        batches = []
+    else:
+        batches = token_budget_batches(list(range(len(inputs))), lengths, budget)
+    for batch in batches:
         ids, attn = pad_right([inputs[t] for t in batch], pad_id)
         # position j predicts input j+1; the last position predicts nothing we need
         targets = torch.cat([ids[:, 1:], torch.full((len(batch), 1), pad_id, dtype=torch.long)], dim=1)
-        lp = _target_logprobs(model, ids.to(device), attn.to(device), targets.to(device)).cpu().numpy()
+        lp = _target_logprobs(model, ids.to(device), attn.to(device), targets.to(device), head_rows).cpu().numpy()
         for r, t in enumerate(batch):
             n = len(token_ids[t])
             if with_prefix:

@@ -1,0 +1,136 @@
+"""Packed forward passes of decoder-only LMs: the texts of a batch laid end to end, no padding.
+
+In a decoder-only transformer every op but attention works on each token on its own (embeddings, linear layers,
+layer norm, activations, residual additions, the vocabulary head). So the texts of a batch can run as one row of
+tokens: the linear layers, most of the time of a scoring pass, then multiply one matrix of every token in the batch
+instead of one per padded width, with no padding at all, whatever mix of lengths the batch holds. Positions restart
+at 0 for each text (``position_ids``), and attention runs per text: ``packed_attention`` takes the texts of one
+length together (the layout keeps them contiguous) and runs causal SDPA on them as an ordinary batch of shape
+``[texts, heads, length, head dim]``.
+
+A text's scores do not depend on its company: its attention is computed in a call of its own length, and the other
+ops are row by row (the linear layers through ``batch_invariant``). ``tests/test_batch_invariance.py`` checks it,
+``tests/test_scoring.py`` checks the scores against the untouched model, one text at a time.
+
+Only model types whose decoder goes through transformers' attention interface with positions from
+``position_ids`` are packed (``PACKABLE_TYPES``); anything else runs the padded path.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import torch
+
+PACKED = "biasflow_packed"
+# decoder-only model types whose attention layers call ``ALL_ATTENTION_FUNCTIONS[config._attn_implementation]`` and
+# whose positions come from ``position_ids`` alone (absolute embeddings or rotary), with no bias, sink or soft-cap
+PACKABLE_TYPES = {"gpt2", "llama", "mistral", "qwen2", "qwen3"}
+
+
+@dataclass(frozen=True)
+class PackedLayout:
+    """Where each text lies in a packed row: texts of one length are contiguous (``groups``: start, count, length)."""
+
+    lengths: tuple[int, ...]
+    groups: tuple[tuple[int, int, int], ...]
+
+    @classmethod
+    def of(cls, lengths: Sequence[int]) -> "PackedLayout":
+        """Layout of texts laid end to end in the given order; equal lengths must be adjacent."""
+        groups: list[list[int]] = []
+        start = 0
+        for length in map(int, lengths):
+            if length < 1:
+                raise ValueError(f"packed layout: a text of {length} tokens")
+            if groups and groups[-1][2] == length:
+                groups[-1][1] += 1
+            else:
+                if any(g[2] == length for g in groups):
+                    raise ValueError("packed layout: texts of one length must be adjacent")
+                groups.append([start, 1, length])
+            start += length
+        return cls(tuple(map(int, lengths)), tuple(tuple(g) for g in groups))
+
+    @property
+    def tokens(self) -> int:
+        return sum(self.lengths)
+
+    def position_ids(self, device=None) -> torch.Tensor:
+        """(1, tokens): 0..length-1 for each text."""
+        return torch.cat([torch.arange(n, device=device) for n in self.lengths])[None]
+
+    def starts(self) -> list[int]:
+        out, start = [], 0
+        for n in self.lengths:
+            out.append(start)
+            start += n
+        return out
+
+
+def packed_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                     attention_mask: torch.Tensor | None, *, biasflow_layout: PackedLayout, scaling: float | None = None,
+                     **kwargs) -> tuple[torch.Tensor, None]:
+    """Causal attention of each packed text on its own; query (1, heads, tokens, dim), key/value (1, kv heads,
+    tokens, dim); returns (1, tokens, heads, dim) like transformers' attention functions."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    heads, tokens, dim = query.shape[1:]
+    out = query.new_empty((1, tokens, heads, dim))
+
+    def texts(x: torch.Tensor, start: int, count: int, length: int) -> torch.Tensor:
+        # (1, h, count*length, d) -> (count, h, length, d), contiguous so every call has the same memory layout
+        return x[0, :, start:start + count * length].unflatten(1, (count, length)).transpose(0, 1).contiguous()
+
+    for start, count, length in biasflow_layout.groups:
+        part, _ = sdpa_attention_forward(module, texts(query, start, count, length), texts(key, start, count, length),
+                                         texts(value, start, count, length), None, dropout=0.0, scaling=scaling,
+                                         is_causal=True)
+        out[0, start:start + count * length] = part.reshape(count * length, heads, dim)
+    return out, None
+
+
+def _no_mask(*args, **kwargs) -> None:
+    return None  # packed_attention knows where each text starts and masks causally itself
+
+
+_registered = False
+
+
+def _register() -> None:
+    global _registered
+    if not _registered:
+        from transformers.masking_utils import AttentionMaskInterface
+        from transformers.modeling_utils import AttentionInterface
+
+        AttentionInterface.register(PACKED, packed_attention)
+        AttentionMaskInterface.register(PACKED, _no_mask)
+        _registered = True
+
+
+def packable(model: torch.nn.Module, max_length: int) -> bool:
+    """True when ``model`` can score texts of up to ``max_length`` tokens packed (see the module doc)."""
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "model_type", None) not in PACKABLE_TYPES:
+        return False
+    if getattr(config, "is_encoder_decoder", False) or getattr(config, "add_cross_attention", False):
+        return False
+    window = getattr(config, "sliding_window", None)
+    if window is not None and (getattr(config, "use_sliding_window", True) and max_length > int(window)):
+        return False  # the sliding window would matter, and the packed attention does not apply it
+    return getattr(config, "_attn_implementation", None) in ("sdpa", "eager", None)
+
+
+@contextlib.contextmanager
+def packed(model: torch.nn.Module) -> Iterator[None]:
+    """While the block runs, ``model``'s attention layers take ``biasflow_layout=`` (a ``PackedLayout``) and
+    attend within each packed text."""
+    _register()
+    config = model.config
+    before = config._attn_implementation
+    config._attn_implementation = PACKED
+    try:
+        yield
+    finally:
+        config._attn_implementation = before
