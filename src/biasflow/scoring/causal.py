@@ -118,56 +118,66 @@ def _packed_target_logprobs(model, seqs: Sequence[Sequence[int]], device, head_r
     return [lp[start:start + len(s) - 1] for start, s in zip(layout.starts(), seqs)]
 
 
+def next_token_logprobs(adapter, seqs: Sequence[Sequence[int]], batch_tokens: int = DEFAULT_BATCH_TOKENS,
+                        max_logits: int = DEFAULT_MAX_LOGITS, progress: bool = False,
+                        desc: str = "causal log-probs") -> list[np.ndarray]:
+    """log P(seq[j+1] | seq[:j+1]) for j = 0 .. len(seq) - 2 of each token-id sequence (float64, one value fewer
+    than the sequence has tokens): every causal scorer's one model pass.
+
+    Packed (``models/packed.py``) when the model allows it, else in canonical-width padded batches; at most
+    ``batch_tokens`` tokens per pass (padding included) and ``max_logits`` vocabulary floats at a time."""
+    model, device = adapter.model, adapter.device
+    tok = adapter.tokenizer
+    head = model.get_output_embeddings()
+    vocab = int(head.weight.shape[0]) if head is not None else len(tok)
+    # the padded path of a model whose logits are not a plain head holds a whole batch's logits at once; the other
+    # paths hold head_rows rows of logits at a time
+    head_rows = max(1, min(HEAD_ROWS, int(max_logits) // max(1, vocab)))
+    out = [np.zeros(max(0, len(s) - 1), dtype=np.float64) for s in seqs]
+    todo = [i for i, s in enumerate(seqs) if len(s) > 1]  # a single token predicts nothing
+    lengths = [len(seqs[i]) for i in todo]
+    bar = tqdm(total=len(seqs), desc=f"{desc} {adapter.name}", unit="text", disable=not progress, mininterval=1.0)
+    bar.update(len(seqs) - len(todo))
+    if todo and _head_on_real_tokens(model) and packable(model, max(lengths)):
+        for batch in packed_batches(todo, lengths, max(1, int(batch_tokens))):
+            for i, lp in zip(batch, _packed_target_logprobs(model, [seqs[i] for i in batch], device, head_rows)):
+                out[i][:] = lp
+            bar.update(len(batch))
+    else:
+        plain_head = _head_on_real_tokens(model)
+        budget = max(1, int(batch_tokens) if plain_head else min(int(batch_tokens), int(max_logits) // max(1, vocab)))
+        pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+        for batch in token_budget_batches(todo, lengths, budget):
+            ids, attn = pad_right([seqs[i] for i in batch], pad_id)
+            # position j predicts input j+1; the last position predicts nothing we need
+            targets = torch.cat([ids[:, 1:], torch.full((len(batch), 1), pad_id, dtype=torch.long)], dim=1)
+            lp = _target_logprobs(model, ids.to(device), attn.to(device), targets.to(device), head_rows).cpu().numpy()
+            for r, i in enumerate(batch):
+                out[i][:] = lp[r, : len(seqs[i]) - 1]
+            bar.update(len(batch))
+    bar.close()
+    return out
+
+
 def causal_token_logprobs(adapter, token_ids: Sequence[Sequence[int]], first_token: str = "prefix",
                           batch_tokens: int = DEFAULT_BATCH_TOKENS, max_logits: int = DEFAULT_MAX_LOGITS,
                           progress: bool = True) -> list[np.ndarray]:
     """Per-token log-probabilities of each id sequence (same length as it); see the module doc for ``first_token``."""
     _check_mode(first_token)
-    tok = adapter.tokenizer
-    device = adapter.device
-    model = adapter.model
     bos = prefix_token_id(adapter) if first_token in ("prefix", "separate") else None
-    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
-    vocab = int(model.get_output_embeddings().weight.shape[0]) if model.get_output_embeddings() is not None \
-        else len(tok)
-    # the padded path's batch holds its logits (rows x width x vocabulary) at once; the packed path and the plain
-    # heads hold head_rows x vocabulary at a time
-    head_rows = max(1, min(HEAD_ROWS, int(max_logits) // max(1, vocab)))
-    budget = max(1, min(int(batch_tokens), int(max_logits) // max(1, vocab)))
     with_prefix = first_token == "prefix"
     inputs = [([bos] + list(ids)) if with_prefix else list(ids) for ids in token_ids]
+    found = next_token_logprobs(adapter, inputs, batch_tokens, max_logits, progress)
     out = [np.full(len(ids), np.nan, dtype=np.float64) for ids in token_ids]
-    bar = tqdm(total=len(inputs), desc=f"causal log-probs {adapter.name}", unit="text", disable=not progress,
-               mininterval=1.0)
-    lengths = [len(x) for x in inputs]
-    if inputs and _head_on_real_tokens(model) and packable(model, max(lengths)):
-        for batch in packed_batches(list(range(len(inputs))), lengths, max(1, int(batch_tokens))):
-            for t, lp in zip(batch, _packed_target_logprobs(model, [inputs[t] for t in batch], device, head_rows)):
-                if with_prefix:
-                    out[t][:] = lp      # prefix at 0 predicts token 0, ...
-                else:
-                    out[t][1:] = lp     # token 0 has no context here
-            bar.update(len(batch))
-        batches = []
-    else:
-        batches = token_budget_batches(list(range(len(inputs))), lengths, budget)
-    for batch in batches:
-        ids, attn = pad_right([inputs[t] for t in batch], pad_id)
-        # position j predicts input j+1; the last position predicts nothing we need
-        targets = torch.cat([ids[:, 1:], torch.full((len(batch), 1), pad_id, dtype=torch.long)], dim=1)
-        lp = _target_logprobs(model, ids.to(device), attn.to(device), targets.to(device), head_rows).cpu().numpy()
-        for r, t in enumerate(batch):
-            n = len(token_ids[t])
-            if with_prefix:
-                out[t][:] = lp[r, :n]          # prefix at 0 predicts token 0, ...
-            else:
-                out[t][1:] = lp[r, : n - 1]    # token 0 has no context here
-        bar.update(len(batch))
-    bar.close()
+    for t, lp in enumerate(found):
+        if with_prefix:
+            out[t][:] = lp       # the prefix predicts token 0, ...
+        else:
+            out[t][1:] = lp      # token 0 has no context here
     if first_token == "separate":
-        start = torch.tensor([[bos]], device=device)
+        start = torch.tensor([[bos]], device=adapter.device)
         with torch.inference_mode():
-            first = torch.log_softmax(model(input_ids=start).logits[0, -1].float(), dim=-1).cpu().numpy()
+            first = torch.log_softmax(adapter.model(input_ids=start).logits[0, -1].float(), dim=-1).cpu().numpy()
         for t, ids in enumerate(token_ids):
             out[t][0] = float(first[ids[0]])
     return out

@@ -5,21 +5,17 @@ For each (context, continuation) the continuation's tokens are appended to the c
 log-probabilities of the continuation tokens are read, each predicted from everything before it (as
 lm-evaluation-harness scores choices); with ``start_token`` the context follows the model's start token (BOS, else
 EOS). Context and continuation are tokenised separately, so the continuation's pieces are the same whatever the
-context; start a continuation with a space (" C. Both A and B") when it follows the context after a space. Rows of a
-batch are right-padded (GPT-2 style absolute positions stay correct) and only real tokens are read.
+context; start a continuation with a space (" C. Both A and B") when it follows the context after a space. The model
+pass is ``scoring.causal.next_token_logprobs`` (packed or padded batches).
 """
 from __future__ import annotations
 
 from typing import Sequence
 
 import pandas as pd
-import torch
-from tqdm.auto import tqdm
 
-from biasflow.models.batch_invariant import batch_invariant
 from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS
-from biasflow.scoring.batching import pad_right, token_budget_batches
-from biasflow.scoring.causal import DEFAULT_MAX_LOGITS, prefix_token_id
+from biasflow.scoring.causal import DEFAULT_MAX_LOGITS, next_token_logprobs, prefix_token_id
 
 
 def _encode(tokenizer, prompt: str, option: str, prefix: Sequence[int] = ()) -> tuple[list[int], int]:
@@ -32,7 +28,6 @@ def _encode(tokenizer, prompt: str, option: str, prefix: Sequence[int] = ()) -> 
     return p + o, len(p)
 
 
-@torch.inference_mode()
 def option_logprobs(adapter, prompts: Sequence[str], options: Sequence[str], batch_tokens: int = DEFAULT_BATCH_TOKENS,
                     progress: bool = False, start_token: bool = False,
                     max_logits: int = DEFAULT_MAX_LOGITS) -> list[dict]:
@@ -43,26 +38,12 @@ def option_logprobs(adapter, prompts: Sequence[str], options: Sequence[str], bat
     tok = adapter.tokenizer
     prefix = [prefix_token_id(adapter)] if start_token else []
     enc = [_encode(tok, p, o, prefix) for p, o in zip(prompts, options)]
-    pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
-    head = adapter.model.get_output_embeddings()
-    vocab = int(head.weight.shape[0]) if head is not None else len(tok)
-    budget = max(1, min(int(batch_tokens), int(max_logits) // max(1, vocab)))  # the batch's logits stay bounded
-    out: list[dict] = [{} for _ in enc]
-    bar = tqdm(total=len(enc), desc=f"options {adapter.name}", unit="option", disable=not progress, mininterval=1.0)
-    for batch in token_budget_batches(list(range(len(enc))), [len(e[0]) for e in enc], budget):
-        ids, attn = pad_right([enc[i][0] for i in batch], pad_id)
-        with batch_invariant(adapter.model):
-            logits = adapter.model(input_ids=ids.to(adapter.device), attention_mask=attn.to(adapter.device)).logits
-        logp = torch.log_softmax(logits.float(), dim=-1).cpu()
-        for r, i in enumerate(batch):
-            full, n_prompt = enc[i]
-            # token at position j is predicted by the logits at position j - 1
-            pos = torch.arange(n_prompt, len(full))
-            vals = logp[r, pos - 1, torch.as_tensor(full[n_prompt:])]
-            out[i] = {"logprob": float(vals.sum()), "n_tokens": len(pos),
-                      "token_logprobs": [float(v) for v in vals], "token_ids": full[n_prompt:]}
-        bar.update(len(batch))
-    bar.close()
+    found = next_token_logprobs(adapter, [full for full, _ in enc], batch_tokens, max_logits, progress, "options")
+    out = []
+    for (full, n_prompt), lp in zip(enc, found):
+        vals = lp[n_prompt - 1:]  # token j is predicted at position j - 1
+        out.append({"logprob": float(vals.sum()), "n_tokens": len(vals), "token_logprobs": [float(v) for v in vals],
+                    "token_ids": full[n_prompt:]})
     return out
 
 

@@ -90,17 +90,6 @@ def start_token_id(adapter) -> int:
     return int(tid)
 
 
-def _causal_logprobs_batch(adapter, seqs: Sequence[Sequence[int]]) -> list[np.ndarray]:
-    """log P(seq[i] | seq[:i]) for i >= 1 of each sequence (float64), one padded forward pass."""
-    ids, attn = pad_right(seqs, _pad_id(adapter.tokenizer))
-    with torch.inference_mode(), batch_invariant(adapter.model):
-        logits = adapter.model(input_ids=ids.to(adapter.device), attention_mask=attn.to(adapter.device)).logits
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    nxt = ids[:, 1:].to(adapter.device)
-    picked = logp.gather(2, nxt[..., None])[..., 0].double().cpu().numpy()
-    return [picked[r, : len(s) - 1] for r, s in enumerate(seqs)]
-
-
 def first_token_logprobs(adapter) -> torch.Tensor:
     """log-softmax over the vocabulary after the start (end-of-text) token alone: one pass, kept on the adapter."""
     cached = getattr(adapter, "_stereoset_first_token_logprobs", None)
@@ -121,21 +110,17 @@ def causal_sentence_logprobs(adapter, texts: Sequence[str], batch_tokens: int = 
                              max_logits: int = DEFAULT_MAX_LOGITS) -> list[tuple[list[int], np.ndarray]]:
     """StereoSet's GPT-2 scoring: per-token log-probs, token 0 after <eot> alone, the rest without <eot>.
     A batch holds at most ``batch_tokens`` tokens and ``max_logits`` vocabulary floats."""
-    tok = adapter.tokenizer
-    head = adapter.model.get_output_embeddings()
-    vocab = int(head.weight.shape[0]) if head is not None else len(tok)
-    batch_tokens = max(1, min(int(batch_tokens), int(max_logits) // max(1, vocab)))
-    encoded = [tok.encode(t, add_special_tokens=False) for t in texts]
+    from biasflow.scoring.causal import next_token_logprobs
+
+    encoded = [adapter.tokenizer.encode(t, add_special_tokens=False) for t in texts]
     if any(len(e) == 0 for e in encoded):
         raise ValueError(f"empty text after tokenisation: {texts[[len(e) for e in encoded].index(0)]!r}")
     first = first_token_logprobs(adapter)
     out = [(e, np.full(len(e), np.nan)) for e in encoded]
     for i, e in enumerate(encoded):
         out[i][1][0] = float(first[e[0]])
-    multi = [i for i, e in enumerate(encoded) if len(e) > 1]
-    for batch in token_budget_batches(multi, [len(encoded[i]) for i in multi], batch_tokens):
-        for i, lp in zip(batch, _causal_logprobs_batch(adapter, [encoded[i] for i in batch])):
-            out[i][1][1:] = lp
+    for (_, lp), rest in zip(out, next_token_logprobs(adapter, encoded, batch_tokens, max_logits)):
+        lp[1:] = rest
     return out
 
 
