@@ -423,3 +423,15 @@ def test_packed_layout_and_batches():
         assert sum(by_job[j] for j in batch) <= 12 or len(batch) == 1
         assert [by_job[j] for j in batch] == sorted(by_job[j] for j in batch)
     assert batches == [["e", "b", "d"], ["a"], ["g"], ["c"], ["f"]]
+
+
+def test_a_text_longer_than_the_model_context_is_an_error_naming_it(tiny_gpt2):
+    from biasflow.scoring.causal import causal_token_logprobs, context_limit, encode
+
+    limit = context_limit(tiny_gpt2.model)
+    ids = encode(tiny_gpt2, ["A short one.", "word " * (limit + 5)])
+    message = rf"takes at most {limit} tokens per text; 1 text\(s\) are longer.*starts '.*word"
+    with pytest.raises(ValueError, match=message):
+        causal_token_logprobs(tiny_gpt2, ids, progress=False)
+    exact = encode(tiny_gpt2, ["word " * limit])[0][: limit - 1]  # with the prefix token: exactly the limit
+    assert np.isfinite(causal_token_logprobs(tiny_gpt2, [exact], progress=False)[0]).all()

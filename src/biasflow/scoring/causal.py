@@ -10,12 +10,14 @@ is conditioned is the request's ``first_token`` (part of its key):
   (log P(t0 | BOS)), tokens 1.. from a pass on the text WITHOUT the prefix (log P(t_i | t_<i)).
 * ``none``     -- no prefix; token 0 is not scored (NaN).
 
-Texts are batched by a token budget. Models of ``models/packed.py``'s types run packed: the texts of a batch laid
-end to end with no padding, so the linear layers see one large matrix whatever the mix of lengths. Others run in
-canonical length buckets (right padding + attention mask, ``scoring/batching.py``). Either way a text's scores do not
-depend on which other texts are scored. The vocabulary log-softmax is never materialised: log p = logit[target] -
-logsumexp(logits), and the tokens per batch are also capped so that tokens x vocabulary stays under ``max_logits``
-floats.
+Every causal scorer (this one, ``causal_options``, StereoSet's sentence log-probabilities) makes its model pass
+through ``next_token_logprobs``. Texts are batched by a token budget. Models of ``models/packed.py``'s types run
+packed: the texts of a batch laid end to end with no padding, so the linear layers see one large matrix whatever the
+mix of lengths. Others run in canonical length buckets (right padding + attention mask, ``scoring/batching.py``).
+Either way a text's scores do not depend on which other texts are scored. The vocabulary log-softmax is never
+materialised: log p = logit[target] - logsumexp(logits), the head run on ``HEAD_ROWS`` tokens at a time (fewer when
+``max_logits`` floats would be exceeded); a model whose logits are not a plain head runs padded, its batch capped
+so that tokens x vocabulary stays under ``max_logits``.
 """
 from __future__ import annotations
 
@@ -118,6 +120,26 @@ def _packed_target_logprobs(model, seqs: Sequence[Sequence[int]], device, head_r
     return [lp[start:start + len(s) - 1] for start, s in zip(layout.starts(), seqs)]
 
 
+def context_limit(model) -> int | None:
+    """The most tokens ``model`` takes in one text (its position table), None when its config does not say."""
+    config = getattr(model, "config", None)
+    for name in ("n_positions", "max_position_embeddings"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def _check_lengths(adapter, seqs: Sequence[Sequence[int]]) -> None:
+    limit = context_limit(adapter.model)
+    too_long = [i for i, s in enumerate(seqs) if limit is not None and len(s) > limit]
+    if too_long:
+        i = too_long[0]
+        text = adapter.tokenizer.decode(list(seqs[i])[:40])
+        raise ValueError(f"model {adapter.name!r} takes at most {limit} tokens per text; {len(too_long)} text(s) are "
+                         f"longer, the first ({len(seqs[i])} tokens with any prefix token) starts {text!r}")
+
+
 def next_token_logprobs(adapter, seqs: Sequence[Sequence[int]], batch_tokens: int = DEFAULT_BATCH_TOKENS,
                         max_logits: int = DEFAULT_MAX_LOGITS, progress: bool = False,
                         desc: str = "causal log-probs") -> list[np.ndarray]:
@@ -128,6 +150,7 @@ def next_token_logprobs(adapter, seqs: Sequence[Sequence[int]], batch_tokens: in
     ``batch_tokens`` tokens per pass (padding included) and ``max_logits`` vocabulary floats at a time."""
     model, device = adapter.model, adapter.device
     tok = adapter.tokenizer
+    _check_lengths(adapter, seqs)
     head = model.get_output_embeddings()
     vocab = int(head.weight.shape[0]) if head is not None else len(tok)
     # the padded path of a model whose logits are not a plain head holds a whole batch's logits at once; the other
