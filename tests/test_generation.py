@@ -51,7 +51,9 @@ def test_http_generator_caches_records_failures_and_resumes(tmp_path, monkeypatc
             assert by[("fail500 here", i)]["status"] == "failed"
             assert "HTTP 500" in by[("fail500 here", i)]["error"]
             assert by[("slow poke", i)]["status"] == "failed"
-            assert "Timeout" in by[("slow poke", i)]["error"]
+            timeout_error = by[("slow poke", i)]["error"]
+            assert "no reply within generator.timeout_s=" in timeout_error and "Timeout" in timeout_error
+            assert "gave up after 3 attempts" in timeout_error
             assert "HTTP 400" in by[("bad input", i)]["error"]
         # retries: 500 and timeout 3 attempts per sample (max_retries 2); 400 once; flaky/rate twice
         counts = pd.Series([r["prompt"] for r in server.log]).value_counts()

@@ -1,6 +1,7 @@
 """What every client of an OpenAI-compatible server shares (the chat generator and the served causal LM): one HTTP
 session per thread, the bearer key in the headers only, the key redacted from every message, a rate limit across
-threads and exponential back-off that honours the server's ``Retry-After``."""
+threads, and one retry loop (``OpenAIHTTPClient.post``) with exponential back-off that honours the server's
+``Retry-After``."""
 from __future__ import annotations
 
 import threading
@@ -8,6 +9,9 @@ import time
 from typing import Callable
 
 from biasflow.secrets import redact_text
+
+# worth another attempt: timeouts, conflicts, rate limits and server errors (the rest will fail the same way again)
+RETRY_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 
 
 class RateLimiter:
@@ -32,13 +36,23 @@ class RateLimiter:
 
 
 class OpenAIHTTPClient:
-    """Mixin: needs ``self._api_key`` (str or None), ``self._local`` (``threading.local()``), ``self.backoff_s`` and
-    ``self.max_backoff_s``."""
+    """Mixin: needs ``self._api_key`` (str or None), ``self._local`` (``threading.local()``), ``self.url``,
+    ``self.timeout_s``, ``self.max_retries``, ``self.backoff_s``, ``self.max_backoff_s``, ``self.limiter``
+    (``RateLimiter``), ``self._sleep``, ``self._count_lock`` and ``self.requests_sent``; ``timeout_option`` names
+    the timeout's config key in errors."""
 
     _api_key: str | None
     _local: threading.local
+    url: str
+    timeout_s: float
+    max_retries: int
     backoff_s: float
     max_backoff_s: float
+    limiter: RateLimiter
+    _sleep: Callable[[float], None]
+    _count_lock: threading.Lock
+    requests_sent: int
+    timeout_option = "timeout_s"
 
     def _session(self):
         import requests
@@ -65,3 +79,32 @@ class OpenAIHTTPClient:
             except ValueError:
                 pass
         return min(self.backoff_s * (2 ** attempt), self.max_backoff_s)
+
+    def post(self, body: dict):
+        """POST ``body`` to ``self.url`` until a 200 reply, a status not worth retrying (``RETRY_STATUS``) or
+        ``max_retries`` retries: ``(response, None)`` for a 200, else ``(None, error)``, the error redacted and
+        saying how many attempts were made when they ran out."""
+        import requests
+
+        error = "no attempt made"
+        for attempt in range(self.max_retries + 1):
+            self.limiter.acquire()
+            with self._count_lock:
+                self.requests_sent += 1
+            retry_after = None
+            try:
+                resp = self._session().post(self.url, json=body, headers=self._headers(), timeout=self.timeout_s)
+            except requests.Timeout as exc:
+                error = f"no reply within {self.timeout_option}={self.timeout_s:g} s ({type(exc).__name__})"
+            except requests.ConnectionError as exc:
+                error = self._redact(f"cannot connect ({type(exc).__name__}: {exc})")
+            else:
+                if resp.status_code == 200:
+                    return resp, None
+                error = f"HTTP {resp.status_code}: {self._redact(resp.text)[:300]}"  # redacted, then cut
+                if resp.status_code not in RETRY_STATUS:
+                    return None, error
+                retry_after = resp.headers.get("Retry-After")
+            if attempt < self.max_retries:
+                self._sleep(self._delay(attempt, retry_after))
+        return None, f"gave up after {self.max_retries + 1} attempts; last error: {error}"

@@ -89,8 +89,8 @@ class HFGenerateBackend:
     passed beside it. Each sample is seeded
     from (seed, prompt, sample index), so a resumed run produces the same text as an uninterrupted one.
     ``temperature`` 0 means greedy decoding; sampling is pure temperature sampling (top_k 0, top_p 1) unless
-    ``generate_kwargs`` says otherwise (they enter the fingerprint). With ``use_chat_template`` true (or "auto" and the tokenizer has a chat
-    template) the prompt and system prompt are formatted as chat messages; otherwise the raw prompt is continued and
+    ``generate_kwargs`` says otherwise (they enter the fingerprint). With ``use_chat_template`` true (or "auto" and
+    the tokenizer has a chat template) the prompt and system prompt are formatted as chat messages; otherwise the raw prompt is continued and
     the system prompt is ignored.
     """
 
@@ -242,7 +242,7 @@ class OpenAIChatBackend(OpenAIHTTPClient):
     """
 
     kind = "openai_compatible"
-    RETRY_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
+    timeout_option = "generator.timeout_s"
 
     def __init__(self, base_url: str, model: str, *, api_key_env: str | None = "OPENAI_API_KEY",
                  api_key_file: str | None = None, timeout_s: float = 60.0, max_retries: int = 5,
@@ -281,35 +281,16 @@ class OpenAIChatBackend(OpenAIHTTPClient):
         return body
 
     def _one(self, req: Generation, settings: GenerationSettings) -> dict:
-        import requests
-
         started = time.monotonic()
-        body = self._body(req, settings)
-        error = "no attempt made"
-        for attempt in range(self.max_retries + 1):
-            self.limiter.acquire()
-            with self._count_lock:
-                self.requests_sent += 1
-            retry_after = None
-            try:
-                resp = self._session().post(self.url, json=body, headers=self._headers(), timeout=self.timeout_s)
-            except (requests.Timeout, requests.ConnectionError) as exc:
-                error = self._redact(f"{type(exc).__name__}: {exc}")
-            else:
-                if resp.status_code == 200:
-                    try:
-                        content = resp.json()["choices"][0]["message"]["content"]
-                    except (ValueError, KeyError, IndexError, TypeError) as exc:
-                        body_text = self._redact(resp.text)[:200]
-                        return _row(req, None, self._redact(f"malformed response: {exc!r}: {body_text}"), started)
-                    return _row(req, content if content is not None else "", None, started)
-                error = f"HTTP {resp.status_code}: {self._redact(resp.text)[:200]}"  # redacted, then cut
-                if resp.status_code not in self.RETRY_STATUS:
-                    return _row(req, None, error, started)
-                retry_after = resp.headers.get("Retry-After")
-            if attempt < self.max_retries:
-                self._sleep(self._delay(attempt, retry_after))
-        return _row(req, None, f"gave up after {self.max_retries + 1} attempts: {error}", started)
+        resp, error = self.post(self._body(req, settings))
+        if resp is None:
+            return _row(req, None, error, started)
+        try:
+            content = resp.json()["choices"][0]["message"]["content"]
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            body_text = self._redact(resp.text)[:200]
+            return _row(req, None, self._redact(f"malformed response: {exc!r}: {body_text}"), started)
+        return _row(req, content if content is not None else "", None, started)
 
     def generate(self, requests: Iterable[Generation], settings: GenerationSettings) -> Iterator[dict]:
         requests = list(requests)

@@ -70,8 +70,8 @@ class PackedLayout:
 
 
 def packed_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                     attention_mask: torch.Tensor | None, *, biasflow_layout: PackedLayout, scaling: float | None = None,
-                     **kwargs) -> tuple[torch.Tensor, None]:
+                     attention_mask: torch.Tensor | None, *, biasflow_layout: PackedLayout,
+                     scaling: float | None = None, **kwargs) -> tuple[torch.Tensor, None]:
     """Causal attention of each packed text on its own; query (1, heads, tokens, dim), key/value (1, kv heads,
     tokens, dim); returns (1, tokens, heads, dim) like transformers' attention functions."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward

@@ -54,7 +54,6 @@ from biasflow.secrets import read_secret, redact_uri
 
 log = logging.getLogger(__name__)
 
-RETRY_STATUS = frozenset({408, 409, 429}) | frozenset(range(500, 600))
 SHOWN_CHARS = 120  # of a request's text in error messages
 
 
@@ -73,6 +72,7 @@ class Echo:
 @register_model_kind("served_causal_lm")
 class ServedCausalLM(OpenAIHTTPClient):
     kind = "served_causal_lm"
+    timeout_option = "model.timeout_s"
 
     def __init__(self, cfg: Mapping[str, Any], *, sleep: Callable[[float], None] = time.sleep):
 
@@ -129,33 +129,13 @@ class ServedCausalLM(OpenAIHTTPClient):
 
     def _post(self, body: dict, what: str) -> dict:
         """The JSON reply to ``body``, retried on transient failures; ServedModelError naming ``what`` otherwise."""
-        import requests
-
-        error = "no attempt made"
-        for attempt in range(self.max_retries + 1):
-            self.limiter.acquire()
-            with self._count_lock:
-                self.requests_sent += 1
-            retry_after = None
-            try:
-                resp = self._session().post(self.url, json=body, headers=self._headers(), timeout=self.timeout_s)
-            except requests.Timeout:
-                error = f"no reply within model.timeout_s={self.timeout_s:g} s"
-            except requests.ConnectionError as exc:
-                error = f"cannot connect ({type(exc).__name__}: {exc})"
-            else:
-                if resp.status_code == 200:
-                    try:
-                        return resp.json()
-                    except ValueError:
-                        raise self._fail(what, f"the reply is not JSON: {resp.text[:200]}") from None
-                error = f"HTTP {resp.status_code}: {self._redact(resp.text)[:300]}"
-                if resp.status_code not in RETRY_STATUS:
-                    raise self._fail(what, error)
-                retry_after = resp.headers.get("Retry-After")
-            if attempt < self.max_retries:
-                self._sleep(self._delay(attempt, retry_after))
-        raise self._fail(what, f"gave up after {self.max_retries + 1} attempts; last error: {error}")
+        resp, error = self.post(body)
+        if resp is None:
+            raise self._fail(what, error)
+        try:
+            return resp.json()
+        except ValueError:
+            raise self._fail(what, f"the reply is not JSON: {resp.text[:200]}") from None
 
     def echo(self, prompt: str, *, special_tokens: bool, what: str) -> Echo:
         """The server's tokens of ``prompt`` and their log-probabilities (checked: echoed, complete)."""
