@@ -86,12 +86,11 @@ class HFGenerateBackend:
 
     ``model`` is a hub id or local path (loaded by ``models.hf.load_pretrained`` as AutoModelForCausalLM), a
     biasflow causal LM adapter (anything with ``.model`` and ``.tokenizer``), or a model object with ``tokenizer``
-    passed beside it. Each sample is seeded
-    from (seed, prompt, sample index), so a resumed run produces the same text as an uninterrupted one.
-    ``temperature`` 0 means greedy decoding; sampling is pure temperature sampling (top_k 0, top_p 1) unless
-    ``generate_kwargs`` says otherwise (they enter the fingerprint). With ``use_chat_template`` true (or "auto" and
-    the tokenizer has a chat template) the prompt and system prompt are formatted as chat messages; otherwise the raw prompt is continued and
-    the system prompt is ignored.
+    passed beside it. Each sample is seeded from (seed, prompt, sample index), so a resumed run produces the same
+    text as an uninterrupted one. ``temperature`` 0 means greedy decoding; sampling is pure temperature sampling
+    (top_k 0, top_p 1) unless ``generate_kwargs`` says otherwise (they enter the fingerprint). With
+    ``use_chat_template`` true (or "auto" and the tokenizer has a chat template) the prompt and system prompt are
+    formatted as chat messages; otherwise the raw prompt is continued and the system prompt is ignored.
     """
 
     kind = "hf_generate"
