@@ -80,8 +80,8 @@ def packed_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     out = query.new_empty((1, tokens, heads, dim))
 
     def texts(x: torch.Tensor, start: int, count: int, length: int) -> torch.Tensor:
-        # (1, h, count*length, d) -> (count, h, length, d), contiguous so every call has the same memory layout
-        return x[0, :, start:start + count * length].unflatten(1, (count, length)).transpose(0, 1).contiguous()
+        # (1, h, count*length, d) -> (count, h, length, d): a view whose strides do not depend on the company
+        return x[0, :, start:start + count * length].unflatten(1, (count, length)).transpose(0, 1)
 
     for start, count, length in biasflow_layout.groups:
         part, _ = sdpa_attention_forward(module, texts(query, start, count, length), texts(key, start, count, length),
