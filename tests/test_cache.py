@@ -397,3 +397,24 @@ def test_a_job_killed_while_answering_leaves_its_work_to_the_next(tmp_path):
         os.environ.pop("BIASFLOW_TEST_SLEEP", None)
     by_second = [text for pid, text in _answered(log) if int(pid) == os.getpid()]
     assert sorted(by_second) == sorted(t for t in texts if PseudoLogLikelihood(t).key not in done_before)
+
+
+def test_answers_of_an_earlier_answerer_revision_are_never_served(tiny_gpt2, tmp_path):
+    """causal_lm's token log-probabilities are at revision 2 (packed passes): they live in their own folder, and an
+    answer a revision-1 scorer left in the cache (here a planted wrong total) is not read, it is answered again."""
+    from biasflow.scoring.answer import ANSWER_REVISIONS, answer_requests, cache_kind
+    from biasflow.scoring.requests import TokenLogprobs
+
+    assert ANSWER_REVISIONS[("causal_lm", "token_logprobs")] >= 2
+    folder = cache_kind("causal_lm", "token_logprobs")
+    assert folder == f"token_logprobs.r{ANSWER_REVISIONS[('causal_lm', 'token_logprobs')]}"
+    assert cache_kind("masked_lm", "pll") == "pll"  # first revisions keep the plain request kind
+    request = TokenLogprobs("The nurse said hello.")
+    AnswerCache(tmp_path, tiny_gpt2.fingerprint, "token_logprobs").put(pd.DataFrame(
+        {"key": [request.key], "kind": [request.kind], "token_ids": [[1]], "logprobs": [[0.0]], "total": [123.0]}))
+    cfg = {"name": "tiny-gpt2", "kind": "causal_lm"}
+    answer = answer_requests([request], cfg, tmp_path, model=tiny_gpt2, progress=False)
+    assert answer["total"].iloc[0] < 0  # computed, not the planted 123
+    assert AnswerCache(tmp_path, tiny_gpt2.fingerprint, folder).keys() == {request.key}
+    again = answer_requests([request], cfg, tmp_path, model=tiny_gpt2, progress=False)
+    assert again["total"].iloc[0] == answer["total"].iloc[0]

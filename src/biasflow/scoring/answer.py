@@ -60,6 +60,24 @@ ANSWERERS: dict[tuple[str, str], str | Callable] = {
     ("text_classifier", "classification"): "biasflow.scoring.classification:answer_classification",
 }
 
+# The revision of an answerer's numbers, raised whenever a change moves its answers, even in the last bits: the
+# cache keeps each revision's answers apart (``cache_kind``), so a resumed run or a sweep never mixes answers of
+# two versions of the code (within one revision a text's answer is the same to the bit whatever it is asked with).
+# causal_lm 2: packed passes and the vocabulary head in slices (its answers moved by up to ~1e-6)
+ANSWER_REVISIONS: dict[tuple[str, str], int] = {
+    ("causal_lm", "token_logprobs"): 2,
+    ("causal_lm", "continuation_logprobs"): 2,
+    ("causal_lm", "stereoset_sentence_logprobs"): 2,
+}
+
+
+def cache_kind(model_kind: str, request_kind: str) -> str:
+    """The cache folder of ``model_kind``'s answers to ``request_kind``: the request kind, with ``.r<revision>`` from
+    the answerer's second revision on (``ANSWER_REVISIONS``)."""
+    revision = ANSWER_REVISIONS.get((model_kind, request_kind), 1)
+    return request_kind if revision == 1 else f"{request_kind}.r{revision}"
+
+
 # a request kind a model kind answers with a sibling head of the same checkpoint (loaded as that kind)
 LOAD_AS: dict[tuple[str, str], str] = {("masked_lm", "next_sentence"): "bert_nsp"}
 
@@ -252,7 +270,7 @@ def answer_requests(requests: Sequence[Request], model_cfg: Mapping[str, Any], c
         if cache_root is not None:
             from biasflow.scoring.cache import AnswerCache
 
-            cache = AnswerCache(cache_root, adapter.fingerprint, request_kind)
+            cache = AnswerCache(cache_root, adapter.fingerprint, cache_kind(kind_of_model, request_kind))
         hits, missing = _cached(cache, todo)
         log.info("%s requests: %d, %d cached, %d to answer (%s)", request_kind, len(todo), len(todo) - len(missing),
                  len(missing), getattr(adapter, "name", kind_of_model))
