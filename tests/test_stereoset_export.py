@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from conftest import ROOT, minilm_vocab_dir
+from conftest import minilm_vocab_dir, project_copy
 from test_workflow import snakemake
 
 pytestmark = pytest.mark.slow
@@ -48,8 +46,7 @@ def project(tmp_path_factory):
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForPreTraining
 
-    work = tmp_path_factory.mktemp("stereoset-project")
-    shutil.copytree(ROOT / "conf", work / "conf")
+    work = project_copy(tmp_path_factory.mktemp("stereoset-project"))
     model_dir = work / "tiny-bert-pretraining"
     tok = AutoTokenizer.from_pretrained(minilm_vocab_dir())
     torch.manual_seed(0)
@@ -59,10 +56,6 @@ def project(tmp_path_factory):
     (work / "conf" / "model" / "tiny_bert_pt.yaml").write_text(
         f"name: tiny_bert_pt\nkind: masked_lm\npath: {model_dir}\nlowercase: true\ndtype: float32\ndevice: cpu\n"
         f"batch_tokens: 2048\n")
-    cfg = work / "conf" / "config.yaml"
-    cfg.write_text(cfg.read_text().replace("results: results", f"results: {work / 'results'}").replace(
-        "resources: resources", f"resources: {work / 'resources'}").replace(
-        "cache: results/cache", f"cache: {work / 'results' / 'cache'}"))
     # a small dev file, pinned as the dev split's source by its checksum (a hand-placed file that matches no pinned
     # checksum is refused where it is read)
     import hashlib

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, project_copy, snakemake_job_stats
 
 pytestmark = pytest.mark.slow
 
@@ -27,19 +25,11 @@ SWEEP = ["metric=[crows_pairs]", "model=tiny_bert", "benchmark.crows_pairs.limit
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, tiny_bert_dir, crows_csv):
-    work = tmp_path_factory.mktemp("project")
-    conf = work / "conf"
-    shutil.copytree(ROOT / "conf", conf)
-    (conf / "model" / "tiny_bert.yaml").write_text(
+    work = project_copy(tmp_path_factory.mktemp("project"),
+                        {"crows_pairs/crows_pairs_anonymized.csv": crows_csv})
+    (work / "conf" / "model" / "tiny_bert.yaml").write_text(
         f"name: tiny_bert\nkind: masked_lm\npath: {tiny_bert_dir}\nlowercase: true\ndtype: float32\n"
         f"device: cpu\nbatch_tokens: 2048\n")
-    (conf / "config.yaml").write_text((conf / "config.yaml").read_text().replace(
-        "results: results", f"results: {work / 'results'}").replace(
-        "resources: resources", f"resources: {work / 'resources'}").replace(
-        "cache: results/cache", f"cache: {work / 'results' / 'cache'}"))
-    raw = work / "resources" / "datasets" / "crows_pairs" / "crows_pairs_anonymized.csv"
-    raw.parent.mkdir(parents=True)
-    shutil.copy(crows_csv, raw)  # the download rule sees a verified file and keeps it
     return work
 
 
@@ -52,20 +42,6 @@ def snakemake(project: Path, overrides, multirun=False, dry_run=False, extra=())
     proc = subprocess.run(cmd + list(extra), cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc.stdout + proc.stderr
-
-
-def planned_jobs(output: str) -> dict[str, int]:
-    """The 'Job stats' table of a Snakemake run or dry run: rule -> count."""
-    if "Nothing to be done" in output:
-        return {}
-    block = output.split("Job stats:", 1)[1]
-    counts = {}
-    for line in block.splitlines()[3:]:
-        m = re.match(r"^(\w+)\s+(\d+)$", line.strip())
-        if not m:
-            break
-        counts[m.group(1)] = int(m.group(2))
-    return counts
 
 
 def run_dir(project: Path, overrides, multirun) -> Path:
@@ -90,10 +66,11 @@ def swept(project):
 
 def test_threshold_sweep_scores_once(project, swept):
     out, _ = swept
-    jobs = planned_jobs(out)
+    jobs = snakemake_job_stats(out)
     assert jobs["score"] == 1 and jobs["metric"] == 3 and jobs["aggregate"] == 1
     parts = list((project / "results" / "cache").rglob("part-*.parquet"))
-    assert sorted(p.parent.name for p in parts) == ["mask_token_str", "pll"]  # one cache write per request kind (parity fill-mask: token_str)
+    # one cache write per request kind (parity fill-mask: token_str)
+    assert sorted(p.parent.name for p in parts) == ["mask_token_str", "pll"]
 
 
 def test_aggregate_table_and_report(swept):
@@ -153,7 +130,7 @@ def test_mlflow_metrics_equal_the_aggregate_table(swept):
 
 def test_rerun_does_nothing_and_mlflow_stays_idempotent(project, swept):
     out = snakemake(project, SWEEP, multirun=True, dry_run=True)
-    assert planned_jobs(out) == {}
+    assert snakemake_job_stats(out) == {}
     _, rdir = swept
     (rdir / "mlflow.json").unlink()
     snakemake(project, SWEEP, multirun=True)
@@ -172,14 +149,14 @@ def test_deleting_one_metric_output_reruns_only_that_metric(project, swept):
     plan = json.loads((rdir / "plan.json").read_text())
     victim = Path(plan["jobs"][1]["metric_dir"]) / "aggregate.parquet"
     victim.unlink()
-    jobs = planned_jobs(snakemake(project, SWEEP, multirun=True, dry_run=True))
+    jobs = snakemake_job_stats(snakemake(project, SWEEP, multirun=True, dry_run=True))
     assert jobs.get("metric") == 1 and "score" not in jobs and "prepare" not in jobs
 
 
 def test_changing_a_threshold_never_reruns_the_model(project, swept):
     single = [o for o in SWEEP if "diff_threshold" not in o] + ["metric.crows_pairs.diff_threshold=0.3"]
     out = snakemake(project, single)
-    jobs = planned_jobs(out)
+    jobs = snakemake_job_stats(out)
     assert jobs.get("metric") == 1 and "score" not in jobs
 
 
