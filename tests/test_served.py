@@ -326,6 +326,10 @@ def test_plan_accepts_served_models_and_ignores_the_url(monkeypatch):
     a, b = plan("http://gpu-node-1:8000/v1"), plan("http://gpu-node-2:8000/v1")
     assert [j.model["name"] for j in a.jobs] == ["llama-3.1-8b", "mistral-7b"]
     assert [j.scores_path() for j in a.jobs] == [j.scores_path() for j in b.jobs]
+    # the generated-text metrics generate with the served model itself
+    generated = build_plan(["model=served_llm", "metric=[honest,langfair_stereotype,helm_representation]"])
+    assert {(j.metric, j.model["name"], j.model["kind"]) for j in generated.jobs} == {
+        (m, "served_llm", "served_causal_lm") for m in ("honest", "langfair_stereotype", "helm_representation")}
 
 
 def test_config_errors():
@@ -337,3 +341,63 @@ def test_config_errors():
         build_plan(["model=served_llm", "+model.api_key=abc", "metric=[crows_pairs_causal]"])
     with pytest.raises(ConfigError, match="NAME of an environment variable"):
         build_plan(["model=served_llm", "model.api_key_env=sk-abc", "metric=[crows_pairs_causal]"])
+
+
+# ------------------------------------------------------------------------------------------------ generation
+def test_generation_through_the_served_models_completions(tiny_gpt2, tmp_path, monkeypatch):
+    """Generation requests (HONEST, LangFair, HELM) on a served model: the raw prompt continued by the server's
+    /completions with the request's settings and the model's key; the answers are the server's texts, cached under
+    the served model; a server error is a failed row (redacted), asked again on the next run."""
+    from biasflow.scoring.requests import Generation
+
+    assert can_answer("served_causal_lm", "generation")
+    key = "sk-served-gen-0123456789"
+    monkeypatch.setenv("BIASFLOW_TEST_SERVED_KEY", key)
+    prompts = ["The woman worked as a", "My brother is known for"]
+    requests = [Generation(prompt=p, sample_index=i, temperature=0.0, max_tokens=4, seed=7)
+                for p in prompts for i in (0, 1)]
+    with serving(tiny_gpt2, api_key=key) as server:
+        cfg = served_cfg(server, api_key_env="BIASFLOW_TEST_SERVED_KEY")
+        got = answer_requests(requests, cfg, tmp_path, progress=False)
+        want = {p: server.lm.completion(p, True, False, None, 4)["text"] for p in prompts}
+        assert list(got["status"]) == ["ok"] * 4
+        assert list(got["response"]) == [want[r.prompt] for r in requests]
+        bodies = sorted(server.log, key=lambda b: (b["prompt"], b["seed"]))
+        assert [(b["prompt"], b["seed"], b["max_tokens"], b["temperature"]) for b in bodies] == \
+            [(p, 7 + i, 4, 0.0) for p in sorted(prompts) for i in (0, 1)]
+        assert not any(b.get("echo") for b in bodies) and set(server.auth) == {f"Bearer {key}"}
+        server.log.clear()
+        again = answer_requests(requests, cfg, tmp_path, progress=False)  # from the cache: nothing sent
+        assert server.log == [] and list(again["response"]) == list(got["response"])
+        server.fail_status = 500
+        failed = answer_requests([Generation(prompt="Nobody", temperature=0.0, max_tokens=4)], cfg, tmp_path,
+                                 progress=False)
+    assert list(failed["status"]) == ["failed"] and "HTTP 500" in failed["error"].iloc[0]
+    assert "gave up after 1 attempts" in failed["error"].iloc[0]
+    assert not any(key.encode() in p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
+
+
+def test_honest_on_a_served_model(tiny_gpt2, tmp_path):
+    """A generated-text metric with model=<served model> and no +generator: k completions per template come from
+    the server, and the metric scores their first words."""
+    import yaml
+
+    from biasflow.data.honest import read_honest_templates
+    from biasflow.metrics.honest import aggregate, compute
+    from biasflow.scoring.answer import metric_answers
+    from conftest import ROOT
+
+    fixtures = Path(__file__).parent / "fixtures"
+    items = read_honest_templates(fixtures / "honest_templates.tsv")
+    cfg = {**yaml.safe_load((ROOT / "conf" / "metric" / "honest.yaml").read_text())["honest"], "generator": None,
+           "k": [1, 2], "lexicon": {"path": str(fixtures / "honest_lexicon.tsv")}}
+    cfg["generation"] = {**cfg["generation"], "temperature": 0.0, "max_tokens": 3}
+    with serving(tiny_gpt2) as server:
+        answers = metric_answers("honest", items, cfg, None, tmp_path, model=load_model(served_cfg(server)),
+                                 progress=False)
+        sent = list(server.log)
+    assert set(answers["kind"]) == {"generation"} and (answers["status"] == "ok").all()
+    assert len(answers) == len(sent) == 2 * len(items)  # k=2 samples of every template's prompt
+    assert {b["prompt"] for b in sent} == {t.split("[M]")[0].strip() for t in items["template_masked"]}
+    out = aggregate(compute(items, answers, cfg), cfg).set_index(["metric", "category"])["value"]
+    assert 0 <= out[("honest@2", "overall")] <= 1

@@ -241,6 +241,7 @@ class OpenAIChatBackend(OpenAIHTTPClient):
     """
 
     kind = "openai_compatible"
+    endpoint = "/chat/completions"
     timeout_option = "generator.timeout_s"
 
     def __init__(self, base_url: str, model: str, *, api_key_env: str | None = "OPENAI_API_KEY",
@@ -253,7 +254,7 @@ class OpenAIChatBackend(OpenAIHTTPClient):
         if concurrency < 1:
             raise ConfigError(f"generator.concurrency must be >= 1, got {concurrency}")
         self.base_url = base_url.rstrip("/")
-        self.url = self.base_url + "/chat/completions"
+        self.url = self.base_url + self.endpoint
         self.model_id = model
         self.api_key_env = api_key_env
         self._api_key = read_secret(env=api_key_env, file=api_key_file, what="generator.api_key_file")
@@ -279,13 +280,17 @@ class OpenAIChatBackend(OpenAIHTTPClient):
         body.update(self.extra_body)
         return body
 
+    @staticmethod
+    def _content(reply: dict) -> str | None:
+        return reply["choices"][0]["message"]["content"]
+
     def _one(self, req: Generation, settings: GenerationSettings) -> dict:
         started = time.monotonic()
         resp, error = self.post(self._body(req, settings))
         if resp is None:
             return _row(req, None, error, started)
         try:
-            content = resp.json()["choices"][0]["message"]["content"]
+            content = self._content(resp.json())
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             body_text = self._redact(resp.text)[:200]
             return _row(req, None, self._redact(f"malformed response: {exc!r}: {body_text}"), started)
@@ -301,3 +306,24 @@ class OpenAIChatBackend(OpenAIHTTPClient):
             futures = [pool.submit(self._one, req, settings) for req in requests]
             for fut in as_completed(futures):
                 yield fut.result()
+
+
+class OpenAICompletionsBackend(OpenAIChatBackend):
+    """``POST {base_url}/completions``: the raw prompt continued, no chat template and no system prompt (as
+    ``hf_generate`` does for a model without one); how a served causal LM (``served_causal_lm``) generates.
+    Retries, rate limit, concurrency and redaction as ``OpenAIChatBackend``."""
+
+    kind = "openai_completions"
+    endpoint = "/completions"
+
+    def _body(self, req: Generation, settings: GenerationSettings) -> dict:
+        body = {"model": self.model_id, "prompt": req.prompt, "temperature": settings.temperature,
+                "max_tokens": settings.max_tokens, "n": 1}
+        if settings.seed is not None:
+            body["seed"] = settings.seed + req.sample_index
+        body.update(self.extra_body)
+        return body
+
+    @staticmethod
+    def _content(reply: dict) -> str | None:
+        return reply["choices"][0]["text"]

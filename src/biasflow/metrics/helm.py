@@ -70,7 +70,7 @@ def _register() -> None:
     from biasflow.registry import MetricSpec, register_metric
 
     register_metric(MetricSpec(
-        name=METRIC, benchmark="bold", model_kinds=("causal_lm", "generator"), requests=requests,
+        name=METRIC, benchmark="bold", model_kinds=("causal_lm", "served_causal_lm", "generator"), requests=requests,
         compute=_compute, aggregate=_aggregate, check_answers=check_generations(METRIC),
         score_keys=("generator", "generation"), headline=("representation_gender", "representation_race")))
 

@@ -102,7 +102,7 @@ def generation_requests(items: pd.DataFrame, cfg: Mapping[str, Any]) -> tuple[pd
 
 def generates(cfg: Mapping[str, Any], model_kind: str) -> bool:
     """Completions are generated (first words of k responses) with a generator or a causal LM; fill-mask else."""
-    return bool(cfg.get("generator")) or model_kind in ("causal_lm", "generator")
+    return bool(cfg.get("generator")) or model_kind in ("causal_lm", "served_causal_lm", "generator")
 
 
 def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
@@ -225,7 +225,7 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
 
 
 SPEC = register_metric(MetricSpec(
-    name=METRIC, benchmark="honest", model_kinds=("masked_lm", "causal_lm", "generator"),
+    name=METRIC, benchmark="honest", model_kinds=("masked_lm", "causal_lm", "served_causal_lm", "generator"),
     requests=requests, compute=compute, aggregate=aggregate, check_answers=check_generations(METRIC),
     score_keys=("k", "generation", "generator"),
     headline=("honest@1", "honest@5", "honest@20"), plot_metric="honest@20", plot_reference=None))

@@ -406,7 +406,7 @@ def _register() -> None:
     from biasflow.registry import MetricSpec, register_metric
 
     register_metric(MetricSpec(
-        name=METRIC, benchmark="langfair_prompts", model_kinds=("causal_lm", "generator"),
+        name=METRIC, benchmark="langfair_prompts", model_kinds=("causal_lm", "served_causal_lm", "generator"),
         requests=requests, compute=_compute, aggregate=_aggregate, check_answers=check_generations(METRIC),
         followup_requests=followup_requests, score_keys=("generator", "generation", "classifier"),
         headline=("cooccurrence_bias", "stereotypical_associations"), plot_metric=None))

@@ -57,6 +57,7 @@ ANSWERERS: dict[tuple[str, str], str | Callable] = {
     ("causal_lm", "lmc_line"): "biasflow.lmchallenge.pipeline:answer_lmc_line",
     ("causal_lm", "generation"): "biasflow.generation.answer:answer_generation",
     ("generator", "generation"): "biasflow.generation.answer:answer_generation",
+    ("served_causal_lm", "generation"): "biasflow.generation.answer:answer_generation",
     ("text_classifier", "classification"): "biasflow.scoring.classification:answer_classification",
 }
 
