@@ -15,9 +15,9 @@ through ``next_token_logprobs``. Texts are batched by a token budget. Models of 
 packed: the texts of a batch laid end to end with no padding, so the linear layers see one large matrix whatever the
 mix of lengths. Others run in canonical length buckets (right padding + attention mask, ``scoring/batching.py``).
 Either way a text's scores do not depend on which other texts are scored. The vocabulary log-softmax is never
-materialised: log p = logit[target] - logsumexp(logits), the head run on ``HEAD_ROWS`` tokens at a time (fewer when
-``max_logits`` floats would be exceeded); a model whose logits are not a plain head runs padded, its batch capped
-so that tokens x vocabulary stays under ``max_logits``.
+materialised: log p = logit[target] - logsumexp(logits), the head run on ``HEAD_ROWS`` tokens at a time on a CPU
+(fewer when ``max_logits`` floats would be exceeded; on a GPU as many as ``max_logits`` allows); a model whose
+logits are not a plain head runs padded, its batch capped so that tokens x vocabulary stays under ``max_logits``.
 """
 from __future__ import annotations
 
@@ -73,8 +73,9 @@ def _head_on_real_tokens(model) -> bool:
             and model.get_output_embeddings() is not None and getattr(model, "base_model", None) is not model)
 
 
-# vocabulary-head rows per slice: a slice's logits (128 x 50,257 floats for GPT-2, 26 MB) are reduced while still in
-# cache; the whole batch's at once (1,335 rows, 268 MB) made the head and its log-softmax a quarter slower here
+# vocabulary-head rows per slice on a CPU: a slice's logits (128 x 50,257 floats for GPT-2, 26 MB) are reduced while
+# still in cache; the whole batch's at once (1,335 rows, 268 MB) made the head and its log-softmax a quarter slower
+# here. Elsewhere (a GPU) a slice is as large as max_logits allows.
 HEAD_ROWS = 128
 # tokens per packed pass on a CPU: beyond this the feed-forward activations (tokens x 3,072 floats for GPT-2) leave
 # the cache and the linear layers slow down (GPT-2 size, 2 cores: 2,048 tokens 4% faster than 8,192, 1,024 no faster)
@@ -158,14 +159,14 @@ def next_token_logprobs(adapter, seqs: Sequence[Sequence[int]], batch_tokens: in
     vocab = int(head.weight.shape[0]) if head is not None else len(tok)
     # the padded path of a model whose logits are not a plain head holds a whole batch's logits at once; the other
     # paths hold head_rows rows of logits at a time
-    head_rows = max(1, min(HEAD_ROWS, int(max_logits) // max(1, vocab)))
+    on_cpu = torch.device(device).type == "cpu"
+    head_rows = max(1, min(HEAD_ROWS if on_cpu else int(max_logits), int(max_logits) // max(1, vocab)))
     out = [np.zeros(max(0, len(s) - 1), dtype=np.float64) for s in seqs]
     todo = [i for i, s in enumerate(seqs) if len(s) > 1]  # a single token predicts nothing
     lengths = [len(seqs[i]) for i in todo]
     bar = tqdm(total=len(seqs), desc=f"{desc} {adapter.name}", unit="text", disable=not progress, mininterval=1.0)
     bar.update(len(seqs) - len(todo))
     if todo and _head_on_real_tokens(model) and packable(model, max(lengths)):
-        on_cpu = torch.device(device).type == "cpu"
         tokens = min(int(batch_tokens), PACKED_CPU_TOKENS) if on_cpu else int(batch_tokens)
         for batch in packed_batches(todo, lengths, max(1, tokens)):
             for i, lp in zip(batch, _packed_target_logprobs(model, [seqs[i] for i in batch], device, head_rows)):
