@@ -27,8 +27,6 @@ def tiny_gpt2():
 
 def naive_sample(model, tok, prompt, n_new, seed, temperature):
     """Token-by-token ancestral sampling with the same per-sample seed (independent of ``generate``)."""
-    from biasflow.generation.backends import sample_seed
-
     ids = tok(prompt, return_tensors="pt")["input_ids"]
     torch.manual_seed(seed)
     for _ in range(n_new):

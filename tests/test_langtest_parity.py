@@ -18,7 +18,6 @@ import pytest
 import langtest_reference as ref
 from biasflow.data.crows_pairs import read_crows_pairs
 from biasflow.metrics import crows_pairs as cp
-from biasflow.metrics import winobias as wb
 from biasflow.registry import get_loader, get_metric
 from biasflow.scoring.answer import metric_answers
 

@@ -21,7 +21,6 @@ from biasflow.secrets import redact_uri
 from biasflow.stages import log_mlflow
 from biasflow.tracking.mlflow_log import log_plan
 
-from conftest import ROOT
 
 PASSWORD = "hunter2-s3cret"
 

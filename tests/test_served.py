@@ -146,7 +146,7 @@ def test_stereoset_sentence_scorer_equals_in_process(tiny_gpt2, add_bos):
 
 
 def test_crows_pairs_causal_end_to_end(tiny_gpt2, crows_csv, tmp_path):
-    from biasflow.registry import get_loader, get_metric
+    from biasflow.registry import get_loader
 
     items = get_loader("crows_pairs")({"csv": crows_csv}, {"split": "all"}).head(12)
     for first_token in ("prefix", "separate"):

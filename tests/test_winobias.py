@@ -3,7 +3,6 @@ implementation, the multiple-choice test (answer parsing, option likelihood vs a
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd

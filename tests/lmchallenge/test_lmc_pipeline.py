@@ -2,9 +2,7 @@
 saved n-gram model (and by an in-process HF model) against the plain in-process game, the answer cache, the plan
 (one DAG with every other metric), and the metric stage's files."""
 import json
-from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from biasflow.data.lmchallenge_text import load_lmchallenge_text, split_lines

@@ -1,5 +1,4 @@
 """Models as processes: a bash model, crashes, hangs, garbage, and the n-gram server."""
-import os
 import subprocess
 import sys
 import textwrap

@@ -19,7 +19,6 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from biasflow.score_kinds import MASK_TOKEN_STR_KIND as TOKEN_STR_KIND
 from biasflow.score_kinds import NO_MATCH_PROB, NO_MATCH_RANK, listed_probability  # noqa: F401 (re-exported)
 from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS
 from biasflow.scoring.batching import pad_right, token_budget_batches
