@@ -53,10 +53,6 @@ class PackedLayout:
             start += length
         return cls(tuple(map(int, lengths)), tuple(tuple(g) for g in groups))
 
-    @property
-    def tokens(self) -> int:
-        return sum(self.lengths)
-
     def position_ids(self, device=None) -> torch.Tensor:
         """(1, tokens): 0..length-1 for each text."""
         return torch.cat([torch.arange(n, device=device) for n in self.lengths])[None]

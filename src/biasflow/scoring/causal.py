@@ -48,6 +48,23 @@ def prefix_token_id(adapter) -> int:
     return int(bos)
 
 
+def first_token_logprobs(adapter) -> torch.Tensor:
+    """log-softmax over the vocabulary after the prefix token alone (float64, on the CPU): token 0's scores in
+    ``separate`` mode and StereoSet's; one pass, kept on the adapter."""
+    cached = getattr(adapter, "_first_token_logprobs", None)
+    if cached is not None:
+        return cached
+    ids = torch.tensor([[prefix_token_id(adapter)]], device=adapter.device)
+    with torch.inference_mode():
+        logits = adapter.model(input_ids=ids).logits
+    lp = torch.log_softmax(logits[0, -1].float(), dim=-1).double().cpu()
+    try:
+        adapter._first_token_logprobs = lp
+    except AttributeError:
+        pass
+    return lp
+
+
 def encode(adapter, texts: Sequence[str]) -> list[list[int]]:
     """Token ids of each text without special tokens (the prefix, if any, is added by the scorer)."""
     out = [adapter.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
@@ -204,9 +221,7 @@ def causal_token_logprobs(adapter, token_ids: Sequence[Sequence[int]], first_tok
         else:
             out[t][1:] = lp      # token 0 has no context here
     if first_token == "separate":
-        start = torch.tensor([[bos]], device=adapter.device)
-        with torch.inference_mode():
-            first = torch.log_softmax(adapter.model(input_ids=start).logits[0, -1].float(), dim=-1).cpu().numpy()
+        first = first_token_logprobs(adapter)
         for t, ids in enumerate(token_ids):
             out[t][0] = float(first[ids[0]])
     return out

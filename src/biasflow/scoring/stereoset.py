@@ -79,38 +79,11 @@ def blank_fill_probabilities(adapter, contexts: Sequence[str], words: Sequence[s
 
 
 # ------------------------------------------------------------------------------------------------ causal LMs
-def start_token_id(adapter) -> int:
-    tid = getattr(adapter, "bos_token_id", None)
-    if tid is None:
-        tid = adapter.tokenizer.bos_token_id
-    if tid is None:
-        tid = adapter.tokenizer.eos_token_id
-    if tid is None:
-        raise ValueError(f"model {getattr(adapter, 'name', '?')}: tokenizer has neither a BOS nor an EOS token")
-    return int(tid)
-
-
-def first_token_logprobs(adapter) -> torch.Tensor:
-    """log-softmax over the vocabulary after the start (end-of-text) token alone: one pass, kept on the adapter."""
-    cached = getattr(adapter, "_stereoset_first_token_logprobs", None)
-    if cached is not None:
-        return cached
-    ids = torch.tensor([[start_token_id(adapter)]], device=adapter.device)
-    with torch.inference_mode():
-        logits = adapter.model(input_ids=ids).logits
-    lp = torch.log_softmax(logits[0, -1].float(), dim=-1).double().cpu()
-    try:
-        adapter._stereoset_first_token_logprobs = lp
-    except AttributeError:
-        pass
-    return lp
-
-
 def causal_sentence_logprobs(adapter, texts: Sequence[str], batch_tokens: int = DEFAULT_BATCH_TOKENS,
                              max_logits: int = DEFAULT_MAX_LOGITS) -> list[tuple[list[int], np.ndarray]]:
     """StereoSet's GPT-2 scoring: per-token log-probs, token 0 after <eot> alone, the rest without <eot>.
     A batch holds at most ``batch_tokens`` tokens and ``max_logits`` vocabulary floats."""
-    from biasflow.scoring.causal import next_token_logprobs
+    from biasflow.scoring.causal import first_token_logprobs, next_token_logprobs
 
     encoded = [adapter.tokenizer.encode(t, add_special_tokens=False) for t in texts]
     if any(len(e) == 0 for e in encoded):
