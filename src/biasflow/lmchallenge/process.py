@@ -73,6 +73,8 @@ class ProcessModel(Model):
     # -- protocol ---------------------------------------------------------------------------------------
     def _fail(self, request: str, what: str) -> ProtocolError:
         self._kill()
+        # the process is dead: let the stderr reader drain the pipe, or its last words (the useful ones) are lost
+        self._threads[1].join(timeout=2.0)
         err = "".join(self._stderr).strip()
         tail = f"\nmodel stderr (last lines):\n{err}" if err else ""
         shown = _shorten(request.rstrip("\n"))
