@@ -117,7 +117,9 @@ def test_answer_to_train_is_an_error(tmp_path):
     chatty = script(tmp_path, "chatty.sh", "while read -r line; do echo ok; done\n")
     with ProcessModel(["bash", chatty], timeout=10) as m:
         m.train("some line")
-        time.sleep(0.3)
+        deadline = time.monotonic() + 20  # until its stray answer has been read (a fixed sleep was racy under load)
+        while m._lines.empty() and time.monotonic() < deadline:
+            time.sleep(0.01)
         with pytest.raises(ProtocolError, match="answered a command that takes no answer.*train"):
             m.predict("x")
 
