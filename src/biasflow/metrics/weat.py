@@ -33,6 +33,7 @@ import pandas as pd
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.registry import MetricSpec, register_metric
 from biasflow.scoring.requests import WordVector
+from biasflow.stats.bootstrap import Resamples
 
 log = logging.getLogger(__name__)
 
@@ -341,14 +342,50 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any] | None) -> pd.DataF
             ("n_permutations", test, float(perm.n_samples), n),
             ("n_dropped_oov", test, float((group["status"] == "oov").sum()), len(group)),
         ]
+    rows += _average_rows(effects, test_bias_types(cfg))
+    return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
+
+
+def _average_rows(effects: Mapping[str, float], bias_types: Mapping[str, list[str]]) -> list[tuple]:
+    """``avg_abs_effect_size`` rows: mean |d| over every test run (category ``overall``, the run's headline) and
+    over each bias type's tests present; a row only where some effect size is finite."""
+    rows = []
     finite = [abs(d) for d in effects.values() if np.isfinite(d)]
-    if finite:  # the run's headline row: mean |d| over every test run
+    if finite:
         rows.append(("avg_abs_effect_size", "overall", float(np.mean(finite)), len(finite)))
-    for bias_type, tests in test_bias_types(cfg).items():
+    for bias_type, tests in bias_types.items():
         present = [abs(effects[t]) for t in tests if t in effects and np.isfinite(effects[t])]
         if present:
             rows.append(("avg_abs_effect_size", bias_type, float(np.mean(present)), len(present)))
-    return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
+    return rows
+
+
+def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any] | None, r: Resamples) -> dict | None:
+    """What ``aggregate`` gives on each bootstrap resample (effect sizes and their averages), without building a
+    table per replicate: each test's resampled values are gathered from the draw matrix in draw order, the order
+    of the resampled table's rows, so every value is bit for bit the generic path's. Declines (None) unless the
+    table has one row per unit and its strata are its tests."""
+    if per_item.empty or not r.one_row_per_item:
+        return None
+    if list(r.item_stratum) != list(r.first_values(per_item["category"])):
+        return None  # resampled by something other than the test
+    ddof = int(option(cfg, "ddof"))
+    value = r.first_values(per_item["value"].astype(float))
+    used = r.first_values(per_item["status"] == "used")
+    target = r.first_values(per_item["set"])
+    in_x, in_y = used & (target == TARGET_SETS[0]), used & (target == TARGET_SETS[1])
+    out: dict[tuple[str, str], np.ndarray] = {}
+    for test, cols in r.strata.items():
+        drawn = r.index[:, cols]
+        values, xs, ys = value[drawn], in_x[drawn], in_y[drawn]
+        out[("effect_size", str(test))] = np.array([effect_size(values[b][xs[b]], values[b][ys[b]], ddof)
+                                                     for b in range(r.n_boot)])
+    effects = {key[1]: d for key, d in out.items()}
+    bias_types = test_bias_types(cfg)
+    for b in range(r.n_boot):
+        for metric, category, v, _ in _average_rows({t: d[b] for t, d in effects.items()}, bias_types):
+            out.setdefault((metric, category), np.full(r.n_boot, np.nan))[b] = v
+    return out
 
 
 def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[WordVector]:
@@ -371,4 +408,5 @@ register_metric(MetricSpec(
     headline=("effect_size", "p_value", "avg_abs_effect_size"),
     plot_metric="effect_size",
     plot_reference=0.0,
+    bootstrap_statistic=bootstrap_statistic,
 ))
