@@ -75,3 +75,17 @@ def test_failing_stage_writes_its_traceback_to_the_rule_log(tmp_path):
     assert proc.returncode != 0
     text = log.read_text()
     assert "items.csv, line 3: wrong number of fields" in text and "Traceback" in text and "in load" in text
+
+
+@pytest.mark.parametrize("torch_first", [False, True])
+def test_set_threads_holds_whether_or_not_torch_is_imported_yet(torch_first):
+    """A score job served by the cache imports no torch; one that loads a model imports it after set_threads."""
+    code = ("import torch\n" if torch_first else "") + textwrap.dedent("""
+        from biasflow.stages import set_threads
+        set_threads(1)
+        import torch
+        print(torch.get_num_threads())
+    """)
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "1"

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -114,9 +115,13 @@ def start_stage(log_file: str | None) -> None:
 
 
 def set_threads(n: int) -> None:
-    import torch
-
-    torch.set_num_threads(max(1, int(n)))
+    """The job's threads for torch. A score job served by the cache never imports torch, so until torch is imported
+    the setting goes through the variables it reads when it is (OMP_NUM_THREADS, MKL_NUM_THREADS)."""
+    n = max(1, int(n))
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(n)
+    else:
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(n)
 
 
 def download_file(sources, dest: str, wheel_dir: str) -> dict:
