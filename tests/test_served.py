@@ -155,7 +155,7 @@ def test_crows_pairs_causal_end_to_end(tiny_gpt2, crows_csv, tmp_path):
                                                    tiny_gpt2, server, tmp_path / first_token)
 
 
-def stereoset_items() -> "pd.DataFrame":
+def stereoset_items():
     """Two StereoSet examples per task, as the loader lays them out (one row per sentence)."""
     import pandas as pd
 

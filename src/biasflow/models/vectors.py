@@ -19,9 +19,12 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:  # pandas is imported inside the functions that build tables
+    import pandas as pd
 
 from biasflow.errors import ConfigError, DataFormatError, ModelLoadError
 from biasflow.io import stable_hash
@@ -257,7 +260,7 @@ def _factory(cfg: Mapping[str, Any]) -> WordVectors:
     return load_word_vectors(cfg)
 
 
-def answer_word_vector(vectors: WordVectors, requests, budget) -> "pd.DataFrame":
+def answer_word_vector(vectors: WordVectors, requests, budget) -> pd.DataFrame:
     """Answerer of ``WordVector`` requests: ``vector`` (float32, empty when not found), ``found``, ``looked_up``."""
     import pandas as pd
 
