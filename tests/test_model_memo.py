@@ -150,3 +150,20 @@ def test_an_unwritable_memo_folder_only_costs_a_load(items, model_dir, tmp_path,
     assert models.loaded and "could not remember the fingerprint" in caplog.text
     again, models = run(items, model_cfg(model_dir), cache)
     pd.testing.assert_frame_equal(again, first)
+
+
+def test_a_lazy_answerer_imports_its_module_on_first_call_and_keeps_its_name(tmp_path):
+    code = textwrap.dedent("""
+        import sys
+        from biasflow.scoring.answer import answerer
+        fn = answerer("word_vectors", "word_vector", lazy=True)
+        before = "biasflow.models.vectors" in sys.modules
+        from biasflow.models.vectors import WordVectors
+        import numpy as np
+        from biasflow.scoring.requests import WordVector
+        out = fn(WordVectors(["a"], np.ones((1, 2), np.float32), name="v"), [WordVector("a")], None)
+        print(fn.__module__, fn.__name__, before, bool(out["found"].iloc[0]))
+    """)
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["biasflow.models.vectors", "answer_word_vector", "False", "True"]

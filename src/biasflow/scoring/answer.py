@@ -127,9 +127,14 @@ def answerer(model_kind: str, request_kind: str, metric: str | None = None, *, l
     if callable(target):  # registered in process (tests, plugins)
         return target
     module, name = target.split(":")
-    if lazy:
-        return lambda *args, **kwargs: getattr(importlib.import_module(module), name)(*args, **kwargs)
-    return getattr(importlib.import_module(module), name)
+    if not lazy:
+        return getattr(importlib.import_module(module), name)
+
+    def on_first_call(*args, **kwargs):
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    on_first_call.__module__, on_first_call.__name__ = module, name  # errors name the real answerer
+    return on_first_call
 
 
 def can_answer(model_kind: str, request_kind: str) -> bool:
