@@ -374,13 +374,12 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any] | None, r
     used = r.first_values(per_item["status"] == "used")
     target = r.first_values(per_item["set"])
     in_x, in_y = used & (target == TARGET_SETS[0]), used & (target == TARGET_SETS[1])
-    out: dict[tuple[str, str], np.ndarray] = {}
+    effects: dict[str, np.ndarray] = {}  # test -> its effect size in every replicate
     for test, cols in r.strata.items():
         drawn = r.index[:, cols]
         values, xs, ys = value[drawn], in_x[drawn], in_y[drawn]
-        out[("effect_size", str(test))] = np.array([effect_size(values[b][xs[b]], values[b][ys[b]], ddof)
-                                                     for b in range(r.n_boot)])
-    effects = {key[1]: d for key, d in out.items()}
+        effects[str(test)] = np.array([effect_size(values[b][xs[b]], values[b][ys[b]], ddof) for b in range(r.n_boot)])
+    out = {("effect_size", test): d for test, d in effects.items()}
     bias_types = test_bias_types(cfg)
     for b in range(r.n_boot):
         for metric, category, v, _ in _average_rows({t: d[b] for t, d in effects.items()}, bias_types):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import json
 import logging
 from dataclasses import dataclass, replace
 from functools import partial
@@ -220,8 +221,6 @@ def _read_memo(memo: Path) -> dict | None:
     if not memo.exists():
         return None
     try:
-        import json
-
         record = json.loads(memo.read_text())
         if isinstance(record.get("fingerprint"), str) and isinstance(record.get("provenance"), dict):
             return record
@@ -354,14 +353,13 @@ def answer_requests(requests: Sequence[Request], model_cfg: Mapping[str, Any], c
         if cache_root is not None:
             from biasflow.scoring.cache import AnswerCache
 
-            memo_dir = Path(cache_root) / MODEL_MEMO_DIR
-            fingerprint = models.fingerprint(load_as, memo_dir)
-            cache = AnswerCache(cache_root, fingerprint, cache_kind(kind_of_model, request_kind))
+            folder = cache_kind(kind_of_model, request_kind)
+            cache = AnswerCache(cache_root, models.fingerprint(load_as, Path(cache_root) / MODEL_MEMO_DIR), folder)
         hits, missing = _cached(cache, todo)
         if missing or cache is None:
             adapter = models.get(load_as)
-            if cache is not None and adapter.fingerprint != fingerprint:  # a stale memo (Models.get renewed it)
-                cache = AnswerCache(cache_root, adapter.fingerprint, cache_kind(kind_of_model, request_kind))
+            if cache is not None and adapter.fingerprint != cache.fingerprint:  # a stale memo (Models.get renewed it)
+                cache = AnswerCache(cache_root, adapter.fingerprint, folder)
                 hits, missing = _cached(cache, todo)
         log.info("%s requests: %d, %d cached, %d to answer (%s)", request_kind, len(todo), len(todo) - len(missing),
                  len(missing), model_cfg.get("name") or kind_of_model)
