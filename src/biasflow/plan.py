@@ -29,6 +29,7 @@ from biasflow.generation.config import job_model as generation_job_model
 from biasflow.generation.config import with_generation_options
 from biasflow.io import stable_hash, write_json, write_text_if_changed
 from biasflow.models.fingerprint import config_fingerprint
+from biasflow.ordered import is_ordered_list, ordered_items
 from biasflow.schema import validate_job_config, validate_model_config
 from biasflow.secrets import redact_text, redact_uri, uri_has_secret
 
@@ -458,6 +459,8 @@ def user_files(job: "Job", digests: dict[str, str]) -> dict[str, dict[str, str]]
         prefix, cfg = sections[section]
         for key in keys:
             value = _lookup(cfg, key)
+            if is_ordered_list(value):  # [{group: file}, ...] (biasflow.ordered)
+                value = dict(ordered_items(value, f"{prefix}.{key}"))
             values = value.items() if isinstance(value, dict) else [("", value)]
             for sub, v in values:
                 if not isinstance(v, str) or not v:
@@ -516,6 +519,27 @@ def without_secrets(cfg: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
+def with_ordered_options(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Options whose mapping order changes the numbers (``LOADER_ORDERED_OPTIONS``, ``MetricSpec.ordered_options``)
+    as ordered lists of one-key mappings: the plan, its hashes and Snakemake's params sort dict keys."""
+    from biasflow.ordered import as_ordered_list
+    from biasflow.registry import LOADER_ORDERED_OPTIONS, METRICS, load_all
+
+    load_all()
+    sections = [("benchmark", name, LOADER_ORDERED_OPTIONS.get(str((sub or {}).get("loader")), ()))
+                for name, sub in (cfg.get("benchmark") or {}).items()]
+    sections += [("metric", name, getattr(METRICS.get(name), "ordered_options", ()))
+                 for name in (cfg.get("metric") or {})]
+    out = dict(cfg)
+    for section, name, options in sections:
+        sub = (out.get(section) or {}).get(name)
+        if not options or not isinstance(sub, dict) or not any(isinstance(sub.get(o), dict) for o in options):
+            continue
+        out[section] = dict(out[section])
+        out[section][name] = {k: as_ordered_list(v) if k in options else v for k, v in sub.items()}
+    return out
+
+
 def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
     from biasflow.registry import get_metric
 
@@ -529,7 +553,7 @@ def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
         reject_secret_overrides(job_overrides)
         cfg = compose(job_overrides)
         validate_job_config(cfg)
-        cfg = without_secrets(cfg)
+        cfg = with_ordered_options(without_secrets(cfg))
         sweep.append({"overrides": job_overrides, "config": cfg})
         tracking = tracking or cfg.get("tracking", {})
         paths = paths or cfg["paths"]

@@ -19,6 +19,8 @@ Loader = Callable[[Mapping[str, Path], Mapping[str, Any]], pd.DataFrame]
 
 LOADERS: dict[str, Loader] = {}
 METRICS: dict[str, "MetricSpec"] = {}
+# loader name -> its options whose mapping order carries meaning (biasflow.ordered): kept as ordered lists in plans
+LOADER_ORDERED_OPTIONS: dict[str, tuple[str, ...]] = {}
 
 # Every module of these packages is imported by ``load_all`` (so a new metric needs no edit here).
 DISCOVERED_PACKAGES = ["biasflow.data", "biasflow.metrics"]
@@ -67,11 +69,15 @@ class MetricSpec:
     # (items, answers to ``requests``, cfg) -> [(model config, [Request])]: requests that read those answers (a
     # classifier scoring generated text), answered next in the score stage by the model config given with them
     followup_requests: Callable[[pd.DataFrame, pd.DataFrame, Mapping[str, Any]], list] | None = None
+    # options given as a mapping whose order changes the numbers (group 1 vs group 2): the plan keeps them as
+    # ordered lists of one-key mappings (biasflow.ordered), since plans and hashes sort dict keys
+    ordered_options: tuple[str, ...] = ()
 
 
-def register_loader(name: str):
+def register_loader(name: str, ordered_options: tuple[str, ...] = ()):
     def deco(fn: Loader) -> Loader:
         LOADERS[name] = fn
+        LOADER_ORDERED_OPTIONS[name] = tuple(ordered_options)
         return fn
 
     return deco

@@ -185,7 +185,8 @@ class BenchmarkConfig(Strict):
     templates_file: Optional[str] = None
     attributes_file: Optional[str] = None
     attribute_files: Optional[dict[str, str]] = None
-    targets: Union[list[str], dict[str, list[str]], None] = None
+    # CBS: a list of words; LPBS: group -> words, in order (group 1, group 2), as a mapping or a list of one-key mappings
+    targets: Union[list[str], dict[str, list[str]], list[dict[str, list[str]]], None] = None
     test_every: Optional[Annotated[int, Field(ge=2)]] = None
     test_limit: Optional[PositiveInt] = None
 
@@ -339,7 +340,7 @@ class WinoBiasMC(Generating):
 
 
 class LangFairStereotype(Generating):
-    groups: Union[str, dict[str, Union[list[str], str]]] = "langfair_gender"
+    groups: Union[str, dict[str, Union[list[str], str]], list[dict[str, Union[list[str], str]]]] = "langfair_gender"
     targets: Union[str, list[str]] = "adjectives"
     beta: float = Field(0.95, gt=0.0)
     stop_words: Union[str, list[str], None] = None

@@ -16,6 +16,7 @@ import yaml
 
 from biasflow.io import read_text_utf8
 from biasflow.errors import ConfigError, DataFormatError
+from biasflow.ordered import ordered_items
 from biasflow.registry import register_loader
 
 TARGET = "[TARGET]"
@@ -76,12 +77,14 @@ def _targets(cfg: Mapping[str, Any], default: Path) -> dict[str, list[str]]:
     if spec is None:
         spec = yaml.safe_load(default.read_text()) if default.suffix == ".yaml" else \
             {w: [w] for _, w in _lines(default)}
-    if not isinstance(spec, Mapping) or not spec:
-        raise ConfigError("targets: expected a mapping group -> list of words")
-    return {str(g): [str(w) for w in (ws if isinstance(ws, list) else [ws])] for g, ws in spec.items()}
+    if not spec:
+        raise ConfigError("benchmark.lpbs.targets: expected a mapping group -> list of words")
+    # the order written is the order of group 1 and group 2 (the score's sign): never a dict's sorted order
+    return {g: [str(w) for w in (ws if isinstance(ws, list) else [ws])]
+            for g, ws in ordered_items(spec, "benchmark.lpbs.targets")}
 
 
-@register_loader("lpbs_templates")
+@register_loader("lpbs_templates", ordered_options=("targets",))
 def load_lpbs(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     base = resource_path("lpbs")
     templates = read_lpbs_templates(Path(cfg.get("templates_file") or base / "templates.tsv"))

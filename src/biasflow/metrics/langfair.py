@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from biasflow.errors import ConfigError
+from biasflow.ordered import ordered_items
 from biasflow.metrics._generated import check_generations, generation_grid, with_responses
 from biasflow.scoring.answer import lookup
 from biasflow.scoring.requests import Classification, Generation
@@ -68,7 +69,7 @@ def group_lists(spec: Mapping[str, Any] | None, default: str = "langfair_gender"
         if name not in defaults:
             raise ConfigError(f"unknown demographic groups {name!r}; known: {sorted(defaults)}")
         spec = defaults[name]
-    return {str(g): word_list(v) for g, v in dict(spec).items()}
+    return {g: word_list(v) for g, v in ordered_items(spec, "groups")}  # order: group 1, group 2 (COBS's sign)
 
 
 def stop_words(spec: str | Sequence[str] | None = None) -> frozenset[str]:
@@ -409,7 +410,7 @@ def _register() -> None:
         name=METRIC, benchmark="langfair_prompts", model_kinds=("causal_lm", "served_causal_lm", "generator"),
         requests=requests, compute=_compute, aggregate=_aggregate, check_answers=check_generations(METRIC),
         followup_requests=followup_requests, score_keys=("generator", "generation", "classifier"),
-        headline=("cooccurrence_bias", "stereotypical_associations"), plot_metric=None))
+        headline=("cooccurrence_bias", "stereotypical_associations"), plot_metric=None, ordered_options=("groups",)))
 
 
 _register()
