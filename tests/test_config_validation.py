@@ -32,6 +32,26 @@ def test_bad_options_fail_at_plan_time_naming_the_option(override, message):
         build_plan(CROWS + [override])
 
 
+@pytest.mark.parametrize("override, message", [
+    # pydantic's lax mode read these as 1 (one item, one bootstrap replicate) or as true, silently
+    ("benchmark.crows_pairs.limit=true", r"benchmark\.crows_pairs\.limit=True: must be an integer, not a boolean"),
+    ("stats.n_boot=true", r"stats\.n_boot=True: must be an integer, not a boolean"),
+    ("stats.level=true", r"stats\.level=True: must be a number, not a boolean"),
+    ("metric.crows_pairs.diff_threshold=false", r"diff_threshold=False: must be a number, not a boolean"),
+    ("metric.crows_pairs.fill_mask_top_k=true", r"fill_mask_top_k=True: must be an integer"),
+    ("model.lowercase=1", r"model\.lowercase=1: must be true or false"),
+    ("model.lowercase=yes", r"model\.lowercase='yes': must be true or false"),
+    ("tracking.enabled=0", r"tracking\.enabled=0: must be true or false"),
+    ("benchmark.crows_pairs.limit='10'", r"benchmark\.crows_pairs\.limit='10': must be a number, not a string"),
+    ("metric.honest.k=[true]", r"metric\.honest\.k: item 0: must be an integer"),
+])
+def test_scalars_take_only_their_own_type(override, message):
+    with pytest.raises(ConfigError, match=message):
+        build_plan(["metric=[crows_pairs,honest]", override])
+    plan = build_plan(["metric=[crows_pairs]", "benchmark.crows_pairs.limit=3", "stats.n_boot=7"])
+    assert (plan.jobs[0].benchmark_cfg["limit"], plan.jobs[0].stats["n_boot"]) == (3, 7)
+
+
 def test_every_problem_is_reported_at_once():
     with pytest.raises(ConfigError) as err:
         build_plan(CROWS + ["stats.n_boot=-1", "benchmark.crows_pairs.limit=0"])

@@ -10,7 +10,8 @@ A new metric gives its options model as ``MetricSpec.options`` (built-in ones ar
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Mapping, Optional, Union
+import types
+from typing import Annotated, Any, Literal, Mapping, Optional, Union, get_args, get_origin
 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
@@ -43,11 +44,67 @@ PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
 
 
-class Strict(BaseModel):
+def _scalar_kinds(annotation: Any) -> set:
+    """The scalar types a field annotation accepts (``object`` for anything not a plain scalar: models, dicts, Any)."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _scalar_kinds(get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        return set().union(*(_scalar_kinds(a) for a in get_args(annotation)))
+    if origin is Literal:
+        return {type(a) for a in get_args(annotation)}
+    if annotation is type(None) or annotation in (int, float, bool, str):
+        return {annotation}
+    return {object}
+
+
+def _type_problem(value: Any, annotation: Any) -> str | None:
+    """Why ``value`` is the wrong scalar type for ``annotation`` where pydantic's lax mode would convert it: a boolean
+    for a number (``limit=true`` would score 1 item), a number or a word for a boolean. None when it may be validated."""
+    if isinstance(value, list) and get_origin(annotation) is list:
+        for i, v in enumerate(value):
+            problem = _type_problem(v, get_args(annotation)[0] if get_args(annotation) else Any)
+            if problem:
+                return f"item {i}: {problem}"
+        return None
+    if get_origin(annotation) in (Union, types.UnionType) and isinstance(value, list):
+        lists = [a for a in get_args(annotation) if get_origin(a) is list]
+        return _type_problem(value, lists[0]) if len(lists) == 1 else None
+    kinds = _scalar_kinds(annotation)
+    if object in kinds:
+        return None
+    if isinstance(value, bool):
+        if bool not in kinds:
+            wanted = "an integer" if int in kinds and float not in kinds else "a number" if kinds & {int, float} \
+                else "a string"
+            return f"must be {wanted}, not a boolean"
+    elif isinstance(value, (int, float, str)) and bool in kinds and not kinds & {int, float, str} - {bool}:
+        if not (isinstance(value, str) and str in kinds):
+            return "must be true or false"
+    elif isinstance(value, str) and kinds & {int, float} and str not in kinds:
+        return "must be a number, not a string"
+    return None
+
+
+class _TypedScalars(BaseModel):
+    """Integers, floats and booleans take only values of their own type (pydantic's lax mode would read ``true`` as
+    1 and ``1`` or ``'yes'`` as true, silently)."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _strict_scalars(cls, value: Any, info):
+        field = cls.model_fields.get(info.field_name)
+        problem = _type_problem(value, field.annotation) if field is not None else None
+        if problem:
+            raise ValueError(problem)
+        return value
+
+
+class Strict(_TypedScalars):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
-class Open(BaseModel):
+class Open(_TypedScalars):
     """For sections whose extra keys are passed through to a library (generate kwargs, training settings)."""
 
     model_config = ConfigDict(extra="allow")
@@ -92,6 +149,10 @@ class ModelResources(Strict):
     gpus: Optional[NonNegativeInt] = None
     cpus: Optional[PositiveInt] = None
     runtime_min: Optional[PositiveInt] = None
+    # a retry (Snakemake's attempt) asks for retry_growth ** (attempt - 1) times the memory and time, up to these
+    retry_growth: Optional[float] = Field(default=None, ge=1.0, le=16.0)
+    max_mem_mb: Optional[PositiveInt] = None
+    max_runtime_min: Optional[PositiveInt] = None
 
 
 class ModelConfig(Strict):
