@@ -102,12 +102,26 @@ def test_tracking_password_from_the_environment_is_never_written(monkeypatch, tm
     uri = "postgresql://bob:hunter2hunter2@127.0.0.1:5432/mlflow"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     plan = build_plan(CROWS + ["tracking=server", f"paths.results={tmp_path}"])
-    assert plan.tracking["uri"] == "postgresql://bob:***@127.0.0.1:5432/mlflow"
+    assert plan.tracking["uri"] == "postgresql://127.0.0.1:5432/mlflow"
     text = Path(plan.write()).read_text()
-    assert "hunter2" not in text and "bob:***@" in text
+    assert "hunter2" not in text and "bob" not in text
     from biasflow.secrets import tracking_uri
 
     assert tracking_uri(plan.tracking["uri"]) == uri  # the stage reconnects with the environment's URI
+
+
+def test_team_members_plan_the_same_run(monkeypatch, tmp_path):
+    """Two people, one server, their own credentials: one plan hash, one plan file, so one parent run."""
+    texts = set()
+    for user, password in (("alice", "alicepass1"), ("bob", "bobpass22")):
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://{user}:{password}@127.0.0.1:5000")
+        plan = build_plan(CROWS + ["tracking=server", f"paths.results={tmp_path}"])
+        text = Path(plan.write()).read_text()
+        assert user not in text and password not in text
+        texts.add(text)
+    assert len(texts) == 1
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:5001")  # another server: another run
+    assert build_plan(CROWS + ["tracking=server", f"paths.results={tmp_path}"]).plan_hash not in "".join(texts)
 
 
 def test_user_files_are_keyed_by_content(tmp_path):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from biasflow.secrets import redact_text, redact_uri, tracking_uri, uri_has_secret
+from biasflow.secrets import public_uri, redact_text, redact_uri, tracking_uri, uri_has_secret
 
 
 @pytest.mark.parametrize("uri", ["sqlite:////tmp/x/mlflow.db", "sqlite:///results/mlflow.db", "http://127.0.0.1:5000",
@@ -31,7 +31,18 @@ def test_error_bodies_lose_keys(monkeypatch):
     assert "Incorrect API key provided" in out
 
 
+@pytest.mark.parametrize("uri, expected", [
+    ("http://alice:pw123456@host:5000/prefix", "http://host:5000/prefix"),
+    ("http://bob@host:5000", "http://host:5000"),
+    ("postgresql://bob:hunter2@db/mlflow?password=x&sslmode=require", "postgresql://db/mlflow?password=***&sslmode=require"),
+    ("sqlite:////tmp/x/mlflow.db", "sqlite:////tmp/x/mlflow.db"),
+])
+def test_public_uri_has_no_user_and_no_secret(uri, expected):
+    assert public_uri(uri) == expected
+
+
 def test_tracking_uri_reconnects_with_the_environment(monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "postgresql://bob:hunter2@db/mlflow")
     assert tracking_uri("postgresql://bob:***@db/mlflow") == "postgresql://bob:hunter2@db/mlflow"
+    assert tracking_uri("postgresql://db/mlflow") == "postgresql://bob:hunter2@db/mlflow"  # the plan's public form
     assert tracking_uri("sqlite:///other.db") == "sqlite:///other.db"

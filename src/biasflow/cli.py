@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from biasflow.errors import BiasflowError
-from biasflow.secrets import redact_uri
+from biasflow.secrets import public_uri, redact_uri
 
 
 def _split(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -61,15 +61,35 @@ def _die_with_parent() -> None:
         pass
 
 
-def run_snakemake(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, bool]:
-    """Run Snakemake, passing its output through; return (exit code, whether it found the directory locked)."""
+def run_snakemake(cmd: list[str], cwd: Path, env: dict[str, str], on_start=None) -> tuple[int, bool]:
+    """Run Snakemake, passing its output through; return (exit code, whether it found the directory locked).
+    ``on_start(pid)`` runs once Snakemake has started. SIGTERM to biasflow is passed on to Snakemake (which stops
+    its jobs and releases its lock); the exit code is then -15."""
+    import signal
+
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True, bufsize=1,
                             preexec_fn=_die_with_parent if os.name == "posix" else None)
+    if on_start is not None:
+        on_start(proc.pid)
+    stopped: list[int] = []
+
+    def forward(signum, _frame):
+        stopped.append(signum)
+        proc.send_signal(signum)
+
+    previous = signal.signal(signal.SIGTERM, forward)
     locked = False
-    for line in proc.stderr:  # watching for what needs a hint
-        sys.stderr.write(line)
-        locked = locked or "Directory cannot be locked" in line
-    return proc.wait(), locked
+    try:
+        for line in proc.stderr:  # watching for what needs a hint
+            sys.stderr.write(line)
+            locked = locked or "Directory cannot be locked" in line
+        rc = proc.wait()
+    except KeyboardInterrupt:  # Ctrl-C reaches Snakemake too (same process group): let it stop its jobs
+        stopped.append(signal.SIGINT)
+        rc = proc.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return (-stopped[0] if stopped else rc), locked
 
 
 LOCK_HINT = ("Snakemake found the directory locked. If no other biasflow/snakemake run is active here (one was "
@@ -110,8 +130,8 @@ def cmd_run(args, extra: list[str]) -> int:
         if uri and (plan.tracking or {}).get("enabled", True):
             record = root / plan.run_dir / "mlflow.json"
             page = json.loads(record.read_text()).get("ui", "") if record.exists() else ""
-            if uri.startswith(("http://", "https://")):
-                print(f"MLflow:  {redact_uri(uri).rstrip('/')}/{page}")
+            if uri.startswith(("http://", "https://")):  # no user:***@: browsers refuse links with credentials
+                print(f"MLflow:  {public_uri(uri).rstrip('/')}/{page}")
             else:
                 print(f"MLflow:  mlflow ui --backend-store-uri {redact_uri(uri)}   "
                       f"then open http://127.0.0.1:5000/{page}")

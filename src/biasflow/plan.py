@@ -31,7 +31,7 @@ from biasflow.io import stable_hash, write_json, write_text_if_changed
 from biasflow.models.fingerprint import config_fingerprint
 from biasflow.ordered import is_ordered_list, ordered_items
 from biasflow.schema import validate_job_config, validate_model_config
-from biasflow.secrets import redact_text, redact_uri, uri_has_secret
+from biasflow.secrets import public_uri, redact_text, redact_uri, uri_has_secret
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +143,7 @@ def compose(overrides: Sequence[str]) -> dict[str, Any]:
 
 
 _RESOLVED: dict[tuple, dict[str, Any]] = {}
+_ENV_NAMES: dict[int, list[str]] = {}  # composed config (by id; kept alive by _COMPOSED) -> variables it reads
 
 
 def _resolved_base(cdir: Path, group_overrides: tuple[str, ...], model_file: Path | None) -> dict[str, Any]:
@@ -152,7 +153,13 @@ def _resolved_base(cdir: Path, group_overrides: tuple[str, ...], model_file: Pat
     from omegaconf import open_dict
 
     composed = _composed(cdir, group_overrides)
-    key = (id(composed), str(model_file), model_file.stat().st_mtime_ns if model_file else 0)
+    # ${oc.env:VAR} resolves to the environment of the moment: a changed variable is resolved again
+    if id(composed) not in _ENV_NAMES:
+        _ENV_NAMES[id(composed)] = sorted(set(re.findall(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)",
+                                                         OmegaConf.to_yaml(composed))))
+    env_names = _ENV_NAMES[id(composed)]
+    key = (id(composed), str(model_file), model_file.stat().st_mtime_ns if model_file else 0,
+           stable_hash([os.environ.get(n) for n in env_names], 16))
     if key not in _RESOLVED:
         cfg = composed
         if model_file is not None:
@@ -497,11 +504,12 @@ def reject_secret_overrides(overrides: Sequence[str]) -> None:
 
 
 def without_secrets(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The composed config with the tracking URI's password masked (the stages reconnect with the environment's
-    URI, see biasflow.secrets.tracking_uri); any other secret-bearing URI is an error naming the option."""
+    """The composed config with the tracking URI's credentials removed (the stages reconnect with the environment's
+    URI, see biasflow.secrets.tracking_uri; user names stay out too, so a team's runs of one plan share its hash);
+    any other secret-bearing URI is an error naming the option."""
     tracking = dict(cfg.get("tracking") or {})
     if tracking.get("uri"):
-        tracking["uri"] = redact_uri(tracking["uri"])
+        tracking["uri"] = public_uri(tracking["uri"])
     cfg = dict(cfg, tracking=tracking)
 
     def walk(obj: Any, where: str) -> None:

@@ -59,6 +59,20 @@ def redact_uri(uri: Any) -> Any:
     return rebuilt + (f"?{query}" if query else "") + (f"#{parts.fragment}" if parts.fragment else "")
 
 
+def public_uri(uri: Any) -> Any:
+    """``uri`` as it may be written down and shared: no user name or password at all (``http://host/``), credential
+    query parameters masked. Plans hold this form, so two people logging to one server with their own credentials
+    plan the same run, and a printed link opens in a browser (which refuses URLs with credentials)."""
+    uri = redact_uri(uri)
+    if not isinstance(uri, str) or "://" not in uri:
+        return uri
+    scheme, rest = uri.split("://", 1)
+    netloc, sep, tail = rest.partition("/")
+    if "@" not in netloc:
+        return uri
+    return f"{scheme}://{netloc.rsplit('@', 1)[1]}{sep}{tail}"
+
+
 def uri_has_secret(uri: Any) -> bool:
     return isinstance(uri, str) and redact_uri(uri) != uri
 
@@ -112,13 +126,13 @@ def read_secret(*, env: str | None = None, file: str | None = None, what: str = 
 
 
 def tracking_uri(configured: str | None) -> str | None:
-    """The URI to connect with: the environment's ``MLFLOW_TRACKING_URI`` when the configured (redacted) URI is
-    its redacted form, so a password given in the environment is used without ever being written down."""
+    """The URI to connect with: the environment's ``MLFLOW_TRACKING_URI`` when the configured URI is its public (or
+    redacted) form, so a password given in the environment is used without ever being written down."""
     env_uri = os.environ.get("MLFLOW_TRACKING_URI")
-    if configured and env_uri and redact_uri(env_uri) == configured:
+    if configured and env_uri and configured in (public_uri(env_uri), redact_uri(env_uri)):
         return env_uri
     return configured
 
 
-__all__ = ["MASK", "redact_uri", "redact_text", "redact_config", "uri_has_secret", "read_secret", "tracking_uri",
+__all__ = ["MASK", "public_uri", "redact_uri", "redact_text", "redact_config", "uri_has_secret", "read_secret", "tracking_uri",
            "secret_env_values"]
