@@ -110,6 +110,37 @@ def test_tracking_password_from_the_environment_is_never_written(monkeypatch, tm
     assert tracking_uri(plan.tracking["uri"]) == uri  # the stage reconnects with the environment's URI
 
 
+@pytest.mark.parametrize("override", ["run.name=${oc.env:OPENAI_API_KEY}", "tracking.experiment=x${oc.env:HF_TOKEN}x"])
+def test_a_secret_variable_never_reaches_the_plan(monkeypatch, tmp_path, override):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-live-abcdefgh12345678")
+    monkeypatch.setenv("HF_TOKEN", "hf_secretsecretsecret123")
+    name = override.split("oc.env:")[1].split("}")[0]
+    with pytest.raises(ConfigError, match=f"holds the value of the secret environment variable {name}") as err:
+        build_plan(CROWS + [override, f"paths.results={tmp_path}"])
+    assert "sk-live" not in str(err.value) and "hf_secret" not in str(err.value)
+    assert not list(tmp_path.rglob("plan.json"))
+    build_plan(CROWS + ["run.name=${oc.env:USER,me}", f"paths.results={tmp_path}"])  # other variables are fine
+
+
+def test_environment_snapshot_survives_a_variable_deleted_meanwhile(monkeypatch):
+    """MLflow's telemetry thread deletes a variable while secrets are read (KeyError in 1 of 7 server logs)."""
+    import os
+
+    from biasflow.secrets import environ_snapshot, secret_env_values
+
+    monkeypatch.setenv("VANISHING_TOKEN", "value-123456")
+    real_getitem = type(os.environ).__getitem__
+
+    def getitem(self, key):
+        if key == "VANISHING_TOKEN":
+            raise KeyError(key)  # deleted between listing the keys and reading this one
+        return real_getitem(self, key)
+
+    monkeypatch.setattr(type(os.environ), "__getitem__", getitem)
+    assert "VANISHING_TOKEN" not in environ_snapshot()
+    assert "value-123456" not in secret_env_values()
+
+
 def test_team_members_plan_the_same_run(monkeypatch, tmp_path):
     """Two people, one server, their own credentials: one plan hash, one plan file, so one parent run."""
     texts = set()

@@ -31,7 +31,7 @@ from biasflow.io import stable_hash, write_json, write_text_if_changed
 from biasflow.models.fingerprint import config_fingerprint
 from biasflow.ordered import is_ordered_list, ordered_items
 from biasflow.schema import validate_job_config, validate_model_config
-from biasflow.secrets import public_uri, redact_text, redact_uri, uri_has_secret
+from biasflow.secrets import environ_snapshot, public_uri, redact_text, redact_uri, secret_env_values, uri_has_secret
 
 log = logging.getLogger(__name__)
 
@@ -512,6 +512,10 @@ def without_secrets(cfg: dict[str, Any]) -> dict[str, Any]:
         tracking["uri"] = public_uri(tracking["uri"])
     cfg = dict(cfg, tracking=tracking)
 
+    env = environ_snapshot()
+    # values of secret-named variables (API keys, tokens), e.g. resolved into the config by ${oc.env:OPENAI_API_KEY}
+    secrets = {v: k for k, v in sorted(env.items()) if v in secret_env_values(env)}
+
     def walk(obj: Any, where: str) -> None:
         if isinstance(obj, dict):
             for k, v in obj.items():
@@ -519,11 +523,17 @@ def without_secrets(cfg: dict[str, Any]) -> dict[str, Any]:
         elif isinstance(obj, list):
             for i, v in enumerate(obj):
                 walk(v, f"{where}.{i}")
-        elif isinstance(obj, str) and uri_has_secret(obj):
-            raise ConfigError(f"{where}={redact_uri(obj)!r} holds a password: give credentials through the "
-                              f"environment instead")
+        elif isinstance(obj, str):
+            if where != "tracking.uri" and uri_has_secret(obj):
+                raise ConfigError(f"{where}={redact_uri(obj)!r} holds a password: give credentials through the "
+                                  f"environment instead")
+            leaked = [name for value, name in secrets.items() if value in obj]
+            if leaked:
+                raise ConfigError(f"{where} holds the value of the secret environment variable {leaked[0]} (e.g. "
+                                  f"through ${{oc.env:{leaked[0]}}}); it would be written to the plan, logs and MLflow. "
+                                  f"Options that need a key name its variable instead (api_key_env={leaked[0]})")
 
-    walk({k: v for k, v in cfg.items() if k != "tracking"}, "")
+    walk(cfg, "")
     return cfg
 
 

@@ -77,9 +77,15 @@ def uri_has_secret(uri: Any) -> bool:
     return isinstance(uri, str) and redact_uri(uri) != uri
 
 
+def environ_snapshot() -> dict[str, str]:
+    """A copy of the environment that another thread may change meanwhile (MLflow's telemetry thread deletes a
+    variable): ``dict(os.environ)`` reads each key after listing them and fails with KeyError on a deleted one."""
+    return {k: v for k in os.environ if (v := os.environ.get(k)) is not None}
+
+
 def secret_env_values(environ: Mapping[str, str] | None = None) -> list[str]:
     """Values of environment variables named like secrets (long enough that masking them cannot mangle text)."""
-    env = os.environ if environ is None else environ
+    env = environ_snapshot() if environ is None else environ
     return sorted({v for k, v in env.items() if SECRET_ENV_PATTERN.search(k) and len(v) >= 6}, key=len, reverse=True)
 
 

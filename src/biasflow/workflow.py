@@ -51,7 +51,9 @@ def plan_cache_key(overrides: list[str], multirun: bool) -> str:
 
     code = Path(__file__).resolve().parent
     files = [*conf_dir().rglob("*.yaml"), *code.rglob("*.py")]
-    env = {k: v for k, v in os.environ.items() if k.startswith(("BIASFLOW_", "MLFLOW_"))}
+    from biasflow.secrets import environ_snapshot
+
+    env = {k: v for k, v in environ_snapshot().items() if k.startswith(("BIASFLOW_", "MLFLOW_"))}
     return stable_hash({"overrides": overrides, "multirun": multirun, "files": _inputs_state(map(str, files)),
                         "env": env}, 16)
 
