@@ -116,3 +116,99 @@ def test_run_exports_predictions_in_the_official_format(project, tmp_path):
     private = [(str(p), oct(stat.S_IMODE(p.stat().st_mode))) for p in written
                if stat.S_IMODE(p.stat().st_mode) & 0o044 != 0o044]
     assert written and not private
+
+
+# ---------------------------------------------------------------------------------------- causal LM export parity
+def _bpe_gpt2(out):
+    """A tiny GPT-2 with a byte-level BPE tokenizer trained here, ``<|endoftext|>`` its start token (as GPT-2's)."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.BPE())
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    corpus = [s["sentence"] for task in small_stereoset()["data"].values() for ex in task for s in ex["sentences"]]
+    tk.train_from_iterator(corpus * 3, trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                                           initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
+    torch.manual_seed(4)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=64,
+                                       bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id))
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+def reference_gpt2_predictions(model_dir, gold: dict) -> dict[str, float]:
+    """StereoSet's ``evaluate_intrasentence`` for GPT-2 (moinnadeem/StereoSet ``code/eval_generative_models.py``;
+    the same loop as bias-bench's ``_likelihood_score_generative``), written out straight: a stock transformers model,
+    one sentence per forward pass, float32 softmax, ``.item()``, numpy's log2 / sum / power."""
+    import numpy as np
+    import torch
+    from transformers import AutoTokenizer, GPT2LMHeadModel
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = GPT2LMHeadModel.from_pretrained(model_dir).eval()
+    start_token = torch.tensor(tokenizer.encode("<|endoftext|>")).unsqueeze(0)
+    with torch.no_grad():
+        initial_token_probabilities = torch.softmax(model(start_token)[0], dim=-1)
+    assert initial_token_probabilities.shape[:2] == (1, 1)
+    predictions = {}
+    for cluster in gold["data"]["intrasentence"]:
+        for sentence in cluster["sentences"]:
+            tokens = tokenizer.encode(sentence["sentence"])
+            joint_sentence_probability = [initial_token_probabilities[0, 0, tokens[0]].item()]
+            with torch.no_grad():
+                output = torch.softmax(model(torch.tensor(tokens).unsqueeze(0))[0], dim=-1)
+            for idx in range(1, len(tokens)):
+                joint_sentence_probability.append(output[0, idx - 1, tokens[idx]].item())
+            assert len(tokens) == len(joint_sentence_probability)
+            score = np.sum([np.log2(i) for i in joint_sentence_probability])
+            score /= len(joint_sentence_probability)
+            predictions[sentence["id"]] = np.power(2, score)
+    return predictions
+
+
+@pytest.mark.parametrize("cpu_linear", ["default", "auto"])
+def test_causal_lm_export_equals_the_reference_gpt2_loop_to_the_bit(tmp_path, cpu_linear):
+    """An exported predictions file holds the reference's numbers: every intrasentence score of a causal LM equals
+    the one StereoSet's own GPT-2 loop computes (==, not approx). ``cpu_linear: default`` keeps torch's linear
+    layers, so the reference loop runs on a stock model loaded from the same files; with ``auto`` (oneDNN layers on
+    a CPU) the reference loop runs on the adapter's own model object."""
+    from biasflow.data.stereoset import read_stereoset
+    from biasflow.metrics.stereoset import SPEC
+    from biasflow.models import load_model
+    from biasflow.scoring.answer import metric_answers
+
+    model_dir = _bpe_gpt2(tmp_path / "tiny-gpt2-bpe")
+    gold_path = tmp_path / "dev.json"
+    gold = small_stereoset()
+    gold_path.write_text(json.dumps(gold))
+    items = read_stereoset(gold_path)
+    adapter = load_model({"name": "tiny-gpt2-bpe", "kind": "causal_lm", "path": str(model_dir), "device": "cpu",
+                          "cpu_linear": cpu_linear})
+    out = tmp_path / "predictions_tiny-gpt2_ModelNSP_GPT2LM.json"
+    cfg = {"tasks": ["intrasentence"], "domains": ["gender", "profession", "race", "religion"],
+           "export_predictions": str(out)}
+    answers = metric_answers("stereoset", items, cfg, adapter.cfg, tmp_path / "cache", model=adapter,
+                             progress=False)
+    assert SPEC.export(items, answers, cfg) == [str(out)]
+    exported = {e["id"]: e["score"] for e in json.loads(out.read_text())["intrasentence"]}
+    if cpu_linear == "default":
+        expected = reference_gpt2_predictions(model_dir, gold)
+    else:  # the same loop on the adapter's model object (its oneDNN linear layers)
+        import transformers
+
+        real = transformers.GPT2LMHeadModel.from_pretrained
+        try:
+            transformers.GPT2LMHeadModel.from_pretrained = staticmethod(lambda *a, **k: adapter.model)
+            expected = reference_gpt2_predictions(model_dir, gold)
+        finally:
+            transformers.GPT2LMHeadModel.from_pretrained = real
+    assert sorted(exported) == sorted(expected) and len(expected) == 6
+    differ = {k: (exported[k], float(expected[k])) for k in expected if exported[k] != float(expected[k])}
+    assert not differ, f"exported scores differ from the reference loop's: {differ}"
+    # and the metric counted those very numbers
+    per = SPEC.compute(items, answers, cfg)
+    assert set(per.columns) >= {"item_id"} and len(per) == 2

@@ -149,6 +149,25 @@ def geometric_mean(logprobs: Iterable[float]) -> float:
     return float(np.exp(arr.mean())) if arr.size else float("nan")
 
 
+def reference_sentence_score(probabilities: Iterable[float]) -> float:
+    """StereoSet's GPT-2 sentence score from its token probabilities, in the reference's numpy arithmetic:
+    ``np.power(2, np.sum([np.log2(p) for p in probs]) / len(probs))`` (``code/eval_generative_models.py``)."""
+    probs = list(probabilities)
+    if not probs:
+        return float("nan")
+    score = np.sum([np.log2(p) for p in probs])
+    score /= len(probs)
+    return float(np.power(2, score))
+
+
+def _has_column(answers: pd.DataFrame, kind: str, column: str) -> bool:
+    """Whether every answer of ``kind`` has ``column`` (a served model's answers carry log-probs only)."""
+    if column not in answers:
+        return False
+    values = answers.loc[answers["kind"] == kind, column]
+    return bool(len(values)) and not values.isna().any()
+
+
 def sentence_scores(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     """item_id, task, score, kind of every sentence of the configured tasks: from the predictions file, or from the
     answers (the request kind each task was answered with is read from the answers: the model kind decided it)."""
@@ -170,6 +189,9 @@ def sentence_scores(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str
         asked = [builders[kind](it) for it in part.itertuples(index=False)]
         if kind in (BlankFill.kind, NextSentence.kind):
             score = [float(p) for p in lookup(answers, asked, "probability")]
+        elif kind == StereoSetSentenceLogprobs.kind and _has_column(answers, kind, "probs"):
+            # the reference's own arithmetic on its float32 softmax probabilities (an exported file equals its)
+            score = [reference_sentence_score(p) for p in lookup(answers, asked, "probs")]
         else:
             score = [geometric_mean(lp) for lp in lookup(answers, asked, "logprobs")]
         frames.append(pd.DataFrame({"item_id": part["item_id"].values, "task": task, "score": score, "kind": kind}))

@@ -70,7 +70,7 @@ ANSWERERS: dict[tuple[str, str], str | Callable] = {
 ANSWER_REVISIONS: dict[tuple[str, str], int] = {
     ("causal_lm", "token_logprobs"): 2,
     ("causal_lm", "continuation_logprobs"): 2,
-    ("causal_lm", "stereoset_sentence_logprobs"): 2,
+    ("causal_lm", "stereoset_sentence_logprobs"): 3,  # 3: the reference's unbatched softmax loop, with `probs`
 }
 
 

@@ -194,11 +194,12 @@ class TokenLogprobs(Request):
 @dataclass(frozen=True)
 class StereoSetSentenceLogprobs(Request):
     """log P(token_i | what precedes it) for every token of ``text`` as StereoSet's reference computes them: token 0
-    from a pass on the start token alone, the rest from the text without it, each read from a float32
-    ``log_softmax``. The same quantity as ``TokenLogprobs(text, first_token="separate")``, but that scorer computes
-    ``logit - logsumexp`` and rounds differently in the last float32 bits (a few 1e-7 relative), which can reorder
-    StereoSet's near-ties; kept apart so StereoSet's numbers stay those of its reference arithmetic.
-    Answer: ``token_ids``, ``logprobs``, ``total``."""
+    from a pass on the start token alone, the rest from the text without it (one unbatched pass per text), each
+    read from a float32 ``softmax``. The same quantity as ``TokenLogprobs(text, first_token="separate")``, but that
+    scorer is batched, computes ``logit - logsumexp`` and rounds differently in the last float32 bits (a few 1e-7
+    relative), which can reorder StereoSet's near-ties; kept apart so StereoSet's numbers stay those of its
+    reference arithmetic. Answer: ``token_ids``, ``probs`` (the float32 probabilities; not from a served model),
+    ``logprobs``, ``total``."""
 
     kind: ClassVar[str] = "stereoset_sentence_logprobs"
     text: str

@@ -9,11 +9,13 @@ Parity with the reference code (moinnadeem/StereoSet ``code/``, McGill-NLP/bias-
   encodes the bare word (original StereoSet), ``True`` encodes ``" " + word`` (bias-bench for roberta-base; gives
   the Ġ-prefixed pieces). Two contexts (dev) have two BLANKs: the reference with batch size 1 reads the first mask,
   so do we.
-* **Causal LM** (``StereoSetSentenceLogprobs``, intrasentence, GPT-2 style): per-token log-probs of the sentence
-  tokenised without special tokens; the first token's from a separate forward pass on the end-of-text token alone,
-  every later token conditioned on the preceding sentence tokens WITHOUT that start token (the reference's quirk);
-  the metric's score is their geometric-mean probability. (``TokenLogprobs(first_token="separate")`` is the same
-  quantity with other float32 rounding: see the request's doc.)
+* **Causal LM** (``StereoSetSentenceLogprobs``, intrasentence, GPT-2 style): the reference's loop itself, one
+  sentence per forward pass: the sentence tokenised without special tokens; the first token's probability from a
+  separate pass on the end-of-text token alone, every later token's conditioned on the preceding sentence tokens
+  WITHOUT that start token (the reference's quirk), each read from a float32 ``torch.softmax`` of the logits; the
+  metric's score is ``2 ** (sum(log2 p) / n)`` in the reference's numpy arithmetic, so an exported predictions file
+  holds the reference's numbers to the bit. (``TokenLogprobs(first_token="separate")`` is the same quantity,
+  batched, with other float32 rounding: see the request's doc.)
 * **Next-sentence prediction** (``NextSentence``, intersentence, BERT): P(IsNext) = softmax(NSP logits)[0] for
   ``[CLS] context [SEP] sentence [SEP]``.
 * The causal-LM intersentence extension is a ``ContinuationLogprobs`` request (``scoring/causal_options.py``).
@@ -79,22 +81,61 @@ def blank_fill_probabilities(adapter, contexts: Sequence[str], words: Sequence[s
 
 
 # ------------------------------------------------------------------------------------------------ causal LMs
-def causal_sentence_logprobs(adapter, texts: Sequence[str], batch_tokens: int = DEFAULT_BATCH_TOKENS,
-                             max_logits: int = DEFAULT_MAX_LOGITS) -> list[tuple[list[int], np.ndarray]]:
-    """StereoSet's GPT-2 scoring: per-token log-probs, token 0 after <eot> alone, the rest without <eot>.
-    A batch holds at most ``batch_tokens`` tokens and ``max_logits`` vocabulary floats."""
-    from biasflow.scoring.causal import first_token_logprobs, next_token_logprobs
+def reference_start_probabilities(adapter) -> torch.Tensor:
+    """The reference's ``initial_token_probabilities``: ``torch.softmax(model(start_token)[0], dim=-1)`` for the
+    start token alone (BOS, else EOS: GPT-2's ``<|endoftext|>``), shape (1, 1, vocab); one pass, kept on the adapter."""
+    from biasflow.scoring.causal import prefix_token_id
 
-    encoded = [adapter.tokenizer.encode(t, add_special_tokens=False) for t in texts]
+    cached = getattr(adapter, "_stereoset_start_probabilities", None)
+    if cached is not None:
+        return cached
+    start = torch.tensor([prefix_token_id(adapter)], device=adapter.device).unsqueeze(0)
+    with torch.inference_mode():
+        probs = torch.softmax(adapter.model(start)[0].float(), dim=-1)
+    try:
+        adapter._stereoset_start_probabilities = probs
+    except AttributeError:
+        pass
+    return probs
+
+
+def reference_sentence_probabilities(adapter, texts: Sequence[str]) -> list[tuple[list[int], np.ndarray]]:
+    """StereoSet's GPT-2 scoring loop (``code/eval_generative_models.py``, bias-bench's
+    ``_likelihood_score_generative``), one sentence per forward pass as the reference runs it: token 0's probability
+    from the start token's pass, token i's from ``torch.softmax(model(tokens)[0], dim=-1)[0, i - 1, tokens[i]]`` of
+    the sentence without the start token. The float32 probabilities, as float64 (``.item()``), per text.
+
+    Unbatched on purpose: a batched pass (padding, other rows in the matrix products) rounds the logits differently
+    in the last bits, and the exported predictions file must hold the reference's numbers. A text's values depend
+    on that text alone, so resumed runs and sweeps agree too."""
+    tok = adapter.tokenizer
+    encoded = [tok.encode(t, add_special_tokens=False) for t in texts]
     if any(len(e) == 0 for e in encoded):
         raise ValueError(f"empty text after tokenisation: {texts[[len(e) for e in encoded].index(0)]!r}")
-    first = first_token_logprobs(adapter)
-    out = [(e, np.full(len(e), np.nan)) for e in encoded]
-    for i, e in enumerate(encoded):
-        out[i][1][0] = float(first[e[0]])
-    for (_, lp), rest in zip(out, next_token_logprobs(adapter, encoded, batch_tokens, max_logits)):
-        lp[1:] = rest
+    from biasflow.scoring.causal import _check_lengths
+
+    _check_lengths(adapter, encoded)
+    first = reference_start_probabilities(adapter)
+    out = []
+    for tokens in encoded:
+        probs = np.empty(len(tokens), dtype=np.float64)
+        probs[0] = first[0, 0, tokens[0]].item()
+        if len(tokens) > 1:
+            with torch.inference_mode():
+                output = torch.softmax(adapter.model(torch.tensor(tokens, device=adapter.device).unsqueeze(0))[0]
+                                       .float(), dim=-1)
+            index = torch.arange(len(tokens) - 1, device=output.device)
+            probs[1:] = output[0, index, torch.tensor(tokens[1:], device=output.device)].double().cpu().numpy()
+        out.append((tokens, probs))
     return out
+
+
+def causal_sentence_logprobs(adapter, texts: Sequence[str], batch_tokens: int = DEFAULT_BATCH_TOKENS,
+                             max_logits: int = DEFAULT_MAX_LOGITS) -> list[tuple[list[int], np.ndarray]]:
+    """StereoSet's GPT-2 scoring as natural-log probabilities per token (``reference_sentence_probabilities``:
+    token 0 after the start token alone, the rest without it). ``batch_tokens`` and ``max_logits`` are accepted
+    for the answerer interface; the reference's loop runs one sentence per pass."""
+    return [(ids, np.log(probs)) for ids, probs in reference_sentence_probabilities(adapter, texts)]
 
 
 # ------------------------------------------------------------------------------------------------ NSP
@@ -135,12 +176,14 @@ def answer_blank_fill(adapter, requests, budget) -> pd.DataFrame:
 
 
 def answer_sentence_logprobs(adapter, requests, budget) -> pd.DataFrame:
-    """Answerer of ``StereoSetSentenceLogprobs``: ``token_ids``, ``logprobs``, ``total``."""
-    found = causal_sentence_logprobs(adapter, [adapter.normalise(r.text) for r in requests], budget.batch_tokens,
-                                     budget.max_logits)
+    """Answerer of ``StereoSetSentenceLogprobs``: ``token_ids``, ``probs`` (the reference's float32 softmax
+    probabilities, as float64), ``logprobs`` (their natural logs) and ``total``; the metric scores a sentence from
+    ``probs`` in the reference's arithmetic (``metrics.stereoset.reference_sentence_score``)."""
+    found = reference_sentence_probabilities(adapter, [adapter.normalise(r.text) for r in requests])
     return pd.DataFrame({"token_ids": [list(map(int, ids)) for ids, _ in found],
-                         "logprobs": [lp.tolist() for _, lp in found],
-                         "total": [float(lp.sum()) for _, lp in found]})
+                         "probs": [p.tolist() for _, p in found],
+                         "logprobs": [np.log(p).tolist() for _, p in found],
+                         "total": [float(np.log(p).sum()) for _, p in found]})
 
 
 def answer_next_sentence(adapter, requests, budget) -> pd.DataFrame:
