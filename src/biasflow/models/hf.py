@@ -81,7 +81,10 @@ class Loaded:
 def load_pretrained(cfg: Mapping[str, Any], auto_class: Any, *, tokenizer: bool = True) -> Loaded:
     """THE way biasflow loads a Hugging Face model: ``model.path`` (a local ``save_pretrained`` folder, checked) or
     ``model.hub_id`` at ``model.revision``, in ``model.dtype`` on ``model.device`` (auto: cuda, mps, cpu), with
-    ``model.attn_implementation`` if set. Errors name the model and where it was looked for."""
+    ``model.attn_implementation`` if set. A hub revision (a branch or tag) is resolved to its commit once
+    (``hub_commit``) and tokenizer and weights are both loaded at that commit, which is the model's
+    ``resolved_revision`` (its fingerprint and provenance). Errors are one line naming the model and where it was
+    looked for (``hub_errors``)."""
     from transformers import AutoTokenizer
 
     name = cfg.get("name") or source_of(cfg)
@@ -98,25 +101,180 @@ def load_pretrained(cfg: Mapping[str, Any], auto_class: Any, *, tokenizer: bool 
     if is_local:
         check_model_folder(local, name)
     kwargs: dict[str, Any] = {}
-    if not is_local and revision:
-        kwargs["revision"] = revision
+    commit = None
+    if not is_local:
+        commit = kwargs["revision"] = hub_commit(name, source, revision)
     where_from = str(local) if is_local else source
-    try:
-        tok = AutoTokenizer.from_pretrained(where_from, **kwargs) if tokenizer else None
-        model_kwargs = dict(kwargs, dtype=DTYPES[dtype_name])
-        if cfg.get("attn_implementation"):
-            model_kwargs["attn_implementation"] = cfg["attn_implementation"]
-        model = auto_class.from_pretrained(where_from, **model_kwargs)
-    except (OSError, ValueError, ImportError) as exc:
-        where = f"local folder {local}" if is_local else f"hub id {source!r} (revision {revision})"
-        raise ModelLoadError(f"could not load model {name!r} from {where}: {exc}") from exc
+    where = f"local folder {local}" if is_local else f"hub id {source!r} (revision {revision}, commit {commit})"
+    with hub_errors(name, source, revision, commit):
+        try:
+            tok = AutoTokenizer.from_pretrained(where_from, **kwargs) if tokenizer else None
+            model_kwargs = dict(kwargs, dtype=DTYPES[dtype_name])
+            if cfg.get("attn_implementation"):
+                model_kwargs["attn_implementation"] = cfg["attn_implementation"]
+            model = auto_class.from_pretrained(where_from, **model_kwargs)
+        except Exception as exc:  # noqa: BLE001 - sorted below; anything else is raised as it is
+            if _hub_cause(exc) is not None:
+                raise  # hub_errors names it
+            weights = _unreadable_weights(name, local if is_local else None, source, commit, exc)
+            if weights is not None:
+                raise weights from exc
+            if isinstance(exc, (OSError, ValueError, ImportError)):
+                raise ModelLoadError(f"could not load model {name!r} from {where}: {_one_line(exc)}") from exc
+            raise
     model.to(device).eval()
-    if is_local:
-        resolved = "local:" + local_weights_digest(local)
-    else:
-        resolved = getattr(model.config, "_commit_hash", None) or revision or "unpinned"
+    resolved = "local:" + local_weights_digest(local) if is_local else str(commit)
     return Loaded(model=model, tokenizer=tok, source=source, device=device, dtype=DTYPES[dtype_name],
                   resolved_revision=resolved)
+
+
+# --- the hub: a revision resolved once per process, and its errors in one line --------------------------------------
+
+_COMMITS: dict[tuple[str, str, str], str] = {}  # (endpoint, hub id, revision) -> the commit this process loads
+
+
+def hub_endpoint() -> str:
+    from huggingface_hub import constants
+
+    return str(constants.ENDPOINT).rstrip("/")
+
+
+def hub_commit(name: str, hub_id: str, revision: str | None) -> str:
+    """The commit ``revision`` of ``hub_id`` names: asked of the hub (``HF_ENDPOINT``) once per process, or read
+    from the Hugging Face cache where the hub cannot be asked (``HF_HUB_OFFLINE=1``, no network). Every file of the
+    model is then downloaded at that commit, so a branch that moves while a model loads (or between the heads one
+    job loads) never gives a model of two commits, and the commit names the model's cached answers."""
+    key = (hub_endpoint(), hub_id, revision or "main")
+    if key not in _COMMITS:
+        from huggingface_hub import HfApi
+
+        with hub_errors(name, hub_id, revision, None):
+            _COMMITS[key] = str(HfApi().resolve_revision(hub_id, revision=revision).resolved)
+    return _COMMITS[key]
+
+
+def _hub_cause(exc: BaseException | None) -> BaseException | None:
+    """The huggingface_hub or network error behind ``exc`` (itself, or what transformers wrapped), else None."""
+    from huggingface_hub import errors
+
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, (errors.HfHubHTTPError, errors.RevisionResolutionError, errors.OfflineModeIsEnabled)) \
+                or _is_transport_error(exc):
+            return exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
+def _is_transport_error(exc: BaseException) -> bool:
+    """A network error of the HTTP client huggingface_hub uses (httpx or its successor): connection refused, reset,
+    closed mid-body, timed out."""
+    return any(cls.__name__ == "TransportError" and cls.__module__.split(".")[0].startswith("httpx")
+               for cls in type(exc).__mro__)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _requested_file(exc: BaseException) -> str | None:
+    """The file of a failed download, from the request's URL (``.../resolve/<revision>/<file>``)."""
+    try:
+        url = str(exc.request.url)  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):
+        return None
+    return url.split("/resolve/", 1)[1].split("?")[0].split("/", 1)[-1] if "/resolve/" in url else None
+
+
+class hub_errors:
+    """Turn what huggingface_hub raises for a hub model into a one-line ``ModelLoadError`` that says what to do.
+
+    Never includes a token: huggingface_hub's messages carry URLs and request ids, and ours only the endpoint."""
+
+    def __init__(self, name: str, hub_id: str, revision: str | None, commit: str | None):
+        self.name, self.hub_id, self.revision, self.commit = name, hub_id, revision or "main", commit
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        cause = None if isinstance(exc, ModelLoadError) else _hub_cause(exc)
+        if cause is None:
+            return False
+        raise self.error(cause) from exc
+
+    def error(self, exc: BaseException) -> ModelLoadError:
+        from huggingface_hub import constants, errors
+
+        model = f"model {self.name!r}: hub id {self.hub_id!r}"
+        endpoint = hub_endpoint()
+        status = getattr(getattr(exc, "response", None), "status_code", None)
+        if isinstance(exc, errors.GatedRepoError) or (isinstance(exc, errors.HfHubHTTPError) and status == 403):
+            token = "the token in HF_TOKEN (or saved by `hf auth login`) has no access to it" \
+                if _has_token() else "no token was given"
+            return ModelLoadError(
+                f"{model} is gated or private on {endpoint} (HTTP {status}) and {token}: accept its terms on its "
+                f"model page, then set HF_TOKEN to a read token of that account or run `hf auth login` "
+                f"(biasflow reads the token from there and never writes it to its files, logs or MLflow)")
+        if isinstance(exc, errors.RepositoryNotFoundError):
+            return ModelLoadError(
+                f"{model} does not exist on {endpoint} (HTTP {status}): check model.hub_id (org/name, as on its "
+                f"model page); a private model also needs HF_TOKEN set or `hf auth login`")
+        if isinstance(exc, errors.RevisionNotFoundError):
+            return ModelLoadError(
+                f"{model} has no revision {self.revision!r} on {endpoint} (HTTP {status}): set model.revision to one "
+                f"of its branches, tags or full commit hashes (or main)")
+        if isinstance(exc, errors.RevisionResolutionError) or isinstance(exc, errors.OfflineModeIsEnabled):
+            why = ("HF_HUB_OFFLINE=1 is set" if constants.HF_HUB_OFFLINE
+                   else f"{endpoint} could not be reached ({_one_line(exc.__cause__ or exc)[:200]})")
+            return ModelLoadError(
+                f"{model} at revision {self.revision!r} is not in the Hugging Face cache ({constants.HF_HUB_CACHE}) "
+                f"and {why}: run once with hub access to download it (or check HF_ENDPOINT, HF_HOME)")
+        if self.commit is not None and _is_transport_error(exc):
+            filename = _requested_file(exc) or "a file"
+            return ModelLoadError(
+                f"{model}: the download of {filename} (commit {self.commit}) from {endpoint} was interrupted "
+                f"({type(exc).__name__}: {_one_line(exc)[:200]}); run the same command again to go on with it (the "
+                f"files already downloaded are kept in {constants.HF_HUB_CACHE}; a partial file is never loaded)")
+        if _is_transport_error(exc):
+            return ModelLoadError(f"{model}: could not reach {endpoint} ({type(exc).__name__}: "
+                                  f"{_one_line(exc)[:200]}): check the network, or HF_ENDPOINT")
+        return ModelLoadError(f"{model} (revision {self.revision!r}): the hub at {endpoint} answered "
+                              f"{_one_line(exc)[:300]}")
+
+
+def _has_token() -> bool:
+    try:
+        from huggingface_hub import get_token
+
+        return bool(get_token())
+    except Exception:  # noqa: BLE001 - only a hint in a message
+        return False
+
+
+def _unreadable_weights(name: str, folder: Path | None, hub_id: str, commit: str | None,
+                        exc: BaseException) -> ModelLoadError | None:
+    """A weights file that is there but cannot be read (truncated, not safetensors, not a torch file): an error
+    naming the model (config name, hub id or folder) and the file; None when the failure is something else."""
+    text = f"{type(exc).__name__} {exc}".lower()
+    if not any(w in text for w in ("safetensor", "deserializ", "unpickl", "pytorchstreamreader", "invalid load key",
+                                   "zip archive", "incomplete metadata", "header too large")):
+        return None
+    if folder is None and commit is not None:
+        from huggingface_hub import snapshot_download
+
+        try:  # the model's files in the Hugging Face cache, at the commit that was loaded
+            folder = Path(snapshot_download(hub_id, revision=commit, local_files_only=True))
+        except Exception:  # noqa: BLE001 - only to name the file
+            folder = None
+    files = [folder / f for f in WEIGHT_FILES if folder is not None and (folder / f).exists()]
+    shown = ", ".join(map(str, files)) or "its weights file"
+    if commit is None:
+        return ModelLoadError(f"model {name!r}: local folder {folder}: cannot read {shown} ({_one_line(exc)[:200]}): "
+                              f"save the model again (save_pretrained) or point model.path at a good copy")
+    blobs = ", ".join(str(f.resolve()) for f in files if f.is_symlink())
+    return ModelLoadError(f"model {name!r}: hub id {hub_id!r} (commit {commit}): cannot read the cached {shown} "
+                          f"({_one_line(exc)[:200]}): delete {blobs or 'it'} and run again to download it again")
 
 
 class HFAdapter:
