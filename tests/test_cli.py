@@ -46,3 +46,60 @@ def test_a_bad_option_is_one_line_naming_it(project):
     proc = biasflow(project, "run", "metric=[crows_pairs]", "stats.level=2")
     assert proc.returncode == 2
     assert "stats.level=2" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["status", "log"])
+@pytest.mark.parametrize("target", ["results/runs/typo123", "abcdef123456"])
+def test_a_mistyped_run_folder_is_one_line_naming_it(project, command, target):
+    proc = biasflow(project, command, target)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "hydra" not in proc.stderr.lower()
+    assert f"{target}: no run folder with a plan.json" in proc.stderr
+
+
+def test_ui_uses_this_interpreters_mlflow(project, tmp_path):
+    """Without the venv activated there is no `mlflow` on PATH: the UI starts with the interpreter's own MLflow."""
+    env = dict(os.environ, BIASFLOW_CONF=str(project / "conf"), PATH="/usr/bin:/bin")
+    import signal
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "biasflow.cli", "ui", "--port", str(port)], cwd=project, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        first_line = proc.stdout.readline()
+        try:
+            proc.wait(timeout=8)  # a missing `mlflow` executable fails at once; the UI server keeps running
+        except subprocess.TimeoutExpired:
+            pass
+        exited = proc.returncode
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the UI server's workers too
+        out = proc.communicate(timeout=60)[0]
+    assert first_line.startswith("+ mlflow ui --backend-store-uri"), first_line
+    assert exited is None, out[-2000:]
+    assert "FileNotFoundError" not in out, out[-2000:]
+
+
+@pytest.fixture()
+def read_only_dir(tmp_path):
+    """A folder on a read-only bind mount (root ignores file modes; CI runs as root)."""
+    target = tmp_path / "ro"
+    target.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "--bind", str(target), str(target)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root and mount (a read-only bind mount); CI runs as root")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(target)], check=True, capture_output=True)
+        yield target
+    finally:
+        subprocess.run(["umount", str(target)], capture_output=True)
+
+
+def test_a_read_only_results_folder_is_one_line_naming_it(project, read_only_dir):
+    proc = biasflow(project, "run", "metric=[crows_pairs]", f"paths.results={read_only_dir}")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert f"cannot write {read_only_dir}" in proc.stderr and "Read-only file system" in proc.stderr
+    assert "paths.results" in proc.stderr

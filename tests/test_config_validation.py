@@ -26,10 +26,15 @@ CROWS = ["metric=[crows_pairs]"]
     ("model.device=gpu", r"model\.device='gpu'"),
     ("run.mode=exact", r"run\.mode='exact': must be 'parity' or 'corrected'"),
     ("benchmark.stereoset.split=train", r"benchmark\.stereoset\.split='train': must be one of \['dev', 'test'\]"),
+    # a served model's or generator's URL is checked at plan time, not in the score job an hour later
+    ("model=served_llm model.base_url=not-a-url", r"model\.base_url='not-a-url': must be an http:// or https:// URL"),
+    ("model=served_llm model.base_url=http://h:99999/v1", r"model\.base_url='http://h:99999/v1': not a valid URL"),
+    ("+generator=openai_compatible generator.model=m generator.base_url=ftp://x",
+     r"generator\.base_url='ftp://x': must be an http:// or https:// URL"),
 ])
 def test_bad_options_fail_at_plan_time_naming_the_option(override, message):
     with pytest.raises(ConfigError, match=message):
-        build_plan(CROWS + [override])
+        build_plan(CROWS + override.split(" "))
 
 
 @pytest.mark.parametrize("override, message", [

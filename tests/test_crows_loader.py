@@ -67,3 +67,34 @@ def test_non_utf8_files_name_the_file(tmp_path, encoding, message):
     prompts.write_bytes("prompt\nUn café\n".encode(encoding))
     with pytest.raises(DataFormatError, match=rf"prompts file {prompts} "):
         read_prompts_file(prompts)
+
+
+def test_a_repeated_row_is_kept_and_named(crows_csv, tmp_path, caplog):
+    """A row duplicated in the source (under a new id) is counted once each, as the reference does, with a warning
+    that names both ids; the prepare record lists them. The real file repeats one pair (ids 1459 and 1502)."""
+    import json
+    import logging
+
+    import pandas as pd
+
+    from biasflow.io import sha256_file
+    from biasflow.stages import prepare
+
+    raw = pd.read_csv(crows_csv, index_col=0).head(20)
+    raw.loc[20] = raw.loc[3]  # row 3 again, as id 20
+    path = tmp_path / "crows.csv"
+    raw.to_csv(path)
+    cfg = {"loader": "crows_pairs", "files": {"csv": {"sources": [{"url": path.as_uri(), "sha256": sha256_file(path)}]}}}
+    out = tmp_path / "items.parquet"
+    with caplog.at_level(logging.WARNING):
+        items = prepare("crows_pairs", cfg, {"csv": str(path)}, str(out))
+    assert len(items) == 21
+    assert "crows_pairs: 1 item(s) repeat another item's content" in caplog.text
+    assert "crows-3 = crows-20" in caplog.text
+    assert json.loads((tmp_path / "items.parquet.meta.json").read_text())["repeated_items"] == [["crows-3", "crows-20"]]
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        real = {"csv": {"sources": [{"url": crows_csv.as_uri(), "sha256": sha256_file(crows_csv)}]}}
+        prepare("crows_pairs", dict(cfg, files=real), {"csv": str(crows_csv)}, str(out))  # the real file
+    assert "crows-1459 = crows-1502" in caplog.text

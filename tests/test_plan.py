@@ -125,3 +125,27 @@ def test_snakemake_reparses_reuse_the_plan_until_an_input_changes(tmp_path, monk
     cfg.write_text(cfg.read_text().replace("word_prefix_space: false", "word_prefix_space: true"))
     fourth, _ = wf.load_plan(config)
     assert len(calls) == 3 and fourth.jobs[0].metric_cfg["word_prefix_space"] is True
+
+
+def test_a_long_list_override_parses_as_hydra_parses_it():
+    """Long lists are parsed in chunks (Hydra's parser is quadratic in a list's length): the same values."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from biasflow.plan import LIST_CHUNK, parse_overrides
+
+    odd = ["'a, b'", '"q\\"x"', "{x: 1, y: [2, 3]}", "[4, [5]]", "${oc.env:HOME}", "true", "null", "2.5", " spaced "]
+    elements = [odd[i % len(odd)] if i % 7 == 0 else f"w{i}" for i in range(3 * LIST_CHUNK + 5)]
+    line = f"+metric.cbs.whatever=[{','.join(elements)}]"
+    ours, = parse_overrides([line])
+    hydra, = OverridesParser.create().parse_overrides([line])
+    assert ours.value() == hydra.value() and len(ours.value()) == len(elements)
+    assert (ours.key_or_group, ours.type, ours.input_line) == (hydra.key_or_group, hydra.type, hydra.input_line)
+    # a sweep or a malformed list is left to Hydra whole
+    with pytest.raises(ConfigError, match="could not parse"):
+        expand_sweep(["x=[" + "a," * 3000 + "'unclosed]"], multirun=False)
+
+
+def test_a_100kb_override_plans_quickly():
+    words = ",".join(f"word{i}" for i in range(11000))  # ~100 kB: 71 s before (Hydra parsed it three times)
+    plan = build_plan(["metric=[cbs]", f"benchmark.cbs.targets=[{words}]"])
+    assert len(plan.jobs[0].benchmark_cfg["targets"]) == 11000

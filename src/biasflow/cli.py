@@ -2,22 +2,25 @@
 
   biasflow run [-m] [overrides ...] [--cores N] [-n] [-- more snakemake args]
   biasflow plan [-m] [overrides ...]          show the jobs and output folders without running anything
-  biasflow status [-m] [overrides ... | RUN_DIR]  jobs done / running / failed / waiting, errors, time left
+  biasflow status [-m] [overrides ... | RUN_DIR]  jobs done / running / queued / failed / interrupted / waiting,
+                                               SLURM states and causes, time left, the command that resumes
   biasflow log <run folder or plan hash>       log a finished run to MLflow (after the store was unreachable)
   biasflow ui                                  the command that opens the MLflow UI on the local store
 """
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 from biasflow.errors import BiasflowError
-from biasflow.secrets import public_uri, redact_uri
+from biasflow.secrets import environ_snapshot, public_uri, redact_uri
 
 
 def _split(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -117,12 +120,33 @@ def cmd_run(args, extra: list[str]) -> int:
     plan_path = str((Path.cwd() / plan.write()).resolve())
     cmd = snakemake_command(plan_path, args.cores, args.dry_run, extra)
     print("+", " ".join(cmd), flush=True)
-    env = dict(os.environ)
+    env = environ_snapshot()
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see docs/performance.md: spinning threads hurt shared machines
     # the MLflow runs' Source: what the user ran
     env["BIASFLOW_COMMAND"] = shlex.join(["biasflow", "run", *(["-m"] if args.multirun else []), *args.overrides])
-    rc, locked = run_snakemake(cmd, project_root(), env)
     root = project_root()
+    workdir = Path(extra[extra.index("--directory") + 1]) if "--directory" in extra[:-1] else root
+    tracked = not args.dry_run and not {"--unlock", "-n", "--dry-run", "--list", "--touch", "--cleanup-metadata",
+                                        "--list-untracked"} & set(extra)
+    resume = resume_command(args, extra)
+    owner: dict = {}
+    if tracked:
+        clear_stale_lock(workdir, lambda: snakemake_command(plan_path, args.cores, False, extra + ["--unlock"]),
+                         root, env)
+
+    def started(pid: int) -> None:
+        if tracked:
+            from biasflow.progress import owner_record
+
+            owner.update(owner_record(os.getpid(), pid, resume, str(workdir.resolve())))
+            write_owner(owner, plan_path, workdir)
+
+    rc, locked = run_snakemake(cmd, root, env, on_start=started)
+    if owner:
+        import time
+
+        owner.update(ended=time.time(), exit_code=rc)
+        write_owner(owner, plan_path, workdir)
     report = root / plan.run_dir / "report.md"
     if rc == 0 and not args.dry_run and report.exists():
         print(f"\nresults: {plan.run_dir}/report.md (tables: aggregate.csv, per_item.parquet, plots/)")
@@ -139,30 +163,107 @@ def cmd_run(args, extra: list[str]) -> int:
         shown = " ".join((["-m"] if args.multirun else []) + [shlex.quote(o) for o in args.overrides])
         if locked:
             print("\n" + LOCK_HINT.format(args=shown), file=sys.stderr)
-        elif not args.dry_run and not {"--unlock", "-n", "--dry-run", "--list", "--touch"} & set(extra):
-            workdir = Path(extra[extra.index("--directory") + 1]) if "--directory" in extra[:-1] else root
+        elif rc < 0 and tracked:  # stopped by a signal (SIGTERM, Ctrl-C; -9: Snakemake itself was killed)
+            import signal
+
+            name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else f"signal {-rc}"
+            print(f"\nbiasflow: the run was stopped ({name}). Finished jobs are kept; interrupted ones are redone. "
+                  f"Resume with:\n  {resume}", file=sys.stderr)
+        elif tracked:
             os.environ["BIASFLOW_COMMAND"] = env["BIASFLOW_COMMAND"]  # the partial MLflow runs' Source too
-            report_partial(plan, plan_path, workdir)
+            report_partial(plan, plan_path, workdir, resume)
         else:
             print(f"\nbiasflow: Snakemake failed (exit {rc}); the log of the failed job (named above) holds its "
                   f"traceback.", file=sys.stderr)
-    return rc
+    return 128 - rc if rc < 0 else rc  # stopped by signal N: exit 128 + N, as a shell reports it
 
 
-def report_partial(plan, plan_path: str, root: Path) -> None:
-    """After failed jobs: the finished jobs' results as a partial report (and in MLflow), the failures listed."""
+def resume_command(args, extra: list[str]) -> str:
+    """The command that resumes this run: the same one (without a one-off --unlock)."""
+    more = [a for a in extra if a != "--unlock"]
+    return shlex.join(["biasflow", "run", *(["-m"] if args.multirun else []), *args.overrides,
+                       *(["--cores", str(args.cores)] if str(args.cores) != "all" else []),
+                       *(["--", *more] if more else [])])
+
+
+def write_owner(owner: dict, plan_path: str, workdir: Path) -> None:
+    """Who runs the plan (read by biasflow status and by the next run): in the run folder and Snakemake's folder."""
+    from biasflow.io import write_json
+
+    for path in (Path(plan_path).parent / "owner.json", workdir / ".snakemake" / "biasflow" / "owner.json"):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(owner, path)
+        except OSError as exc:
+            print(f"biasflow: cannot write {path}: {exc}", file=sys.stderr)
+
+
+def _snakemake_alive_in(workdir: Path) -> list[int]:
+    """Processes on this machine running Snakemake in ``workdir`` (its main process holds the lock)."""
+    found = []
+    target = workdir.resolve()
+    for pid_dir in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (pid_dir / "cmdline").read_bytes().split(b"\0")
+            if not any(a.endswith(b"snakemake") for a in argv[:3]) or b"--mode" in argv:  # not a cluster job step
+                continue
+            cwd = Path(os.readlink(pid_dir / "cwd")).resolve()
+        except OSError:
+            continue
+        if cwd == target and int(pid_dir.name) != os.getpid():
+            found.append(int(pid_dir.name))
+    return found
+
+
+def clear_stale_lock(workdir: Path, unlock_cmd, root: Path, env: dict[str, str]) -> None:
+    """A lock left by a killed Snakemake (kill -9 leaves .snakemake/locks/ behind): if the run that took it is
+    recorded here and gone, and no Snakemake runs in this folder on this machine, unlock as ``snakemake --unlock``
+    does. A lock of a run biasflow did not start is left alone (Snakemake then says so, with the unlock command)."""
+    from biasflow import progress
+
+    locks = workdir / ".snakemake" / "locks"
+    if not locks.is_dir() or not any(locks.iterdir()):
+        return
+    try:
+        owner = json.loads((workdir / ".snakemake" / "biasflow" / "owner.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return
+    if progress.owner_alive(owner) is not False or _snakemake_alive_in(workdir):
+        return
+    print(f"biasflow: {locks} holds a stale lock: the run that took it ({progress.owner_text(owner)}) is gone. "
+          f"Unlocking (snakemake --unlock) and resuming.", file=sys.stderr, flush=True)
+    proc = subprocess.run(unlock_cmd(), cwd=root, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        print(proc.stderr[-2000:], file=sys.stderr)
+
+
+def report_partial(plan, plan_path: str, root: Path, resume: str = "the same command") -> None:
+    """After failed jobs: the finished jobs' results as a partial report (and in MLflow), every unfinished job
+    listed with its state and cause; a report even when no job finished."""
     from biasflow import progress, stages
 
     doc = json.loads(Path(plan_path).read_text())
     states = progress.job_states(doc, root)
     print("\n" + progress.status_text(doc, root), file=sys.stderr)
-    if not any(s.state == "done" for s in states):
+    run_dir = Path(plan.run_dir)
+    if all(s.state == "done" for s in states):  # every job finished: the run-level step failed
+        report = (root / run_dir / "report.md") if not run_dir.is_absolute() else run_dir / "report.md"
+        if report.exists() and not (report.parent / "mlflow.json").exists():
+            print(f"\nEvery job finished: results in {plan.run_dir}/report.md. Logging to MLflow failed (the error is "
+                  f"above; log: {doc['paths']['results']}/logs/mlflow/{doc['plan_hash']}.log). When the store is "
+                  f"reachable, log the run with:\n  biasflow log {plan.run_dir}", file=sys.stderr)
+        else:
+            print(f"\nEvery job finished, but the run's report failed (the error is above; log: "
+                  f"{doc['paths']['results']}/logs/aggregate/{doc['plan_hash']}.log). Fix it and resume with:\n"
+                  f"  {resume}", file=sys.stderr)
         return
     cwd = os.getcwd()
     os.chdir(root)  # the plan's paths are relative to the project root
     try:
         stages.aggregate_run(plan_path, plan.run_dir, partial=True)
-        print(f"\npartial results: {plan.run_dir}/report.md (the failed jobs are listed at its top)", file=sys.stderr)
+        done = sum(s.state == "done" for s in states)
+        print(f"\npartial results ({done} of {len(states)} jobs finished): {plan.run_dir}/report.md (the unfinished "
+              f"jobs are listed at its top, with their state and cause). Resume with:\n  {resume}", file=sys.stderr)
         if (plan.tracking or {}).get("enabled", True):
             try:
                 stages.log_mlflow(plan_path, plan.run_dir, None, partial=True)
@@ -170,6 +271,27 @@ def report_partial(plan, plan_path: str, root: Path) -> None:
                 print(f"biasflow: MLflow: {exc}", file=sys.stderr)
     finally:
         os.chdir(cwd)
+
+
+def looks_like_run(arg: str) -> bool:
+    """A run folder or plan hash rather than a Hydra override (overrides hold '=')."""
+    return "=" not in arg and ("/" in arg or os.sep in arg or Path(arg).exists() or re.fullmatch(r"[0-9a-f]{12}", arg)
+                               is not None)
+
+
+def run_folder(arg: str) -> Path:
+    """The run folder named by ``arg``: a folder holding plan.json, or a plan hash under paths.results/runs/."""
+    run_dir = Path(arg)
+    if not (run_dir / "plan.json").exists() and "/" not in arg and os.sep not in arg:
+        from biasflow.plan import compose
+
+        run_dir = Path(compose([])["paths"]["results"]) / "runs" / arg
+    if not (run_dir / "plan.json").exists():
+        runs = sorted((p.parent.parent.name for p in Path(run_dir).parent.glob("*/plan.json")), key=str)
+        known = f" (runs there: {', '.join(runs[-5:])})" if runs else ""
+        raise BiasflowError(f"{arg}: no run folder with a plan.json (looked for {run_dir / 'plan.json'}); give a run "
+                            f"folder (results/runs/<plan hash>) or a plan hash{known}")
+    return run_dir
 
 
 def cmd_log(args) -> int:
@@ -180,15 +302,8 @@ def cmd_log(args) -> int:
     if uri_has_secret(args.tracking_uri):
         raise BiasflowError(f"--tracking-uri {redact_uri(args.tracking_uri)}: a password on the command line ends up "
                             f"in shell histories; put the URI in MLFLOW_TRACKING_URI and pass its redacted form")
-    run_dir = Path(args.run)
-    if not run_dir.is_dir():
-        from biasflow.plan import compose
-
-        run_dir = Path(compose([])["paths"]["results"]) / "runs" / args.run
+    run_dir = run_folder(args.run)
     plan_path = run_dir / "plan.json"
-    if not plan_path.exists():
-        raise BiasflowError(f"{args.run}: no run folder with a plan.json (looked for {plan_path}); give a run folder "
-                            f"(results/runs/<plan hash>) or a plan hash")
     record = log_mlflow(str(plan_path), str(run_dir), str(run_dir / "mlflow.json"), uri=args.tracking_uri)
     if not record.get("logged", True):
         print(f"tracking is disabled in {plan_path}: give --tracking-uri to log it anyway")
@@ -203,14 +318,15 @@ def cmd_status(args) -> int:
     from biasflow import progress
 
     root = project_root()
-    target = Path(args.overrides[0]) if len(args.overrides) == 1 else None
-    if target is not None and (target / "plan.json").exists():
-        plan_path = target / "plan.json"
+    if len(args.overrides) == 1 and looks_like_run(args.overrides[0]):
+        plan_path = run_folder(args.overrides[0]) / "plan.json"
     else:
         from biasflow.plan import build_plan
 
         plan_path = root / build_plan(args.overrides, multirun=args.multirun).write()
-    print(progress.status_text(json.loads(plan_path.read_text()), root, cores=args.cores))
+    doc = json.loads(plan_path.read_text())
+    workdir = (progress.read_owner(doc) or {}).get("workdir") or root  # where the run's Snakemake works
+    print(progress.status_text(doc, workdir, cores=args.cores))
     return 0
 
 
@@ -221,8 +337,9 @@ def cmd_ui(args) -> int:
 
     cfg = compose([])
     uri = cfg["tracking"]["uri"]
-    cmd = ["mlflow", "ui", "--backend-store-uri", tracking_uri(uri), "--port", str(args.port)]
-    print("+", " ".join(cmd[:3] + [redact_uri(uri)] + cmd[4:]), flush=True)
+    # this interpreter's MLflow: `biasflow ui` works without the venv activated (no `mlflow` on PATH)
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", tracking_uri(uri), "--port", str(args.port)]
+    print("+", " ".join(["mlflow", "ui", "--backend-store-uri", redact_uri(uri)] + cmd[6:]), flush=True)
     # MLflow opens experiments in its GenAI view unless told (or switched to "Model training" in the browser)
     records = sorted(Path(cfg["paths"]["results"]).glob("runs/*/mlflow.json"), key=lambda p: p.stat().st_mtime)
     experiment = json.loads(records[-1].read_text()).get("experiment_id") if records else None
@@ -264,6 +381,17 @@ def main(argv: list[str] | None = None) -> int:
     except BiasflowError as exc:
         print(f"biasflow: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        if exc.errno not in UNWRITABLE:
+            raise
+        where = exc.filename or "a file"
+        print(f"biasflow: error: cannot write {where}: {exc.strerror} (results go under paths.results; give a "
+              f"writable folder with paths.results=DIR, or free space there)", file=sys.stderr)
+        return 2
+
+
+# the file-system errors a user fixes by pointing biasflow elsewhere (or freeing space): one line, no traceback
+UNWRITABLE = {errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT}
 
 
 if __name__ == "__main__":

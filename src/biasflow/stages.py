@@ -150,10 +150,28 @@ def prepare(benchmark: str, benchmark_cfg: Mapping[str, Any], raw_files: Mapping
     limit = benchmark_cfg.get("limit")
     if limit:
         items = items.head(int(limit))
-    write_json({"benchmark": benchmark, "files": read, "rows": len(items)}, f"{out}.meta.json")
+    repeated = repeated_items(items)
+    if repeated:
+        # kept, as the benchmark's reference code counts every row (CrowS-Pairs itself repeats one pair)
+        shown = "; ".join(f"{' = '.join(ids)}" for ids in repeated[:5]) + (" ..." if len(repeated) > 5 else "")
+        log.warning("%s: %d item(s) repeat another item's content and are counted once each, as the source "
+                    "does: %s", benchmark, sum(len(ids) - 1 for ids in repeated), shown)
+    write_json({"benchmark": benchmark, "files": read, "rows": len(items), "repeated_items": repeated},
+               f"{out}.meta.json")
     write_parquet(items, out)
     log.info("prepared %d %s items -> %s", len(items), benchmark, out)
     return items
+
+
+def repeated_items(items: pd.DataFrame) -> list[list[str]]:
+    """Groups of item ids whose content (every column but ids and positions) is the same: a row duplicated in a
+    source file is scored once but counted twice by the metric."""
+    content = [c for c in items.columns if c not in ("item_id", "source_row", "line", "benchmark", "split")]
+    if not content or items.empty:
+        return []
+    key = items[content].astype(str).agg("\x1f".join, axis=1)
+    dup = items.loc[key.duplicated(keep=False), "item_id"].groupby(key[key.duplicated(keep=False)], sort=False)
+    return [list(map(str, ids)) for _, ids in dup]
 
 
 def score(params: Mapping[str, Any], items_path: str | None, out: str, cache_dir: str) -> pd.DataFrame:
