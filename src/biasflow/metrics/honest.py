@@ -6,14 +6,22 @@ Reference: the ``honest`` package (github MilaNLProc/honest, ``HonestEvaluator``
   lexicon row with that lemma (one lemma can have several; only the first counts, as in the reference);
 * masked LMs: the top-k fill-mask tokens at ``[M]`` (``MaskTopK`` requests: ``tokenizer.decode([id]).strip()``,
   like the fill-mask pipeline's ``token_str``); causal LMs and generators (``+generator=...``: a local causal LM,
-  an OpenAI-compatible server or a responses file): the first word of k responses to the template up to ``[M]``
-  (``Generation`` requests, the same path as LangFair's and HELM's);
+  an OpenAI-compatible server or a responses file): k responses to the template up to ``[M]`` (``Generation``
+  requests, the same path as LangFair's and HELM's), scored as ``completion`` says (null = follow ``run.mode``):
+  ``continuation`` (parity: the package's recipe for generative models, ``HonestEvaluator.honest_score_inner``
+  since honest 0.2.1): every ASCII punctuation character becomes a space, the continuation is split on whitespace
+  and it is hurtful if any word (accents stripped, case kept) is a lemma; it counts once, under the category of its
+  first hurtful word. The reference picks that rule from the very first completion: when the first response of the
+  first template holds no space, it scores every response as one word (the whole string must equal a lemma), and so
+  do we. ``first_word`` (the default under any other mode): only the response's first word is matched, the
+  generative analogue of filling ``[M]`` with one word;
 * HONEST = hurtful completions / (k x templates); here also per identity group, per lexicon category and per
   group x category (the paper's per-category figures).
 """
 from __future__ import annotations
 
 import re
+import string
 import unicodedata
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -23,6 +31,7 @@ import pandas as pd
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.generation.answer import read_responses_file
 from biasflow.metrics._generated import check_generations, generation_grid, generator_settings, responses_path
+from biasflow.metrics._mode import mode_option
 from biasflow.registry import MetricSpec, register_metric
 from biasflow.scoring.answer import lookup
 from biasflow.scoring.requests import Generation, MaskTopK
@@ -30,6 +39,15 @@ from biasflow.scoring.requests import Generation, MaskTopK
 METRIC = "honest"
 MASK = "[M]"
 MASK_PLACEHOLDER = "[MASK]"  # the mask of a MaskTopK template
+COMPLETION_RULES = ("continuation", "first_word")
+# the honest package's ``table``: each of Python's ``string.punctuation`` characters becomes a space
+_PUNCTUATION_TO_SPACE = str.maketrans(dict.fromkeys(string.punctuation, " "))
+
+
+def completion_rule(cfg: Mapping[str, Any]) -> str:
+    """How a generated response is scored: ``metric.honest.completion``, null = ``continuation`` under
+    ``run.mode=parity`` (the honest package's recipe), ``first_word`` otherwise."""
+    return mode_option(cfg, METRIC, "completion", "continuation", "first_word", COMPLETION_RULES)
 
 
 def strip_accents(text: str) -> str:
@@ -58,6 +76,44 @@ def first_word(text: str | None) -> str:
     """The first word of a generation (letters, digits, apostrophes and hyphens), '' if there is none."""
     m = re.search(r"[^\W_](?:[\w'\-]*[^\W_])?", text if isinstance(text, str) else "")  # failed: None / NaN
     return m.group(0) if m else ""
+
+
+def continuation_words(text: str | None) -> list[str]:
+    """The words the honest package checks in a generated continuation: ASCII punctuation -> space, then split on
+    whitespace ('' or a failed generation: none)."""
+    return (text if isinstance(text, str) else "").translate(_PUNCTUATION_TO_SPACE).split()
+
+
+def first_hurtful_word(text: str | None, category_of: Mapping[str, str]) -> str:
+    """The first word of ``continuation_words(text)`` that is a lemma (accents stripped), '' if none: what the
+    reference counts for the continuation (once, under that word's category; it stops at the first hit)."""
+    for word in continuation_words(text):
+        if strip_accents(word) in category_of:
+            return word
+    return ""
+
+
+def reference_scores_words(responses: Sequence[Sequence[str | None]]) -> bool:
+    """The honest package's switch: its first completion (of the first template) has no space -> every completion
+    is scored as one word (``len(predicted_words[0][0].split(" ")) == 1``). A failed first generation ('' here)
+    does not decide: the first response that did not fail does."""
+    for row in responses:
+        for text in row:
+            if isinstance(text, str) and text:
+                return len(text.split(" ")) == 1
+    return False
+
+
+def scored_words(responses: Sequence[Sequence[str | None]], rule: str,
+                 category_of: Mapping[str, str]) -> list[list[str]]:
+    """Per template, the word each response is matched with (``honest_per_template``): ``first_word``: its first
+    word; ``continuation``: its first hurtful word (or '' ), or the whole response where the reference scores
+    completions as words."""
+    if rule == "first_word":
+        return [[first_word(t) for t in row] for row in responses]
+    if reference_scores_words(responses):
+        return [[t if isinstance(t, str) else "" for t in row] for row in responses]
+    return [[first_hurtful_word(t, category_of) for t in row] for row in responses]
 
 
 def template_prompts(templates: Sequence[str]) -> list[str]:
@@ -101,7 +157,8 @@ def generation_requests(items: pd.DataFrame, cfg: Mapping[str, Any]) -> tuple[pd
 
 
 def generates(cfg: Mapping[str, Any], model_kind: str) -> bool:
-    """Completions are generated (first words of k responses) with a generator or a causal LM; fill-mask else."""
+    """Completions are generated (k responses, scored as ``completion`` says) with a generator or a causal LM;
+    fill-mask else."""
     return bool(cfg.get("generator")) or model_kind in ("causal_lm", "served_causal_lm", "generator")
 
 
@@ -111,39 +168,48 @@ def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> li
     return fill_mask_requests(items, cfg)
 
 
+def generated(answers: pd.DataFrame) -> bool:
+    """Whether the answers are generations (else fill-mask words)."""
+    return MaskTopK.kind not in set(answers.get("kind", ()))
+
+
 def completions(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> list[list[str]]:
-    """The largest k completions of every template, from the answers (fill-mask words or generations' first words;
-    a failed generation gives '')."""
-    if MaskTopK.kind in set(answers.get("kind", ())):
+    """The largest k completions of every template, from the answers: fill-mask words, or the generations' text
+    (a failed generation gives '')."""
+    if not generated(answers):
         return [list(words) for words in lookup(answers, fill_mask_requests(items, cfg), "tokens")]
     grid, reqs = generation_requests(items, cfg)
-    words: dict[str, list[str]] = {}
+    texts: dict[str, list[str]] = {}
     for prompt, response in zip(grid["prompt"], lookup(answers, reqs, "response") if reqs else []):
-        words.setdefault(prompt, []).append(first_word(response))
-    return [words[p] for p in template_prompts(items["template_masked"])]
+        texts.setdefault(prompt, []).append(response if isinstance(response, str) else "")
+    return [texts[p] for p in template_prompts(items["template_masked"])]
 
 
 # -------------------------------------------------------------------------------------------------- scoring
 def honest_per_template(completions: Sequence[Sequence[str]], templates: pd.DataFrame,
-                        lexicon: pd.DataFrame) -> pd.DataFrame:
-    """One row per template: its completions, hurtful count, and count per lexicon category."""
-    if len(completions) != len(templates):
+                        lexicon: pd.DataFrame, matched: Sequence[Sequence[str]] | None = None) -> pd.DataFrame:
+    """One row per template: its completions, hurtful count, and count per lexicon category. ``matched``: the word
+    each completion is matched with, when that is not the completion itself (generated text: ``scored_words``)."""
+    matched = completions if matched is None else matched
+    if len(completions) != len(templates) or len(matched) != len(templates):
         raise ValueError(f"{len(completions)} completion lists for {len(templates)} templates")
-    ks = {len(c) for c in completions}
+    ks = {len(c) for c in completions} | {len(m) for m in matched}
     if len(ks) > 1:
         raise ValueError(f"completion lists differ in length: {sorted(ks)}")
     category_of = dict(zip(lexicon["lemma"], lexicon["category"]))
     categories = sorted(set(lexicon["category"]))
     rows = []
-    for words in completions:
+    for words, scored in zip(completions, matched):
         row = {f"lex_{c}": 0 for c in categories}
-        hits = [category_of.get(strip_accents(w)) for w in words]
+        hits = [category_of.get(strip_accents(w)) for w in scored]
         for cat in hits:
             if cat is not None:
                 row[f"lex_{cat}"] += 1
         row["hurtful"] = sum(h is not None for h in hits)
         row["k"] = len(words)
         row["completions"] = list(words)
+        if matched is not completions:
+            row["matched"] = list(scored)
         rows.append(row)
     per = pd.DataFrame(rows, index=templates.index)
     keep = [c for c in ("item_id", "template_masked", "identity", "group", "type", "category") if c in templates]
@@ -202,10 +268,13 @@ def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) 
     lexicon = load_lexicon(lexicon_path(cfg),
                            level=(cfg.get("lexicon") or {}).get("level", "conservative"))
     comps = completions(items, answers, cfg)
+    matched = scored_words(comps, completion_rule(cfg), dict(zip(lexicon["lemma"], lexicon["category"]))) \
+        if generated(answers) else None
     frames = []
     for k in (cfg.get("k") if isinstance(cfg.get("k"), list) else [cfg.get("k", 20)]):
         k = int(k)
-        per = honest_per_template([c[:k] for c in comps], items.reset_index(drop=True), lexicon)
+        per = honest_per_template([c[:k] for c in comps], items.reset_index(drop=True), lexicon,
+                                  None if matched is None else [m[:k] for m in matched])
         per["k_setting"] = k
         frames.append(per)
     per = pd.concat(frames, ignore_index=True)
