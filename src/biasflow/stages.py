@@ -56,31 +56,6 @@ def setup_logging(log_file: str | None = None) -> None:
     sys.excepthook = log_uncaught
 
 
-def _ancestor_matching(word: str) -> tuple[int, str] | None:
-    """The nearest ancestor process whose command line contains ``word``: (pid, its /proc start time)."""
-    pid = os.getppid()
-    while pid > 1:
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # not Linux, or the process just went away
-            return None
-        # `snakemake ...`, `python -m snakemake ...`, `python /venv/bin/snakemake ...` (not a shell running a
-        # script that merely lives under .snakemake/)
-        if any(os.path.basename(a) == word for a in argv[:3]):
-            return pid, stat[19]
-        pid = int(stat[1])
-    return None
-
-
-def _alive(pid: int, started: str) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return False
-    return stat[19] == started and stat[0] != "Z"  # same process (not a reused pid), not a zombie
-
-
 def watch_workflow(word: str = "snakemake", interval_s: float = 1.0) -> int | None:
     """Stop this job when the Snakemake process that started it dies (kill -9 leaves its jobs running and writing
     behind a dead workflow, and the next run then meets their half-done work). The job gets SIGTERM, so its
@@ -88,13 +63,15 @@ def watch_workflow(word: str = "snakemake", interval_s: float = 1.0) -> int | No
     import signal
     import threading
 
-    found = _ancestor_matching(word)
+    from biasflow.provenance import alive, ancestor_matching
+
+    found = ancestor_matching(word)
     if found is None:
         return None
     pid, started = found
 
     def watch():
-        while _alive(pid, started):
+        while alive(pid, started):
             time.sleep(interval_s)
         logging.getLogger("biasflow").error("Snakemake (pid %d) is gone: stopping this job", pid)
         os.kill(os.getpid(), signal.SIGTERM)

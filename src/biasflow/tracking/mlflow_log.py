@@ -26,14 +26,10 @@ What the MLflow UI shows and where it comes from:
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import json
 import logging
 import math
-import os
-import platform
 import re
-import shlex
 import subprocess
 import tempfile
 import time
@@ -46,13 +42,12 @@ import pandas as pd
 
 from biasflow.errors import TrackingError
 from biasflow.io import flatten_mapping
+from biasflow.provenance import package_versions, source_command
 from biasflow.secrets import redact_uri
 from biasflow.tracking.store import Redactor, connect_uri, mlflow_env, open_store, safe_artifacts
 
 log = logging.getLogger(__name__)
 
-PACKAGES = ("biasflow", "torch", "transformers", "tokenizers", "pandas", "pyarrow", "snakemake", "hydra-core",
-            "mlflow", "numpy", "scipy")
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"  # MLflow's kind for model training (the other: genai_development)
 DIGEST_CHARS = 16  # dataset digests (MLflow stores at most 36 characters; the full sha256 is in the profile)
@@ -82,37 +77,7 @@ def ui_path(experiment_id: str, run_id: str | None = None) -> str:
     return f"#/experiments/{experiment_id}" + (f"/runs/{run_id}" if run_id else "") + "?workflowType=machine_learning"
 
 
-def package_versions() -> dict[str, str]:
-    out = {}
-    for p in PACKAGES:
-        try:
-            out[f"version.{p}"] = importlib.metadata.version(p)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    out["version.python"] = platform.python_version()
-    return out
-
-
 # --- where the results come from: the command, the checkout ------------------------------------------------------
-
-def source_command() -> str | None:
-    """The command that produced the results: ``biasflow run ...`` (the CLI passes it down in BIASFLOW_COMMAND) or
-    the command line of the Snakemake process this stage runs under; None when neither is known."""
-    command = os.environ.get("BIASFLOW_COMMAND")
-    if command:
-        return command
-    from biasflow.stages import _ancestor_matching
-
-    found = _ancestor_matching("snakemake")
-    if found is None:
-        return None
-    try:
-        argv = [a for a in Path(f"/proc/{found[0]}/cmdline").read_bytes().decode(errors="replace").split("\0") if a]
-    except OSError:
-        return None
-    first = next((i for i, a in enumerate(argv[:3]) if os.path.basename(a) == "snakemake"), 0)
-    return shlex.join(["snakemake", *argv[first + 1:]])
-
 
 def git_tags() -> dict[str, str]:
     """MLflow's git tags for the project checkout (the working directory); none outside a git checkout."""
@@ -136,15 +101,6 @@ def git_tags() -> dict[str, str]:
     with contextlib.suppress(Exception):
         tags[MLFLOW_GIT_DIRTY] = str(bool(git("status", "--porcelain", "--untracked-files=no"))).lower()
     return tags
-
-
-def git_commit() -> str:
-    """The project checkout's commit ("unknown" outside a git checkout), for reports (no MLflow import)."""
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                              timeout=20).stdout.strip()
-    except Exception:  # not a git checkout, or no git
-        return "unknown"
 
 
 def source_tags(command: str) -> dict[str, str]:

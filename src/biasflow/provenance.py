@@ -1,0 +1,91 @@
+"""Where results come from: package versions, the checkout's commit, the command and the processes that made them.
+
+Torch-free and MLflow-free, below everything that reports provenance (the stages, the HTML report, MLflow logging),
+so none of those has to import another to learn it.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import shlex
+import subprocess
+from pathlib import Path
+
+PACKAGES = ("biasflow", "torch", "transformers", "tokenizers", "pandas", "pyarrow", "snakemake", "hydra-core",
+            "mlflow", "numpy", "scipy")
+
+
+def package_versions() -> dict[str, str]:
+    out = {}
+    for p in PACKAGES:
+        try:
+            out[f"version.{p}"] = importlib.metadata.version(p)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    out["version.python"] = platform.python_version()
+    return out
+
+
+def git_commit() -> str:
+    """The project checkout's commit ("unknown" outside a git checkout), for reports (no MLflow import)."""
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                              timeout=20).stdout.strip()
+    except Exception:  # not a git checkout, or no git
+        return "unknown"
+
+
+def process_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, ...; start time at index 19)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):  # not Linux, or the process just went away
+        return None
+
+
+def ancestor_matching(word: str) -> tuple[int, str] | None:
+    """The nearest ancestor process whose command line contains ``word``: (pid, its /proc start time)."""
+    pid = os.getppid()
+    while pid > 1:
+        stat = process_stat(pid)
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            return None
+        if stat is None:
+            return None
+        # `snakemake ...`, `python -m snakemake ...`, `python /venv/bin/snakemake ...` (not a shell running a
+        # script that merely lives under .snakemake/)
+        if any(os.path.basename(a) == word for a in argv[:3]):
+            return pid, stat[19]
+        pid = int(stat[1])
+    return None
+
+
+def alive(pid: int, started: str) -> bool:
+    """Whether the process ``pid`` that started at ``started`` (/proc start time) still runs (not a reused pid, not
+    a zombie)."""
+    stat = process_stat(pid)
+    return stat is not None and stat[19] == started and stat[0] != "Z"
+
+
+def source_command() -> str | None:
+    """The command that produced the results: ``biasflow run ...`` (the CLI passes it down in BIASFLOW_COMMAND) or
+    the command line of the Snakemake process this stage runs under; None when neither is known."""
+    command = os.environ.get("BIASFLOW_COMMAND")
+    if command:
+        return command
+    found = ancestor_matching("snakemake")
+    if found is None:
+        return None
+    try:
+        argv = [a for a in Path(f"/proc/{found[0]}/cmdline").read_bytes().decode(errors="replace").split("\0") if a]
+    except OSError:
+        return None
+    first = next((i for i, a in enumerate(argv[:3]) if os.path.basename(a) == "snakemake"), 0)
+    return shlex.join(["snakemake", *argv[first + 1:]])
+
+
+__all__ = ["package_versions", "git_commit", "ancestor_matching", "alive", "process_stat", "source_command",
+           "PACKAGES"]

@@ -1,0 +1,136 @@
+"""The package's shape: no import circles between its modules (lazy imports inside functions count: they are
+circles all the same, only deferred), and every third-party package it imports is declared in pyproject.toml."""
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+from conftest import ROOT
+
+SRC = ROOT / "src"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in (SRC / "biasflow").rglob("*.py"):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(module: str, path: Path) -> list[tuple[str, bool]]:
+    """(imported module name, at module level?) for every import statement of the file."""
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text())
+    top = {id(n) for n in tree.body} | {id(c) for n in tree.body if isinstance(n, ast.If | ast.Try)
+                                        for c in ast.walk(n)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            names = [mod] + [f"{mod}.{a.name}" for a in node.names]
+        else:
+            continue
+        found += [(n, id(node) in top) for n in names]
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rsplit(".", 1)[0] if "." in name else ""
+        return name or None
+
+    graph = {}
+    for module, path in modules.items():
+        deps = {resolve(n) for n, _ in _imports(module, path) if n.startswith("biasflow")}
+        graph[module] = {d for d in deps if d and d != module}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle_in_the_package():
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_check_finds_a_circle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def _declared() -> tuple[set[str], set[str]]:
+    """Distribution names (normalised) of the core dependencies and of the extras."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+    def names(specs):
+        return {re.split(r"[\s<>=!~;\[]", s, maxsplit=1)[0].lower().replace("_", "-") for s in specs}
+
+    extras = set().union(*map(names, project.get("optional-dependencies", {}).values()))
+    return names(project["dependencies"]), extras
+
+
+def test_every_imported_package_is_declared():
+    core, extras = _declared()
+    distributions = importlib.metadata.packages_distributions()
+    stdlib = set(sys.stdlib_module_names)
+    undeclared, core_needs_extra = [], []
+    for module, path in _modules().items():
+        for name, module_level in _imports(module, path):
+            top = name.split(".")[0]
+            if not top or top in stdlib or top == "biasflow":
+                continue
+            dists = {d.lower().replace("_", "-") for d in distributions.get(top, [])} or {top.replace("_", "-")}
+            if not dists & (core | extras):
+                undeclared.append(f"{module}: {top} ({'/'.join(sorted(dists))})")
+            elif module_level and not dists & core:
+                core_needs_extra.append(f"{module}: {top} is imported at module level but only an extra has it")
+    assert sorted(set(undeclared)) == [], "imported but not declared in pyproject.toml"
+    assert sorted(set(core_needs_extra)) == []
