@@ -12,6 +12,12 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from biasflow.report.timing import benchmark_file  # every rule's benchmark: record (summed in the run report)
 from biasflow.workflow import BUILD_PRIORITY, load_plan
+from biasflow.scheduling import score_resources  # per attempt: a retry asks for more
+from biasflow.slurm import install as install_slurm_fixes
+
+# On SLURM: every attempt recorded (what it asked for, how it ended), status queries that survive a controller
+# outage, no account guessing (src/biasflow/slurm.py)
+install_slurm_fixes()
 
 PLAN, W = load_plan(config)
 RESULTS = PLAN.paths["results"]

@@ -124,6 +124,7 @@ class LocalSlurm:
             "MpiDefault=none",
             "ReturnToService=2",
             f"MinJobAge={MIN_JOB_AGE_S}",  # finished jobs stay visible to squeue (no accounting database here)
+            "KillWait=5",  # a job past its time limit is killed 5 s after its SIGTERM (the failure tests' TIMEOUT)
             "AccountingStorageType=accounting_storage/none",
             "JobCompType=jobcomp/none",
             "JobAcctGatherType=jobacct_gather/none",
@@ -159,6 +160,38 @@ class LocalSlurm:
                     proc.wait(timeout=10)
         self._kill_leftover_steps()
         self.procs.clear()
+
+    def stop_controller(self) -> None:
+        """Stop slurmctld as an outage does (its state is saved; the jobs on the node keep running)."""
+        for i, (name, proc) in enumerate(self.procs):
+            if name == "slurmctld" and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout=30)
+
+    def start_controller(self, timeout_s: float = 60) -> None:
+        """Start slurmctld again; it recovers its jobs from the saved state."""
+        self.procs = [(n, p) for n, p in self.procs if not (n == "slurmctld" and p.poll() is not None)]
+        self._spawn("slurmctld", [shutil.which("slurmctld", path=SEARCH_PATH), "-D", "-i", "-f", str(self.conf)])
+        self._wait(self.controller_answers, timeout_s, "slurmctld did not answer after its restart")
+
+    def controller_answers(self) -> bool:
+        proc = subprocess.run(["squeue", "--noheader"], env=self.client_env(), capture_output=True, timeout=30)
+        return proc.returncode == 0
+
+    def job_processes(self, jobid: str) -> list[tuple[int, str]]:
+        """(pid, command line) of the processes of a SLURM job (its batch script, Snakemake, the rule's script):
+        those whose environment has SLURM_JOB_ID=<jobid>, slurmstepd excluded."""
+        want = f"SLURM_JOB_ID={jobid}".encode()
+        found = []
+        for pid_dir in Path("/proc").glob("[0-9]*"):
+            try:
+                environ = (pid_dir / "environ").read_bytes().split(b"\0")
+                cmdline = (pid_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if want in environ and not cmdline.startswith("slurmstepd"):
+                found.append((int(pid_dir.name), cmdline))
+        return found
 
     def _kill_leftover_steps(self) -> None:
         """slurmstepd processes of this cluster that outlived slurmd (they name our spool dir in their cmdline)."""

@@ -11,11 +11,14 @@ them all (.ci/run), so there it never skips. The cluster's file system is this m
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -157,8 +160,9 @@ def test_sweep_on_slurm_equals_the_local_sweep(slurm, tiny_models, dataset_files
         if job["comment"].startswith("rule_score_"):
             assert (job["memory"], job["time_limit"], job["cpus"]) == (f"{SCORE_MEM_MB}M", f"{SCORE_RUNTIME_MIN}:00",
                                                                         "1"), job
-        else:
-            assert job["memory"] == f"{profile['default-resources']['mem_mb']}M", job
+        else:  # the first attempt's memory (the profile's default grows with Snakemake's attempt)
+            first = eval(str(profile["default-resources"]["mem_mb"]), {"attempt": 1, "min": min})
+            assert job["memory"] == f"{first}M", job
     assert sum(j["comment"].startswith("rule_score_") for j in map(jobs.get, submitted)) == 6
 
     # the same numbers as the local run
@@ -166,3 +170,221 @@ def test_sweep_on_slurm_equals_the_local_sweep(slurm, tiny_models, dataset_files
     want = pd.read_parquet(run_dir(local) / "aggregate.parquet")
     assert len(got) > 0 and got.config_hash.nunique() == 18
     pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+def test_a_retry_asks_for_more_memory_and_time_capped():
+    """Snakemake's attempt grows a score job's memory and time limit (x2 per attempt by default, capped at 4x the
+    first request or the config's max_*), never its CPUs or GPUs."""
+    from biasflow.scheduling import score_resources
+
+    model = {"kind": "masked_lm", "resources": {"mem_mb": 1500, "runtime_min": 7, "cpus": 1}}
+    asked = [score_resources(model, attempt) for attempt in (1, 2, 3, 4)]
+    assert [(r["mem_mb"], r["runtime_min"], r["cpus"]) for r in asked] == [(1500, 7, 1), (3000, 14, 1),
+                                                                           (6000, 28, 1), (6000, 28, 1)]
+    capped = {"kind": "causal_lm", "device": "cuda",
+              "resources": {"retry_growth": 1.5, "max_mem_mb": 20000, "max_runtime_min": 300}}
+    assert [(r["mem_mb"], r["runtime_min"], r["gpus"]) for r in (score_resources(capped, a) for a in (1, 2, 3))] \
+        == [(16000, 240, 1), (20000, 300, 1), (20000, 300, 1)]
+
+
+def test_failure_causes_name_what_slurm_did():
+    from biasflow.slurm import failure_cause
+
+    asked = {"mem_mb": 500, "runtime": 1}
+    assert failure_cause("TIMEOUT", {}, "", None, asked) == ("TIMEOUT", "stopped by SLURM at its time limit (1 min "
+                                                                        "asked)")
+    state, cause = failure_cause("FAILED", {"JobState": "FAILED", "ExitCode": "0:9"}, "", None, asked)
+    assert state == "FAILED" and "SIGKILL" in cause and "500 MB" in cause
+    assert failure_cause("", {"JobState": "OUT_OF_MEMORY"}, "", None, asked)[0] == "OUT_OF_MEMORY"
+    assert failure_cause("CANCELLED", {}, "slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2026-01-01T00:00:00 ***",
+                         None, asked) == ("CANCELLED", "cancelled (scancel, or an administrator)")
+    assert failure_cause("FAILED", {"JobState": "FAILED", "ExitCode": "1:0"}, "", "items.csv, line 3: bad",
+                         asked) == ("FAILED", "items.csv, line 3: bad")
+
+
+# ------------------------------------------------------------------------------------------------ failures
+# One cluster run with the four kinds of failure a user finds in the morning (tiny slices, 1-minute limits):
+FAIL_MODELS = {"tiny_a": "TIMEOUT",    # attempt 1 stopped (SIGSTOP) until SLURM ends it at its 1-min limit
+               "tiny_b": "SIGKILL",    # every attempt's scoring process killed with SIGKILL (the OOM killer's way)
+               "tiny_c": "CANCELLED"}  # every attempt cancelled with scancel
+FAIL_MEM_MB, FAIL_RUNTIME_MIN = 500, 1
+FAIL_RUN = ["-m", "model=tiny_a,tiny_b,tiny_c", "metric=[crows_pairs]", "benchmark.crows_pairs.limit=8",
+            "stats.n_boot=0"]
+
+
+class Saboteur(threading.Thread):
+    """Breaks the cluster jobs of a running sweep as SLURM and the kernel do, and restarts the controller once
+    while a job runs (between the other failures and tiny_a's time-out)."""
+
+    def __init__(self, cluster: LocalSlurm):
+        super().__init__(daemon=True)
+        self.cluster = cluster
+        self.done = threading.Event()
+        self.handled: dict[str, str] = {}       # SLURM job id -> what was done to it
+        self.attempts: dict[str, list[str]] = {m: [] for m in FAIL_MODELS}
+        self.outage: tuple[float, float] | None = None
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        try:
+            while not self.done.is_set():
+                self.step()
+                time.sleep(0.2)
+        except Exception as exc:  # noqa: BLE001 - reported by the test
+            self.errors.append(repr(exc))
+
+    def step(self) -> None:
+        if not self.cluster.controller_answers():
+            return
+        for job in self.cluster.jobs():
+            model = next((m for m in FAIL_MODELS if f"model_key={m}-" in job["comment"]
+                          or f"{m}-" in job["comment"]), None)
+            if model is None or not job["comment"].startswith("rule_score_") or job["id"] in self.handled:
+                continue
+            if job["id"] not in self.attempts[model]:
+                self.attempts[model].append(job["id"])
+            kind, attempt = FAIL_MODELS[model], self.attempts[model].index(job["id"]) + 1
+            if kind == "CANCELLED":
+                subprocess.run(["scancel", job["id"]], env=self.cluster.client_env(), timeout=30)
+                self.handled[job["id"]] = "scancel"
+            elif job["state"] != "RUNNING":
+                continue
+            elif kind == "TIMEOUT" and attempt == 1:
+                self.signal_job(job["id"], signal.SIGSTOP, seconds=5)
+                self.handled[job["id"]] = "SIGSTOP"
+            elif kind == "TIMEOUT":
+                self.handled[job["id"]] = "left alone"
+            elif kind == "SIGKILL":
+                if self.signal_job(job["id"], signal.SIGKILL, seconds=60, only="score.py"):
+                    self.handled[job["id"]] = "SIGKILL"
+        # the controller goes down (and comes back) while tiny_a's first attempt hangs, once the others are over
+        if (self.outage is None and len(self.attempts["tiny_a"]) == 1 and self.attempts["tiny_a"][0] in self.handled
+                and all(len(self.attempts[m]) == 2 and set(self.attempts[m]) <= set(self.handled)
+                        for m in ("tiny_b", "tiny_c"))):
+            started = time.monotonic()
+            self.cluster.stop_controller()
+            time.sleep(20)  # several status checks of Snakemake fail meanwhile
+            self.cluster.start_controller()
+            self.outage = (started, time.monotonic())
+
+    def signal_job(self, jobid: str, sig: int, seconds: float, only: str | None = None) -> bool:
+        """Send ``sig`` to the job's processes (``only``: those whose command line contains it) as they appear,
+        for ``seconds``; whether any got it."""
+        hit: set[int] = set()
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for pid, cmdline in self.cluster.job_processes(jobid):
+                if pid not in hit and (only is None or only in cmdline):
+                    try:
+                        os.kill(pid, sig)
+                        hit.add(pid)
+                    except OSError:
+                        pass
+            if only is not None and hit:
+                return True
+            time.sleep(0.1)
+        return bool(hit)
+
+
+def test_failures_on_slurm_are_named_retried_with_more_and_reported(slurm, tiny_models, dataset_files,
+                                                                    tmp_path_factory):
+    """A time-out, a SIGKILL, a cancelled job and a controller restart in one cluster run: the time-out is retried
+    with twice the time and memory and finishes; the killed and the cancelled jobs fail twice; Snakemake never hangs
+    on the outage; `biasflow status`, the report and MLflow name each failed job with its SLURM state, cause and
+    attempts; nothing about accounts is printed per job."""
+    work = tmp_path_factory.mktemp("failures")
+    project = project_copy(work / "project", {"crows_pairs/crows_pairs_anonymized.csv":
+                                              dataset_files["crows_pairs/crows_pairs_anonymized.csv"]})
+    for name in FAIL_MODELS:
+        (project / "conf" / "model" / f"{name}.yaml").write_text(
+            f"name: {name}\nkind: masked_lm\npath: {tiny_models[name]}\nlowercase: true\ndtype: float32\n"
+            f"device: cpu\nbatch_tokens: 2048\nresources:\n  mem_mb: {FAIL_MEM_MB}\n  cpus: 1\n"
+            f"  runtime_min: {FAIL_RUNTIME_MIN}\n")
+    profile = test_profile(work)
+    cfg = yaml.safe_load((profile / "config.yaml").read_text())
+    cfg["retries"] = 1  # as shipped
+    (profile / "config.yaml").write_text(yaml.safe_dump(cfg))
+
+    cmd = [sys.executable, "-m", "biasflow.cli", "run", *FAIL_RUN, "--", "--directory", str(project),
+           "--profile", str(profile)]
+    env = dict(os.environ, BIASFLOW_ROOT=str(ROOT), BIASFLOW_CONF=str(project / "conf"), HF_HUB_OFFLINE="1",
+               BIASFLOW_SLURM_MAX_STATUS_INTERVAL_S="5", **slurm.env)
+    saboteur = Saboteur(slurm)
+    saboteur.start()
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"biasflow run hung (the controller outage?): {str(exc.stderr)[-4000:]}")
+    finally:
+        saboteur.done.set()
+        saboteur.join(timeout=90)
+    out = proc.stdout + proc.stderr
+    print(f"\nfailure run on SLURM: {time.monotonic() - started:.0f} s; sabotage: {saboteur.handled}")
+    assert not saboteur.errors, saboteur.errors
+    assert saboteur.outage is not None, f"the controller was never restarted: {saboteur.handled}\n{out[-3000:]}"
+    assert proc.returncode != 0, out[-3000:]
+
+    # what SLURM ran: two attempts per model, the second asking for twice the memory and time of the first
+    jobs = {j["id"]: j for j in slurm.jobs()}
+    for model in FAIL_MODELS:
+        ids = saboteur.attempts[model]
+        assert len(ids) == 2, (model, saboteur.attempts, out[-3000:])
+        first, second = jobs[ids[0]], jobs[ids[1]]
+        assert (first["memory"], first["time_limit"]) == (f"{FAIL_MEM_MB}M", f"{FAIL_RUNTIME_MIN}:00"), first
+        assert (second["memory"], second["time_limit"]) == (f"{2 * FAIL_MEM_MB}M", f"{2 * FAIL_RUNTIME_MIN}:00"), second
+    states = {m: [jobs[i]["state"] for i in saboteur.attempts[m]] for m in FAIL_MODELS}
+    assert states == {"tiny_a": ["TIMEOUT", "COMPLETED"], "tiny_b": ["FAILED", "FAILED"],
+                      "tiny_c": ["CANCELLED", "CANCELLED"]}, states
+
+    # the outage was said, and polling went on (the time-out after it was seen and retried)
+    assert "the SLURM controller does not answer" in out and "answers again" in out, out[-4000:]
+    # no account noise: said once that none is set
+    assert "not able to get a SLURM account" not in out and "Unable to guess SLURM account" not in out
+    assert out.count("no SLURM account set") == 1
+
+    # the morning after: status, the report and MLflow name each failed job with its SLURM state and cause
+    run = Path(run_dir_of(project, FAIL_RUN))
+    status = subprocess.run([sys.executable, "-m", "biasflow.cli", "status", str(run)], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=300)
+    text = status.stdout
+    assert status.returncode == 0 and "1 done" in text and "2 failed" in text and "0 running" in text, text
+    lines = {m: next(ln for ln in text.splitlines() if f" {m} / crows_pairs" in ln) for m in ("tiny_b", "tiny_c")}
+    assert "SLURM FAILED" in lines["tiny_b"] and "SIGKILL" in lines["tiny_b"], text
+    assert "SLURM CANCELLED" in lines["tiny_c"] and "cancelled" in lines["tiny_c"], text
+    assert f"score #1 {FAIL_MEM_MB} MB {FAIL_RUNTIME_MIN} min" in text and f"score #2 {2 * FAIL_MEM_MB} MB" in text
+    assert "resume with: biasflow run -m" in text, text
+
+    report = (run / "report.md").read_text()
+    assert "PARTIAL RESULTS: 2 job(s) did not finish" in report
+    row_b = next(ln for ln in report.splitlines() if ln.startswith("| tiny_b |"))
+    row_c = next(ln for ln in report.splitlines() if ln.startswith("| tiny_c |"))
+    assert "| failed | FAILED |" in row_b and "SIGKILL" in row_b and f"#2 {2 * FAIL_MEM_MB} MB" in row_b, row_b
+    assert "| failed | CANCELLED |" in row_c, row_c
+    assert "tiny_a" in set(pd.read_parquet(run / "aggregate.parquet")["model"])  # the retried time-out finished
+
+    # each failed attempt's rule log is kept beside the log the retry wrote
+    plan = json.loads((run / "plan.json").read_text())
+    job_b = next(j for j in plan["jobs"] if j["model"]["name"] == "tiny_b")
+    from biasflow.progress import log_paths
+
+    assert Path(log_paths(job_b)[0] + ".attempt1").exists()
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'results' / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("biasflow")
+    parent = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("biasflow.role") == "parent"]
+    assert parent and parent[0].data.tags["biasflow.unfinished_jobs"] == "2"
+
+
+def run_dir_of(project: Path, overrides: list[str]) -> str:
+    from biasflow.plan import build_plan
+
+    old = os.environ.get("BIASFLOW_CONF")
+    os.environ["BIASFLOW_CONF"] = str(project / "conf")
+    try:
+        multirun = overrides[0] == "-m"
+        return build_plan(overrides[1:] if multirun else overrides, multirun=multirun).run_dir
+    finally:
+        os.environ.pop("BIASFLOW_CONF") if old is None else os.environ.__setitem__("BIASFLOW_CONF", old)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -69,3 +71,106 @@ def test_a_broken_model_does_not_stop_the_sweep(project, tiny_bert_dir):
     assert second.returncode == 0, second.stderr[-3000:]
     counts = snakemake_job_stats(second.stdout + second.stderr)
     assert counts.get("score") == 1 and counts.get("metric") == 1 and "prepare" not in counts
+
+
+def test_every_job_failing_still_gives_a_report_and_an_mlflow_parent(project):
+    """No job finished: the report exists anyway and lists every job with its state and cause; so does MLflow."""
+    run = ["-m", "model=tiny_broken", "metric=[crows_pairs]", "benchmark.crows_pairs.limit=10", "stats.n_boot=0"]
+    proc = biasflow(project, "run", *run, "--cores", "2", "--", "--directory", str(project))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    report = next((project / "results" / "runs").glob("*/report.md"))
+    text = report.read_text()
+    assert "PARTIAL RESULTS: 1 job(s) did not finish" in text and "| tiny_broken | crows_pairs | failed |" in text
+    assert "is not a model folder" in text
+    assert (report.parent / "report.html").exists()
+    assert "partial results (0 of 1 jobs finished)" in out and "Resume with:\n  biasflow run -m" in out
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'results' / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("biasflow")
+    parent = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("biasflow.role") == "parent"]
+    assert parent and parent[0].data.tags["biasflow.unfinished_jobs"] == "1"
+
+
+def test_only_mlflow_failing_says_so_and_how_to_log_later(project):
+    """Every metric finished and only log_mlflow failed (the store is down): the CLI says that, not 'partial
+    results', and gives the biasflow log command."""
+    run = ["-m", "model=tiny_ok", "metric=[crows_pairs]", "benchmark.crows_pairs.limit=10", "stats.n_boot=0",
+           "tracking=server", "tracking.uri=http://127.0.0.1:9"]
+    proc = biasflow(project, "run", *run, "--cores", "2", "--", "--directory", str(project))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    run_dir = next((project / "results" / "runs").glob("*/report.md")).parent
+    assert "partial results" not in out and "PARTIAL RESULTS" not in (run_dir / "report.md").read_text()
+    assert "Every job finished" in out and "Logging to MLflow failed" in out
+    assert f"biasflow log {run_dir}" in out
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_stopped_or_killed_run_says_how_to_resume_and_is_not_shown_running(project):
+    """SIGTERM of biasflow, kill -9 of biasflow, kill -9 of its Snakemake: each time the user learns that the run
+    stopped and the command that resumes it; `biasflow status` never calls it running; the lock a killed Snakemake
+    leaves is found stale and cleared by the next run, which finishes."""
+    run = ["-m", "model=tiny_ok", "metric=[crows_pairs]", "benchmark.crows_pairs.limit=10", "stats.n_boot=0"]
+    args = [sys.executable, "-m", "biasflow.cli", "run", *run, "--cores", "2", "--", "--directory", str(project)]
+    env = dict(os.environ, BIASFLOW_CONF=str(project / "conf"), BIASFLOW_ROOT=str(ROOT), HF_HUB_OFFLINE="1")
+    incomplete = project / ".snakemake" / "incomplete"
+
+    def start() -> subprocess.Popen:
+        proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        _wait_for(lambda: incomplete.is_dir() and any(incomplete.iterdir()), 300, "a job to start")
+        return proc
+
+    def owner() -> dict:
+        return json.loads((project / ".snakemake" / "biasflow" / "owner.json").read_text())
+
+    def status() -> str:
+        run_dir = next((project / "results" / "runs").glob("*/plan.json")).parent
+        proc = biasflow(project, "status", str(run_dir))
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    # 1. SIGTERM of biasflow: Snakemake stops its jobs, biasflow says how to resume
+    proc = start()
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 143, out[-3000:]
+    assert "the run was stopped (SIGTERM)" in out and "Resume with:\n  biasflow run -m" in out, out[-3000:]
+    text = status()
+    assert "0 running" in text and "resume with: biasflow run -m" in text, text
+
+    # 2. kill -9 of biasflow: nothing can speak for it then, so status says the run is gone and how to resume
+    proc = start()
+    _wait_for(lambda: owner().get("snakemake_pid") and not owner().get("ended"), 60, "the owner record")
+    proc.kill()
+    proc.wait()
+    snakemake = owner()["snakemake_pid"]
+    _wait_for(lambda: not Path(f"/proc/{snakemake}").exists(), 120, "Snakemake to stop")
+    text = status()
+    assert "0 running" in text and "the run is not running" in text and "is gone" in text, text
+    assert "resume with: biasflow run -m" in text, text
+
+    # 3. kill -9 of Snakemake: its lock stays behind
+    proc = start()
+    _wait_for(lambda: owner().get("snakemake_pid") and not owner().get("ended"), 60, "the owner record")
+    os.kill(owner()["snakemake_pid"], signal.SIGKILL)
+    out = proc.communicate(timeout=120)[0]
+    assert "the run was stopped (SIGKILL)" in out, out[-3000:]
+    assert any((project / ".snakemake" / "locks").iterdir())
+    assert "0 running" in status()
+
+    # 4. the next run finds the lock stale, clears it and finishes
+    proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "holds a stale lock" in out and "Unlocking" in out
+    assert "1 done" in status()

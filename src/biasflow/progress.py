@@ -1,20 +1,28 @@
-"""Where a plan stands, read from the files its stages leave: done, running, failed, waiting; errors; time left.
+"""Where a plan stands, read from the files its stages leave: done, running, queued, failed, interrupted, waiting;
+errors; time left.
 
 Used by ``biasflow status`` while a sweep runs, and by ``biasflow run`` to write a partial report (and log the
 finished jobs to MLflow) when some jobs failed, saying which and how to re-run just them.
+
+Sources: the outputs; Snakemake's incomplete markers (a job started and has not finished); the rule logs (the error
+a stage logged); on SLURM the attempts file ``biasflow.slurm`` writes (every attempt's job id, what it asked for, its
+SLURM state and cause: a job SLURM stopped, cancelled or killed logs no error of its own) and ``squeue`` (a queued
+job is PENDING, not running); and the run's owner (``owner.json`` in the run folder: the ``biasflow run`` process,
+its Snakemake, their start times and host), so a run that was killed is not shown as running.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import socket
 import time
 from base64 import urlsafe_b64encode
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-STATES = ("done", "running", "failed", "waiting")
+STATES = ("done", "running", "queued", "failed", "interrupted", "waiting")
 
 
 @dataclass
@@ -26,6 +34,99 @@ class JobState:
     error: str | None = None
     log: str | None = None
     score_seconds: float | None = None
+    slurm_state: str | None = None  # the SLURM state of the job's last attempt (TIMEOUT, CANCELLED, PENDING, ...)
+    attempts: list[dict[str, Any]] | None = None  # per SLURM attempt: rule, attempt, jobid, mem_mb, runtime, state
+
+    def attempts_text(self) -> str:
+        """``score #1 1500 MB 1 min TIMEOUT; score #2 3000 MB 2 min COMPLETED``"""
+        return "; ".join(f"{a['rule']} #{a['attempt']} {a.get('mem_mb', '?')} MB {a.get('runtime', '?')} min "
+                         f"{a.get('state') or 'submitted'}" for a in self.attempts or [])
+
+
+# ---------------------------------------------------------------------------------------------- the run's owner
+def owner_path(plan: Mapping[str, Any]) -> Path:
+    return Path(plan["paths"]["results"]) / "runs" / plan["plan_hash"] / "owner.json"
+
+
+def process_start(pid: int) -> str | None:
+    """A process's start time (clock ticks since boot, /proc/<pid>/stat field 22): with the pid, it names one
+    process (pids are reused). None if there is no such process (or no /proc)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def owner_record(pid: int, snakemake_pid: int | None, command: str, workdir: str) -> dict[str, Any]:
+    return {"pid": pid, "start": process_start(pid), "snakemake_pid": snakemake_pid,
+            "snakemake_start": process_start(snakemake_pid) if snakemake_pid else None,
+            "host": socket.gethostname(), "command": command, "workdir": str(workdir), "started": time.time()}
+
+
+def read_owner(plan: Mapping[str, Any]) -> dict[str, Any] | None:
+    try:
+        return json.loads(owner_path(plan).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def owner_alive(owner: Mapping[str, Any] | None) -> bool | None:
+    """Whether the run that owns the plan is still running: True, False (ended, or its processes are gone), None
+    (unknown: no record, or it runs on another host)."""
+    if not owner:
+        return None
+    if owner.get("ended"):
+        return False
+    if owner.get("host") != socket.gethostname():
+        return None
+    for pid_key, start_key in (("pid", "start"), ("snakemake_pid", "snakemake_start")):
+        pid = owner.get(pid_key)
+        if pid and owner.get(start_key) and process_start(int(pid)) == owner[start_key]:
+            return True
+    return False
+
+
+def owner_text(owner: Mapping[str, Any]) -> str:
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(owner.get("started") or 0))
+    return f"biasflow pid {owner.get('pid')} on {owner.get('host')}, started {when}"
+
+
+# ---------------------------------------------------------------------------------------------- SLURM attempts
+def _norm(path: str, workdir: Path) -> str:
+    p = Path(path)
+    if p.is_absolute():
+        try:
+            p = p.relative_to(workdir.resolve())
+        except ValueError:
+            pass
+    return os.path.normpath(str(p))
+
+
+def attempts_by_output(workdir: Path) -> dict[str, list[dict[str, Any]]]:
+    """Each output path -> the attempt events of the jobs that write it, oldest first."""
+    from biasflow.slurm import read_attempts
+
+    out: dict[str, list[dict[str, Any]]] = {}
+    for event in read_attempts(workdir):
+        for path in event.get("output") or []:
+            out.setdefault(_norm(path, workdir), []).append(event)
+    return out
+
+
+def _attempt_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (rule, attempt, job id): what it asked for and how it ended."""
+    rows: dict[tuple, dict[str, Any]] = {}
+    for e in events:
+        key = (e.get("rule"), e.get("jobid"))
+        row = rows.setdefault(key, {"rule": e.get("rule"), "attempt": e.get("attempt"), "jobid": e.get("jobid"),
+                                    "mem_mb": (e.get("resources") or {}).get("mem_mb"),
+                                    "runtime": (e.get("resources") or {}).get("runtime"), "state": None,
+                                    "cause": None, "slurm_log": e.get("slurm_log"), "time": e.get("time")})
+        if e.get("event") in ("failed", "finished"):
+            row.update(state=e.get("state"), cause=e.get("cause"),
+                       log=(e.get("kept_logs") or [None])[0] or e.get("slurm_log"))
+    return sorted(rows.values(), key=lambda r: r.get("time") or 0)
 
 
 def log_paths(job: Mapping[str, Any]) -> tuple[str, str]:
@@ -66,8 +167,14 @@ def last_error(log: str) -> str | None:
     return None
 
 
-def job_states(plan: Mapping[str, Any], workdir: str | os.PathLike = ".") -> list[JobState]:
-    workdir = Path(workdir)
+def job_states(plan: Mapping[str, Any], workdir: str | os.PathLike | None = None) -> list[JobState]:
+    """Each plan job's state. ``workdir``: Snakemake's working directory (default: the one the run's owner record
+    names, else the current directory)."""
+    owner = read_owner(plan)
+    workdir = Path(workdir if workdir is not None else (owner or {}).get("workdir") or ".")
+    alive = owner_alive(owner)
+    attempts = attempts_by_output(workdir)
+    pending: list[tuple[int, str]] = []  # (index in out, SLURM job id) of submitted attempts not yet ended
     out = []
     for job in plan["jobs"]:
         mdir = job["metric_dir"]
@@ -80,26 +187,55 @@ def job_states(plan: Mapping[str, Any], workdir: str | os.PathLike = ".") -> lis
             except (ValueError, TypeError, json.JSONDecodeError):
                 pass
         name = job["model"]["name"]
+        events = sorted((e for path in (job.get("items_path"), job["scores_path"], f"{mdir}/aggregate.parquet")
+                         if path for e in attempts.get(_norm(path, workdir), [])), key=lambda e: e.get("time") or 0)
+        rows = _attempt_rows(events) or None
+        last = rows[-1] if rows else None
+        state = JobState(name, job["metric"], mdir, "waiting", score_seconds=seconds, attempts=rows,
+                         slurm_state=(last or {}).get("state"))
+        out.append(state)
         if (Path(mdir) / "aggregate.parquet").exists():
-            out.append(JobState(name, job["metric"], mdir, "done", score_seconds=seconds))
+            state.state = "done"
             continue
-        if _incomplete(job["scores_path"], workdir) or _incomplete(f"{mdir}/aggregate.parquet", workdir):
-            out.append(JobState(name, job["metric"], mdir, "running", score_seconds=seconds))
+        started = _incomplete(job["scores_path"], workdir) or _incomplete(f"{mdir}/aggregate.parquet", workdir)
+        if last and last["state"] not in (None, "COMPLETED"):  # the last SLURM attempt failed
+            state.state = "failed"
+            state.error = f"SLURM {last['state']} ({last['rule']}, attempt {last['attempt']}): {last['cause']}"
+            state.log = last.get("log")
+            continue
+        if started or (last and last["state"] is None):
+            if alive is False:
+                state.state = "interrupted"
+                state.error = (f"the run stopped ({owner_text(owner)}) before this job finished"
+                               if not (owner or {}).get("ended") else
+                               "the run ended before this job finished")
+            else:
+                state.state = "running"
+                if last and last["state"] is None and last.get("jobid"):
+                    pending.append((len(out) - 1, str(last["jobid"])))
             continue
         for log in (metric_log, score_log) if Path(job["scores_path"]).exists() else (score_log,):
             error = last_error(log)
             if error:
-                out.append(JobState(name, job["metric"], mdir, "failed", error=error, log=log, score_seconds=seconds))
+                state.state, state.error, state.log = "failed", error, log
                 break
-        else:
-            out.append(JobState(name, job["metric"], mdir, "waiting", score_seconds=seconds))
+    if pending:  # PENDING on SLURM is queued, not running
+        from biasflow.slurm import squeue_states
+
+        known = squeue_states(jid for _, jid in pending) or {}
+        for i, jid in pending:
+            slurm = known.get(jid)
+            if slurm:
+                out[i].slurm_state = slurm
+                if slurm in ("PENDING", "CONFIGURING", "REQUEUED", "SUSPENDED"):
+                    out[i].state = "queued"
     return out
 
 
 def summary(states: Sequence[JobState], cores: int = 1) -> dict[str, Any]:
     counts = {s: sum(1 for j in states if j.state == s) for s in STATES}
     measured = [j.score_seconds for j in states if j.state == "done" and j.score_seconds]
-    left = counts["waiting"] + counts["running"]
+    left = counts["waiting"] + counts["running"] + counts["queued"]
     eta = (sum(measured) / len(measured)) * left / max(1, cores) if measured and left else None
     return {"total": len(states), **counts, "eta_seconds": eta}
 
@@ -113,22 +249,37 @@ def format_duration(seconds: float | None) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s"
 
 
-def status_text(plan: Mapping[str, Any], workdir: str | os.PathLike = ".", cores: int = 1) -> str:
+def status_text(plan: Mapping[str, Any], workdir: str | os.PathLike | None = None, cores: int = 1) -> str:
     states = job_states(plan, workdir)
     s = summary(states, cores)
+    owner = read_owner(plan)
+    alive = owner_alive(owner)
     lines = [f"plan {plan['plan_hash']}: {s['total']} jobs: {s['done']} done, {s['running']} running, "
-             f"{s['failed']} failed, {s['waiting']} waiting",
-             f"time left (from finished jobs' scoring times, {cores} at a time): {format_duration(s['eta_seconds'])}"
-             if s["running"] or s["waiting"] else "nothing left to run"]
+             f"{s['queued']} queued, {s['failed']} failed, {s['interrupted']} interrupted, {s['waiting']} waiting"]
+    if owner and alive is False and not owner.get("ended"):
+        lines.append(f"the run is not running: {owner_text(owner)} is gone (killed, or the machine restarted)")
+    elif owner and alive is True:
+        lines.append(f"running: {owner_text(owner)}")
+    if s["running"] or s["queued"] or (s["waiting"] and alive is not False):
+        lines.append(f"time left (from finished jobs' scoring times, {cores} at a time): "
+                     f"{format_duration(s['eta_seconds'])}")
+    elif not (s["waiting"] or s["interrupted"] or s["failed"]):
+        lines.append("nothing left to run")
     for j in states:
-        if j.state in ("failed", "running"):
-            lines.append(f"  {j.state:<8} {j.model} / {j.metric}" + (f": {j.error}\n           log: {j.log}"
-                                                                         if j.error else ""))
-    if s["failed"]:
-        lines.append("Fix the cause and run the same command again: finished jobs are kept, only the failed and "
-                     "waiting ones run.")
+        if j.state in ("failed", "running", "queued", "interrupted"):
+            head = j.state + (f" ({j.slurm_state})" if j.slurm_state and j.state != "failed" else "")
+            lines.append(f"  {head:<8} {j.model} / {j.metric}" + (f": {j.error}" if j.error else ""))
+            if j.attempts and j.state == "failed":
+                lines.append(f"           attempts: {j.attempts_text()}")
+            if j.log:
+                lines.append(f"           log: {j.log}")
+    if s["failed"] or s["interrupted"] or (s["waiting"] and alive is False):
+        command = (owner or {}).get("command") or "the same biasflow run command"
+        lines.append(f"Fix the cause (if any) and resume with: {command}\n(finished jobs are kept; only the failed, "
+                     "interrupted and waiting ones run)")
     lines.append(f"(as of {time.strftime('%H:%M:%S')})")
     return "\n".join(lines)
 
 
-__all__ = ["job_states", "summary", "status_text", "JobState", "last_error"]
+__all__ = ["job_states", "summary", "status_text", "JobState", "last_error", "owner_record", "read_owner",
+           "owner_alive", "owner_path", "process_start", "STATES"]

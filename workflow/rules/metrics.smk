@@ -15,12 +15,14 @@ rule score:
     benchmark:
         benchmark_file(RESULTS, "score", "{model_key}/{metric}-{shash}")
     # What the scheduler gives one job comes from the model config (model.resources, defaults per kind), so one
-    # profile serves GloVe and a 7B LM alike; on one machine at most half of --cores (W.score_threads).
+    # profile serves GloVe and a 7B LM alike; on one machine at most half of --cores (W.score_threads). A retry
+    # (attempt 2) asks for more memory and time (biasflow.scheduling: x retry_growth per attempt, capped).
     threads: lambda w: W.score_threads(w, workflow)
     resources:
         gpu=lambda w: W.score_resources(w)["gpus"],
-        mem_mb=lambda w: W.score_resources(w)["mem_mb"],
-        runtime=lambda w: W.score_resources(w)["runtime_min"],
+        mem_mb=lambda w, attempt: score_resources(W.score_job(w.model_key, w.metric, w.shash).model, attempt)["mem_mb"],
+        runtime=lambda w, attempt: score_resources(W.score_job(w.model_key, w.metric, w.shash).model,
+                                                   attempt)["runtime_min"],
     script:
         "../../scripts/score.py"
 

@@ -142,7 +142,7 @@ def _paper_html(report: HtmlReport) -> str:
 
 def provenance(plan: Mapping[str, Any]) -> dict[str, Any]:
     """What produced these numbers: code, packages, commands, models and datasets (redacted)."""
-    from biasflow.tracking.mlflow_log import git_commit, package_versions
+    from biasflow.provenance import git_commit, package_versions
 
     models: dict[str, dict[str, str]] = {}
     datasets: dict[str, dict[str, str]] = {}
@@ -215,11 +215,13 @@ def render(report: HtmlReport) -> str:
         body.append(f'<div class="warning" role="alert"><strong>⚠ {escape(DEMO_WARNING.split(". ", 1)[0])}.'
                     f"</strong> {escape(DEMO_WARNING.split('. ', 1)[1])}</div>")
     if report.unfinished:
-        rows = [[u.model, u.metric, u.state, u.error or "", u.log or ""] for u in report.unfinished]
+        from biasflow.report.tables import UNFINISHED_HEAD, unfinished_rows
+
+        rows = unfinished_rows(report.unfinished)
         body.append(f'<div class="warning" role="alert"><strong>⚠ Partial results: {len(rows)} job(s) did not '
                     "finish.</strong> Their numbers are missing below. Fix the cause and run the same command again: "
                     "finished jobs are kept and only these run.</div>"
-                    + table(["model", "metric", "state", "error", "log"], rows))
+                    + table(UNFINISHED_HEAD, rows))
     body.append("<nav>" + "".join(f'<a href="#{a}">{escape(t)}</a>' for a, t, shown in nav if shown) + "</nav>")
     if report.leaderboard:
         body.append('<h2 id="leaderboard">Leaderboard</h2>' + _leaderboard_html(report))

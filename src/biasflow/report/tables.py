@@ -63,17 +63,29 @@ def bar_plot(agg: pd.DataFrame, metric: str, title: str, path: Path, reference: 
     plt.close(fig)
 
 
+def unfinished_rows(unfinished) -> list[list[str]]:
+    """model, metric, state, SLURM state, attempts (what each asked for and how it ended), cause, log."""
+    return [[u.model, u.metric, u.state, getattr(u, "slurm_state", None) or "",
+             u.attempts_text() if hasattr(u, "attempts_text") else "", u.error or "", u.log or ""]
+            for u in unfinished]
+
+
+UNFINISHED_HEAD = ["model", "metric", "state", "SLURM state", "attempts (memory, time limit, end)", "cause", "log"]
+
+
 def unfinished_section(unfinished) -> list[str]:
-    """The report's list of jobs that did not finish (failed with their error, or never ran) and how to redo them."""
+    """The report's list of jobs that did not finish (failed with their SLURM state and cause, interrupted, or never
+    ran), what each attempt asked for, and how to redo them."""
     failed = [u for u in unfinished if u.state == "failed"]
+    interrupted = [u for u in unfinished if u.state == "interrupted"]
     lines = [f"\n## PARTIAL RESULTS: {len(unfinished)} job(s) did not finish\n",
-             f"{len(failed)} failed; {len(unfinished) - len(failed)} did not run (waiting on a failed job or "
-             "interrupted). Their numbers are missing below. Fix the cause and run the same command again: "
-             "finished jobs are kept and only these run.\n",
-             "| model | metric | state | error | log |", "|---|---|---|---|---|"]
-    for u in unfinished:
-        error = (u.error or "").replace("|", "\\|")
-        lines.append(f"| {u.model} | {u.metric} | {u.state} | {error} | {u.log or ''} |")
+             f"{len(failed)} failed; {len(interrupted)} interrupted (the run was stopped); "
+             f"{len(unfinished) - len(failed) - len(interrupted)} did not run (waiting on a failed job). Their "
+             "numbers are missing below. Fix the cause and run the same command again: finished jobs are kept and "
+             "only these run.\n",
+             "| " + " | ".join(UNFINISHED_HEAD) + " |", "|" + "---|" * len(UNFINISHED_HEAD)]
+    for row in unfinished_rows(unfinished):
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
     return lines
 
 
