@@ -134,3 +134,27 @@ def test_every_imported_package_is_declared():
                 core_needs_extra.append(f"{module}: {top} is imported at module level but only an extra has it")
     assert sorted(set(undeclared)) == [], "imported but not declared in pyproject.toml"
     assert sorted(set(core_needs_extra)) == []
+
+
+def test_a_second_metric_or_loader_under_a_taken_name_is_refused(monkeypatch):
+    import dataclasses
+
+    from biasflow import registry
+
+    registry.load_all()
+    crows = registry.METRICS["crows_pairs"]
+    monkeypatch.setattr(registry, "METRICS", dict(registry.METRICS))
+    monkeypatch.setattr(registry, "LOADERS", dict(registry.LOADERS))
+
+    def compute(items, answers, cfg):
+        return items
+
+    compute.__module__ = "my_project.metrics"
+    import pytest
+
+    with pytest.raises(ValueError, match="metric 'crows_pairs' is registered twice: by biasflow.metrics.crows_pairs "
+                                         "and by my_project.metrics"):
+        registry.register_metric(dataclasses.replace(crows, compute=compute))
+    registry.register_metric(crows)  # the same module again (a re-import): fine
+    with pytest.raises(ValueError, match="dataset loader 'crows_pairs' is registered twice"):
+        registry.register_loader("crows_pairs")(compute)

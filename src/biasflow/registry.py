@@ -74,8 +74,17 @@ class MetricSpec:
     ordered_options: tuple[str, ...] = ()
 
 
+def _refuse_taken(kind: str, name: str, old_module: str | None, new_module: str | None) -> None:
+    """A second extension under a taken name would silently replace the first: an error naming both modules (the
+    same module registering again, as on a re-import, is fine)."""
+    if old_module is not None and old_module != new_module:
+        raise ValueError(f"{kind} {name!r} is registered twice: by {old_module} and by {new_module}; "
+                         f"give one of them another name")
+
+
 def register_loader(name: str, ordered_options: tuple[str, ...] = ()):
     def deco(fn: Loader) -> Loader:
+        _refuse_taken("dataset loader", name, getattr(LOADERS.get(name), "__module__", None), fn.__module__)
         LOADERS[name] = fn
         LOADER_ORDERED_OPTIONS[name] = tuple(ordered_options)
         return fn
@@ -84,6 +93,8 @@ def register_loader(name: str, ordered_options: tuple[str, ...] = ()):
 
 
 def register_metric(spec: MetricSpec) -> MetricSpec:
+    old = METRICS.get(spec.name)
+    _refuse_taken("metric", spec.name, old.compute.__module__ if old else None, spec.compute.__module__)
     METRICS[spec.name] = spec
     return spec
 
