@@ -64,9 +64,10 @@ def hub_env(project: Path, hub: HubServer, offline: bool = False, token: str | N
 
 
 def biasflow_run(project: Path, hub: HubServer, overrides: list[str], multirun=False, offline=False, token=None,
-                 ok=True) -> subprocess.CompletedProcess:
+                 ok=True, targets=()) -> subprocess.CompletedProcess:
+    """``biasflow run`` as a user runs it (``targets``: only the files named, e.g. score tables, for speed)."""
     cmd = [sys.executable, "-m", "biasflow.cli", "run", *(["-m"] if multirun else []), *overrides, "--cores", "2",
-           "--", "--directory", str(project)]
+           "--", "--directory", str(project), *targets]
     proc = subprocess.run(cmd, cwd=ROOT, env=hub_env(project, hub, offline, token), capture_output=True, text=True,
                           timeout=600)
     if ok:
@@ -135,15 +136,16 @@ def test_a_second_run_works_offline_from_the_cache(project, hub, first_run):
     commit = hub.shas[0]
     _, first, _ = first_run
     _, first_answers = scored(project, first.jobs[0])
+    overrides = ["model=tiny_hub", f"model.revision=main,{commit}", *slice_(10)]
+    jobs = {job.model["revision"]: job for job in plan_jobs(project, overrides, multirun=True).jobs}
     hub.clear_log()
     hub.refuse = True
     try:
-        overrides = ["model=tiny_hub", f"model.revision=main,{commit}", *slice_(10)]
-        biasflow_run(project, hub, overrides, multirun=True, offline=True)
+        biasflow_run(project, hub, overrides, multirun=True, offline=True,
+                     targets=[job.scores_path() for job in jobs.values()])
     finally:
         hub.refuse = False
     assert hub.requests == []  # nothing asked of the hub
-    jobs = {job.model["revision"]: job for job in plan_jobs(project, overrides, multirun=True).jobs}
     for revision in ("main", commit):
         provenance, answers = scored(project, jobs[revision])
         assert provenance["model.revision"] == commit
@@ -153,27 +155,53 @@ def test_a_second_run_works_offline_from_the_cache(project, hub, first_run):
     assert pinned["model.fingerprint"] in cache_folders(project)
 
 
-def test_a_moved_branch_never_serves_or_mixes_answers_of_another_commit(project, hub, first_run):
-    """main moves from commit 0 to commit 1, and to commit 2 while the model loads: the run uses commit 1 alone,
-    for every file, for its cache key and for every answer (none of commit 0's cached ones)."""
-    _, first, _ = first_run
-    first_prov, first_answers = scored(project, first.jobs[0])
+@pytest.fixture(scope="module")
+def moved_run(project, hub, commits):
+    """main moved from commit 0 to commit 1 (and to commit 2 as soon as a run resolves it), beside a gated model
+    asked with a token that has no access to it: one sweep over the two hub ids."""
+    token = "hf_" + secrets.token_hex(16)
+    hub.add_commit("org/gated", commits[0])
+    hub.repos["org/gated"].token = "hf_" + secrets.token_hex(16)  # not the token given
     repo = hub.repos[REPO]
     repo.refs["main"] = hub.shas[1]
     repo.move_after_resolve = ("main", hub.shas[2])  # a push landing right after the run resolves main
+    overrides = ["model=tiny_hub", f"model.hub_id={REPO},org/gated", *slice_(25)]
+    jobs = {job.model["hub_id"]: job for job in plan_jobs(project, overrides, multirun=True).jobs}
     hub.clear_log()
-    overrides = ["model=tiny_hub", *slice_(25)]
     try:
-        biasflow_run(project, hub, overrides)
+        proc = biasflow_run(project, hub, overrides, multirun=True, token=token, ok=False,
+                            targets=[job.scores_path() for job in jobs.values()])
     finally:
         repo.refs["main"], repo.move_after_resolve = hub.shas[0], None
-    provenance, answers = scored(project, plan_jobs(project, overrides).jobs[0])
+    return proc, jobs, token
+
+
+def test_a_moved_branch_never_serves_or_mixes_answers_of_another_commit(project, hub, first_run, moved_run):
+    """The run uses commit 1 alone: for every file, for its cache key and for every answer (none of commit 0's
+    cached answers, none of commit 2's files)."""
+    _, first, _ = first_run
+    first_prov, first_answers = scored(project, first.jobs[0])
+    _, jobs, _ = moved_run
+    provenance, answers = scored(project, jobs[REPO])
     assert provenance["model.revision"] == hub.shas[1]
     assert {revision for _, revision, _ in hub.file_requests(REPO)} == {hub.shas[1]}
     assert provenance["model.fingerprint"] != first_prov["model.fingerprint"]
     assert provenance["model.fingerprint"] in cache_folders(project)
     shared = [t for t in answers if t in first_answers]
     assert len(shared) == 40 and all(answers[t] != first_answers[t] for t in shared)  # commit 1's weights
+
+
+def test_a_gated_model_in_a_run_fails_in_one_line_and_the_token_is_written_nowhere(project, hub, moved_run):
+    proc, jobs, token = moved_run
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and not Path(jobs["org/gated"].scores_path()).exists()
+    line = next(ln for ln in out.splitlines() if "is gated or private" in ln)
+    assert "model 'tiny_hub': hub id 'org/gated'" in line and "has no access" in line and "HF_TOKEN" in line
+    assert token not in out
+    for folder in (project, Path(hub_env(project, hub)["HF_HOME"])):
+        for path in folder.rglob("*"):
+            if path.is_file() and path.stat().st_size < 50 << 20:
+                assert token.encode() not in path.read_bytes(), path
 
 
 ERRORS_SCRIPT = r"""
@@ -203,15 +231,16 @@ print("RESULT " + json.dumps(out))
 
 def test_hub_errors_are_one_line_and_say_what_to_do(project, hub, commits):
     token = "hf_" + secrets.token_hex(16)
-    hub.add_commit("org/gated", commits[0])
-    hub.repos["org/gated"].token = token
+    hub.add_commit("org/gated-too", commits[0])
+    hub.repos["org/gated-too"].token = token
     hub.add_commit("org/flaky", commits[0])
     hub.repos["org/flaky"].drop = {"model.safetensors": len(commits[0]["model.safetensors"]) // 2}
     broken = dict(commits[0], **{"model.safetensors": commits[0]["model.safetensors"][:4096]})
     hub.add_commit("org/broken", broken)
     cases = [("unknown_id", "org/no-such-model", "main", None), ("unknown_revision", REPO, "no-such-branch", None),
-             ("gated", "org/gated", "main", None), ("gated_wrong_token", "org/gated", "main", "hf_" + "0" * 32),
-             ("gated_token", "org/gated", "main", token), ("dropped", "org/flaky", "main", None),
+             ("gated", "org/gated-too", "main", None),
+             ("gated_wrong_token", "org/gated-too", "main", "hf_" + "0" * 32),
+             ("gated_token", "org/gated-too", "main", token), ("dropped", "org/flaky", "main", None),
              ("resumed", "org/flaky", "main", None), ("broken", "org/broken", "main", None)]
     env = hub_env(project, hub)
     env["HF_HOME"] = str(project / "hf-home-errors")
@@ -239,24 +268,6 @@ def test_hub_errors_are_one_line_and_say_what_to_do(project, hub, commits):
     # an unreadable weights file in the cache names the model, its hub id and the file, and how to get it again
     assert "'org/broken'" in errors["broken"] and "model.safetensors" in errors["broken"]
     assert "delete" in errors["broken"]
-
-
-def test_a_gated_model_in_a_run_fails_in_one_line_and_the_token_is_written_nowhere(project, hub, commits):
-    token = "hf_" + secrets.token_hex(16)
-    if "org/gated" not in hub.repos:
-        hub.add_commit("org/gated", commits[0])
-    hub.repos["org/gated"].token = "hf_" + secrets.token_hex(16)  # the token given is not this one
-    proc = biasflow_run(project, hub, ["model=tiny_hub", "model.hub_id=org/gated", *slice_(20)], token=token,
-                        ok=False)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0
-    line = next(ln for ln in out.splitlines() if "is gated or private" in ln)
-    assert "model 'tiny_hub': hub id 'org/gated'" in line and "HF_TOKEN" in line
-    assert token not in out
-    for folder in (project, Path(hub_env(project, hub)["HF_HOME"])):
-        for path in folder.rglob("*"):
-            if path.is_file() and path.stat().st_size < 50 << 20:
-                assert token.encode() not in path.read_bytes(), path
 
 
 def test_an_unreadable_local_weights_file_names_the_model_and_the_file(tmp_path, tiny_bert_dir):
