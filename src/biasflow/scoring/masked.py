@@ -56,6 +56,12 @@ def pseudo_log_likelihoods(adapter, token_ids: Sequence[Sequence[int]], batch_to
     scores = [np.full(len(s), np.nan, dtype=np.float64) for s in seqs]
     jobs = [(u, p) for u, s in enumerate(seqs) for p in scored_positions(tok, s)]
     bar = tqdm(total=len(jobs), desc=f"PLL {adapter.name}", unit="mask", disable=not progress, mininterval=1.0)
+    # on a GPU a batch's scores stay on the device until the end (no wait for the chip after every batch), and the
+    # attention mask is sent or not by the padded width alone: widths under 32 are exact (never padded) and go
+    # without one, wider ones always with one, so the attention kernel (flash or memory-efficient: their last bits
+    # differ) never depends on which rows share the batch; on a CPU each batch is written as it finishes, as before
+    on_gpu = torch.device(device).type == "cuda"
+    pending: list[tuple[list[tuple[int, int]], torch.Tensor]] = []
 
     def run_batch(batch: list[tuple[int, int]]) -> None:
         rows = np.fromiter((u for u, _ in batch), dtype=np.int64, count=len(batch))
@@ -65,15 +71,23 @@ def pseudo_log_likelihoods(adapter, token_ids: Sequence[Sequence[int]], batch_to
         targets = ids[np.arange(len(batch)), cols]
         ids[np.arange(len(batch)), cols] = mask_id
         attn = (np.arange(width)[None, :] < lens[rows][:, None]).astype(np.int64)
-        logits = adapter.logits_at(torch.from_numpy(ids).to(device), torch.from_numpy(attn).to(device),
+        attn_t = None if on_gpu and width < 32 else torch.from_numpy(attn).to(device)
+        logits = adapter.logits_at(torch.from_numpy(ids).to(device), attn_t,
                                    torch.arange(len(batch), device=device), torch.from_numpy(cols).to(device))
         logp = torch.log_softmax(logits.float(), dim=-1)
-        picked = logp.gather(1, torch.from_numpy(targets).to(device)[:, None])[:, 0].double().cpu().numpy()
-        for (u, p), v in zip(batch, picked):  # results are written only after the forward pass succeeded
-            scores[u][p] = v
+        picked = logp.gather(1, torch.from_numpy(targets).to(device)[:, None])[:, 0]
+        if on_gpu:
+            pending.append((batch, picked))  # written after the last batch, only batches that succeeded
+        else:
+            for (u, p), v in zip(batch, picked.double().cpu().numpy()):  # written only after the pass succeeded
+                scores[u][p] = v
         bar.update(len(batch))
 
     run_with_backoff(jobs, [int(lens[u]) for u, _ in jobs], batch_tokens, run_batch, max_batch=max_batch)
+    if pending:
+        values = torch.cat([v for _, v in pending]).double().cpu().numpy()
+        for (u, p), v in zip((job for batch, _ in pending for job in batch), values):
+            scores[u][p] = v
     bar.close()
     return [scores[o].copy() for o in owner]
 
@@ -147,6 +161,10 @@ def vocabulary_scores(adapter, seqs: Sequence[Sequence[int]], positions: Sequenc
 def answer_pll(adapter, requests, budget) -> pd.DataFrame:
     """Answerer of ``PseudoLogLikelihood`` requests: token_ids, logprobs (NaN at special tokens), total."""
     ids = encode(adapter, [adapter.normalise(r.text) for r in requests])
-    lps = pseudo_log_likelihoods(adapter, ids, batch_tokens=budget.batch_tokens, progress=budget.progress)
+    # rows per batch: capped at 1,024 on a CPU; on a GPU the token budget alone decides (a row's numbers do not
+    # depend on how many share its batch, and wide batches are what keep a GPU busy)
+    max_batch = budget.batch_tokens if torch.device(adapter.device).type == "cuda" else 1024
+    lps = pseudo_log_likelihoods(adapter, ids, batch_tokens=budget.batch_tokens, progress=budget.progress,
+                                 max_batch=max(1024, max_batch))
     return pd.DataFrame({"token_ids": [list(map(int, x)) for x in ids], "logprobs": [x.tolist() for x in lps],
                          "total": [float(np.nansum(x)) for x in lps]})
