@@ -144,7 +144,7 @@ def hub_commit(name: str, hub_id: str, revision: str | None) -> str:
     from the Hugging Face cache where the hub cannot be asked (``HF_HUB_OFFLINE=1``, no network). Every file of the
     model is then downloaded at that commit, so a branch that moves while a model loads (or between the heads one
     job loads) never gives a model of two commits, and the commit names the model's cached answers."""
-    key = (hub_endpoint(), hub_id, revision or "main")
+    key = (hub_endpoint(), hub_id, revision or "")  # "": the repo's default branch
     if key not in _COMMITS:
         from huggingface_hub import HfApi
 
@@ -154,7 +154,8 @@ def hub_commit(name: str, hub_id: str, revision: str | None) -> str:
 
 
 def _hub_cause(exc: BaseException | None) -> BaseException | None:
-    """The huggingface_hub or network error behind ``exc`` (itself, or what transformers wrapped), else None."""
+    """The huggingface_hub or network error behind ``exc`` (itself, or what transformers wrapped in it with
+    ``raise ... from``), else None."""
     from huggingface_hub import errors
 
     seen = 0
@@ -162,7 +163,7 @@ def _hub_cause(exc: BaseException | None) -> BaseException | None:
         if isinstance(exc, (errors.HfHubHTTPError, errors.RevisionResolutionError, errors.OfflineModeIsEnabled)) \
                 or _is_transport_error(exc):
             return exc
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+        exc, seen = exc.__cause__, seen + 1
     return None
 
 
@@ -234,7 +235,7 @@ class hub_errors:
             filename = _requested_file(exc) or "a file"
             return ModelLoadError(
                 f"{model}: the download of {filename} (commit {self.commit}) from {endpoint} was interrupted "
-                f"({type(exc).__name__}: {_one_line(exc)[:200]}); run the same command again to go on with it (the "
+                f"({type(exc).__name__}: {_one_line(exc)[:120]}); run the same command again to go on with it (the "
                 f"files already downloaded are kept in {constants.HF_HUB_CACHE}; a partial file is never loaded)")
         if _is_transport_error(exc):
             return ModelLoadError(f"{model}: could not reach {endpoint} ({type(exc).__name__}: "
