@@ -445,8 +445,6 @@ class Honest(Generating):
     lexicon: HonestLexicon
     # generated text: null = the honest package's whole-continuation rule under run.mode=parity, else first word
     completion: Optional[Literal["continuation", "first_word"]] = None
-    # generated text: null = the honest package's whole-continuation rule under run.mode=parity, else first word
-    completion: Optional[Literal["continuation", "first_word"]] = None
 
 
 class LMChallengeGame(MetricBase):
