@@ -189,7 +189,9 @@ def job_states(plan: Mapping[str, Any], workdir: str | os.PathLike | None = None
         name = job["model"]["name"]
         events = sorted((e for path in (job.get("items_path"), job["scores_path"], f"{mdir}/aggregate.parquet")
                          if path for e in attempts.get(_norm(path, workdir), [])), key=lambda e: e.get("time") or 0)
-        rows = _attempt_rows(events) or None
+        # the job's own attempts (score, metric), and a shared prepare job's only where it failed
+        rows = [r for r in _attempt_rows(events) if r["rule"] != "prepare" or r["state"] not in (None, "COMPLETED")]
+        rows = rows or None
         last = rows[-1] if rows else None
         state = JobState(name, job["metric"], mdir, "waiting", score_seconds=seconds, attempts=rows,
                          slurm_state=(last or {}).get("state"))

@@ -130,6 +130,12 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
     from biasflow.report.sweep import job_table
 
     out.mkdir(parents=True, exist_ok=True)
+    if agg.empty:  # no job finished (a partial run): the same columns, no rows
+        agg = agg.reindex(columns=list(dict.fromkeys([*COLUMNS, "model_key", "metric_family", *agg.columns])))
+    if per_item.empty:
+        per_item = per_item.reindex(columns=list(dict.fromkeys(["item_id", "category", "model", "model_key",
+                                                                 "benchmark", "metric_family", "config_hash",
+                                                                 *per_item.columns])))
     agg = agg[[c for c in COLUMNS if c in agg] + [c for c in agg if c not in COLUMNS]]
     write_parquet(agg, out / "aggregate.parquet")
     write_table(agg, out / "aggregate.csv")
