@@ -3,6 +3,7 @@ multi-mask scorer + metric against a naive one-sentence-at-a-time implementation
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -295,3 +296,42 @@ def test_cbs_end_to_end_with_each_plural(tiny_bert, tmp_path, mode, written):
         ratios = [naive_word_logp(tiny_bert, it.template, t, form, it.attribute_singular, "reference", "reference",
                                   "filled") for t in it.targets]
         assert per.at[it.item_id, "value"] == pytest.approx(float(pd.Series(ratios).var()), rel=1e-4, abs=1e-6)
+
+
+# ----------------------------------------------------------------------------------------------- LPBS vs Kurita's code
+def kurita_get_index(toks: list[str], word: str, last: bool) -> int:
+    """``BertPreprocessor.get_index`` of keitakurita/contextual_embedding_bias_measure (``lib/bert_utils.py``),
+    written out: an index into the model input, which starts with [CLS]; only the ``last=False`` branch adds the
+    [CLS] offset."""
+    if not last:
+        return next(i for i, t in enumerate(toks) if t == word) + 1  # "take the [CLS] token into account"
+    return next(len(toks) - 1 - i for i, t in enumerate(reversed(toks)) if t == word)
+
+
+def test_lpbs_follows_the_paper_not_kuritas_released_code(tiny_bert):
+    """Kurita et al.'s ``bias_score`` reads the prior of a target-first template with ``get_index(last=True)``,
+    which lands one position before the attribute's mask (no [CLS] offset); biasflow reads the prior where the paper
+    defines it, at the target's own mask. The docs say so, and why there is no parity variant."""
+    from biasflow.scoring.multi_mask import expand
+
+    tok = tiny_bert.tokenizer
+    items = load_lpbs({}, {})
+    for template_id, between in (("is_a", "a"), ("is_very", "very")):
+        it = items[items.category == template_id].iloc[0]
+        assert lpbs.target_first(it.template)
+        # Kurita: "GGG is a XXX." -> bland sentence "[MASK] is a [MASK]." (one [MASK] for the attribute)
+        bland = it.template.lower().replace("[target]", tok.mask_token).replace("[attribute]", tok.mask_token)
+        toks = tok.tokenize(bland)
+        ids = tok(bland)["input_ids"]
+        kurita = kurita_get_index(toks, tok.mask_token, last=True)
+        masks = [i for i, t in enumerate(ids) if t == tok.mask_token_id]
+        assert masks == [1, kurita + 1] and tok.convert_ids_to_tokens(ids[kurita]) == between
+        # biasflow: the prior request reads the target's piece at the target's mask (position 1, after [CLS])
+        prior = next(r for *_, which, r in lpbs.word_requests(items[items.item_id == it.item_id], "targets_1", {})
+                     if which == "prior")
+        _, positions, _ = expand(tiny_bert, prior)
+        assert positions == [1] != [kurita]
+    doc = (Path(__file__).parents[1] / "docs" / "winobias_lpbs_cbs.md").read_text()
+    section = doc[doc.index("## LPBS"):doc.index("## CBS")]
+    for claim in ("get_index(last=True)", "[CLS]", "one `[MASK]`", "follows the paper, not the code"):
+        assert claim in section, f"docs/winobias_lpbs_cbs.md (LPBS) no longer says {claim!r}"

@@ -16,8 +16,9 @@ answers). How a multi-piece target's probability is read, and where, are the two
   * ``target_positions``: ``aligned`` = the masks of the [TARGET] slot; ``reference`` = Ahn & Oh's
     ``find_mask_token``: when [TARGET] comes after the attribute, the prior is read from the second mask token of
     the sentence on (off target when the attribute has several pieces).
-Kurita's own notebook reads the prior at the attribute's mask when the target comes first (``use_last_mask``);
-that slip is not reproduced: the paper's definition (prior at the target) is.
+Kurita et al.'s released code reads the prior of a target-first template one position before the attribute's mask
+(``get_index(last=True)`` omits the [CLS] offset) and masks a multi-piece attribute with one [MASK]; neither is
+reproduced: the paper's definition (prior at the target's own masks) is (docs/winobias_lpbs_cbs.md says why).
 Reported per template (category) and overall: ``mean_lpbs``, ``mean_abs_lpbs``, ``pct_positive``.
 """
 from __future__ import annotations
