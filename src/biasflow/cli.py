@@ -141,7 +141,7 @@ def cmd_run(args, extra: list[str]) -> int:
             owner.update(owner_record(os.getpid(), pid, resume, str(workdir.resolve())))
             write_owner(owner, plan_path, workdir)
 
-    rc, locked = run_snakemake(cmd, root, env, on_start=started)
+    rc, locked = run_snakemake(cmd, root, env, **({"on_start": started} if tracked else {}))  # real runs only
     if owner:
         import time
 
