@@ -302,31 +302,6 @@ def test_redacted_uri_still_names_the_same_store(uri, shown):
     assert redact_uri(uri) == shown
 
 
-def test_lm_challenge_runs_connect_through_the_environment_and_leak_nothing(tmp_path, monkeypatch, empty_store):
-    from mlflow.tracking import MlflowClient
-
-    from biasflow.lmchallenge.tracking import log_run
-
-    real = store_in(tmp_path / "store", empty_store, f"?password={PASSWORD}")
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", real)
-    page = tmp_path / "out" / "ngram.wc.html"
-    page.parent.mkdir()
-    page.write_text(f"<p>logged to {real}</p>")
-    run_id = log_run({"fingerprint": "f1", "prediction": {"hit1": 0.5}}, model="ngram", game="wc", data="wiki",
-                     params={"command": "lm --api-key sk-abcdefghijklmnop"}, artifacts=[page],
-                     tracking_uri=redact_uri(real), experiment="lmchallenge")
-    client = MlflowClient(tracking_uri=real)
-    assert_nowhere(tmp_path / "none", client, [run_id], PASSWORD)
-    assert "sk-abcdefghijklmnop" not in client.get_run(run_id).data.params["command"]
-    assert client.get_run(run_id).data.metrics == {"prediction.hit1": 0.5}
-    dead = f"http://bob:{PASSWORD}@127.0.0.1:{free_port()}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", dead)
-    start = time.monotonic()
-    with pytest.raises(TrackingError, match="unreachable") as err:
-        log_run({}, model="ngram", game="wc", data="wiki", tracking_uri=redact_uri(dead))
-    assert time.monotonic() - start < 10 and PASSWORD not in str(err.value)
-
-
 def test_biasflow_log_refuses_a_password_on_the_command_line(tmp_path, capsys):
     assert cli.main(["log", str(tmp_path), "--tracking-uri", f"http://bob:{PASSWORD}@host:5000"]) == 2
     err = capsys.readouterr().err

@@ -37,7 +37,13 @@ log = logging.getLogger(__name__)
 
 
 def conf_dir() -> Path:
-    return Path(os.environ.get("BIASFLOW_CONF", "conf")).resolve()
+    """``BIASFLOW_CONF``, else ``conf/`` of the working directory, else the conf/ of the checkout this package runs
+    from (an editable install), so tools such as ``python -m biasflow.lmchallenge`` find the model configs anywhere."""
+    if "BIASFLOW_CONF" in os.environ:
+        return Path(os.environ["BIASFLOW_CONF"]).resolve()
+    here = Path("conf").resolve()
+    checkout = Path(__file__).resolve().parents[2] / "conf"
+    return here if (here / "config.yaml").exists() or not (checkout / "config.yaml").exists() else checkout
 
 
 # Hydra's override parser takes time quadratic in a list's length (each element is looked up among all the

@@ -113,7 +113,8 @@ def test_cli_end_to_end(tmp_path, capsys):
     logs = {}
     for order in (2, 3):
         logs[order] = str(tmp_path / f"w{order}.wc.log")
-        assert main(["run", f"ngram:{order}:{train}", "wc", "-i", str(test), "-o", logs[order]]) == 0
+        assert main(["run", f"model=ngram{order}", "--training-text", str(train), "wc", "-i", str(test),
+                     "-o", logs[order]]) == 0
     assert main(["stats", "-o", "csv", logs[2], logs[3]]) == 0
     rows = capsys.readouterr().out.splitlines()
     assert len(rows) == 3 and rows[1].startswith(logs[2]) and "prediction.hit1" in rows[0]
@@ -128,12 +129,37 @@ def test_cli_end_to_end(tmp_path, capsys):
     assert main(["diff", logs[3], logs[2], "--color", "never"]) == 0
     assert "better=" in capsys.readouterr().err
     we = str(tmp_path / "w.we.log")
-    assert main(["run", f"ngram:2:{train}", "wc", "-i", str(test), "-n", "2", "-o", we]) == 0
+    assert main(["run", "model=ngram2", "--training-text", str(train), "wc", "-i", str(test), "-n", "2",
+                 "-o", we]) == 0
     capsys.readouterr()
     assert main(["diff", we, logs[2]]) == 2  # other text: refused, since token-by-token comparison is meaningless
     assert "different text" in capsys.readouterr().err
     assert main(["diff", we, logs[2], "--force", "--color", "never"]) == 0
-    assert main(["run", f"ngram:2:{train}", "wr", "-i", str(test)]) == 2
+    assert main(["run", "model=ngram2", "--training-text", str(train), "wr", "-i", str(test)]) == 2
     assert "--vocab" in capsys.readouterr().err
-    assert main(["run", f"ngram:2:{tmp_path / 'missing.txt'}", "we", "-i", str(test)]) == 2
+    assert main(["run", "model=ngram2", "--training-text", str(tmp_path / "missing.txt"), "we", "-i", str(test)]) == 2
     assert "missing.txt: No such file" in capsys.readouterr().err
+    assert main(["run", "model=ngram2", "we", "-i", str(test)]) == 2
+    assert "give --training-text FILE" in capsys.readouterr().err
+    assert main(["run", "model=ngram2", "--training-text", str(train), "--set", "model.order=0", "we",
+                 "-i", str(test)]) == 2
+    assert "model.order=0" in capsys.readouterr().err  # the pipeline's validation
+    assert main(["run", "model=glove_6b_50d", "we", "-i", str(test)]) == 2
+    assert "cannot play the games" in capsys.readouterr().err
+
+
+def test_the_command_line_and_the_pipeline_share_the_wr_defaults():
+    """One default per option: the command line's wr flags take the pipeline's (metric lmc_wr) values."""
+    from biasflow.lmchallenge.cli import build_parser
+    from biasflow.plan import build_plan
+
+    args = build_parser().parse_args(["run", "cmd", "wr"])
+    job = next(j for j in build_plan(["model=ngram2", "metric=[lmc_wr]"]).jobs if j.metric == "lmc_wr")
+    from biasflow.lmchallenge.pipeline import game_requests
+    import pandas as pd
+
+    items = pd.DataFrame({"role": ["train", "test"], "text": ["a b", "a"], "item_id": ["t", "x"],
+                          "category": ["c", "c"]})
+    request = game_requests("wr", items, job.metric_cfg)[0]
+    assert (args.num_candidates, args.seed, args.p_anykey) == (request.num_candidates, request.seed,
+                                                               request.p_anykey)

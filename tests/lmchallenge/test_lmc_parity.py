@@ -47,7 +47,7 @@ def test_tokenizer_matches_lmchallenge_on_every_bold_sentence(bold_wikipedia_lin
 @pytest.mark.parametrize("game", ["we", "wc"])
 def test_our_log_is_the_log_lmchallenge_writes(game):
     # lmc run drove the same n-gram model as a protocol process: same tokens, indices and model answers
-    with open_model(f"ngram:2:{FIXTURES / 'train.txt'}") as model:
+    with open_model("model=ngram2", training_text=str(FIXTURES / "train.txt")) as model:
         messages = list(read_messages((FIXTURES / "text.jsonl").read_text().splitlines()))
         ours = list(run_game(model, messages, game))
     assert ours == list(read_log(str(FIXTURES / f"lmc52_run_{game}.log")))

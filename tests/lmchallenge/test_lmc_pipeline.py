@@ -11,7 +11,6 @@ from biasflow.lmchallenge.games import run_game
 from biasflow.lmchallenge.ngram import NgramModel
 from biasflow.lmchallenge.stats import stats
 from biasflow.lmchallenge.text import Message
-from biasflow.lmchallenge.tracking import metrics_of
 from biasflow.registry import get_metric
 from biasflow.scoring.answer import Models, metric_answers
 
@@ -128,12 +127,6 @@ def test_games_are_planned_with_every_other_metric():
     a, b = (build_plan(["metric=[lmc_we]", "model=ngram3", f"model.order={o}"]).jobs[0] for o in (3, 4))
     keys = get_metric("lmc_we").score_keys
     assert a.scores_path(keys) != b.scores_path(keys)
-
-
-def test_metrics_for_mlflow_are_flat_numbers():
-    m = metrics_of({"fingerprint": "abc", "tokens": 5, "skipped": None,
-                    "prediction": {"hit1": 0.5, "mrr": 0.25}, "entropy": {"fingerprint": "f", "mean": 2.0}})
-    assert m == {"tokens": 5.0, "prediction.hit1": 0.5, "prediction.mrr": 0.25, "entropy.mean": 2.0}
 
 
 def test_a_line_without_its_training_text_is_refused(tmp_path):

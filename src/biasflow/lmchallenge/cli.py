@@ -4,6 +4,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from biasflow.errors import BiasflowError
+
 from .logs import LogError
 from .protocol import ProtocolError
 from .text import DEFAULT_WORD_TOKENIZER, WORD_TOKENIZERS
@@ -38,7 +40,8 @@ def cmd_run(a) -> int:
         reranking = Reranking(words, num_candidates=a.num_candidates, seed=a.seed,
                               error_model=ErrorModel(p_anykey=a.p_anykey))
     messages = read_input(a.input, a.format, a.limit)
-    with open_model(a.model, timeout=a.timeout, tokenizer=a.tokenizer) as model:
+    with open_model(a.model, overrides=a.set, training_text=a.training_text, timeout=a.timeout,
+                    tokenizer=a.tokenizer) as model:
         data = run_to_log(model, messages, a.game, next_word_only=a.next_word_only, reranking=reranking,
                           train=a.train, shard=a.shard, progress=progress_bar(len(messages), a.game),
                           tokenizer=a.tokenizer)
@@ -127,14 +130,25 @@ def _console(color: str):
                    highlight=False)
 
 
+def _wr_defaults():
+    from biasflow.schema import LMChallengeWR
+
+    return LMChallengeWR()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m biasflow.lmchallenge",
                                 description="LM Challenge: games that evaluate predictive language models.")
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="run a game of a model over test text, writing a log")
-    r.add_argument("model", help="a protocol command, or ngram:ORDER:FILE, ngram-char:ORDER:FILE, "
-                                 "hf-causal:PATH, hf-masked:PATH")
+    r.add_argument("model", help="a protocol command (as upstream's lmc run), or model=<config>: one of the "
+                                 "pipeline's model configs (conf/model/: ngram2, ngram3, char3, lmc_command, "
+                                 "Hugging Face models)")
+    r.add_argument("--set", action="append", default=[], metavar="model.KEY=VALUE",
+                   help="a setting of the model config (repeatable), e.g. --set model.order=4")
+    r.add_argument("--training-text", metavar="FILE",
+                   help="the text an n-gram or protocol-command model config trains on (lines)")
     r.add_argument("game", choices=["wc", "we", "ce", "wr"])
     r.add_argument("-i", "--input", default="-", help="test text (plain lines or JSON lines); default stdin")
     r.add_argument("-o", "--output", help="log file (written atomically); default stdout")
@@ -142,9 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-n", "--limit", type=int, help="only the first N lines of the input")
     r.add_argument("-p", "--next-word-only", action="store_true", help="wc: skip prefix completions (faster)")
     r.add_argument("--vocab", help="wr: vocabulary file, one candidate word per line")
-    r.add_argument("--num-candidates", type=int, default=100, help="wr: candidates per word (default 100)")
-    r.add_argument("--seed", type=int, default=42, help="wr: seed of the error model (default 42)")
-    r.add_argument("--p-anykey", type=float, default=0.1, help="wr: per-character error probability")
+    wr = _wr_defaults()  # the same defaults as the pipeline's metric lmc_wr
+    r.add_argument("--num-candidates", type=int, default=wr.num_candidates,
+                   help=f"wr: candidates per word (default {wr.num_candidates})")
+    r.add_argument("--seed", type=int, default=wr.seed, help=f"wr: seed of the error model (default {wr.seed})")
+    r.add_argument("--p-anykey", type=float, default=wr.p_anykey,
+                   help=f"wr: per-character error probability (default {wr.p_anykey})")
     r.add_argument("-t", "--train", action="store_true", help="train the model on each line after evaluating it")
     r.add_argument("--shard", type=_shard, default=(0, 1), metavar="K/N", help="evaluate shard K of N")
     r.add_argument("--timeout", type=float, default=60.0, help="seconds a process model may take per answer")
@@ -203,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (LogError, ProtocolError, ValueError) as e:
+    except (LogError, ProtocolError, ValueError, BiasflowError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # e.g. piped into `head`

@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 
 PROCESS_KINDS = ("ngram", "lmc_process")
 HF_KINDS = ("masked_lm", "causal_lm")
-WR_DEFAULTS = {"num_candidates": 50, "seed": 42, "p_anykey": 0.1}
 
 
 def training_text(lines: Sequence[str]) -> str:
@@ -46,8 +45,12 @@ def game_requests(game: str, items: pd.DataFrame, cfg: Mapping[str, Any]) -> lis
     options: dict[str, Any] = {}
     if game == "wc":
         options["next_word_only"] = bool(cfg.get("next_word_only", False))
-    if game == "wr":
-        options.update({k: type(v)(cfg[k]) if cfg.get(k) is not None else v for k, v in WR_DEFAULTS.items()})
+    if game == "wr":  # the metric's options model holds the defaults
+        from biasflow.schema import LMChallengeWR
+
+        wr = LMChallengeWR.model_validate({k: cfg[k] for k in ("num_candidates", "seed", "p_anykey")
+                                           if cfg.get(k) is not None})
+        options.update(num_candidates=wr.num_candidates, seed=wr.seed, p_anykey=wr.p_anykey)
     test = items.loc[items["role"] == "test", "text"]
     return [LMChallengeLine(game=game, text=str(text), message=i, train=digest, training_lines=train_lines, **options)
             for i, text in enumerate(test)]
