@@ -169,8 +169,8 @@ def moved_run(project, hub, commits):
     jobs = {job.model["hub_id"]: job for job in plan_jobs(project, overrides, multirun=True).jobs}
     hub.clear_log()
     try:
-        proc = biasflow_run(project, hub, overrides, multirun=True, token=token, ok=False,
-                            targets=[job.scores_path() for job in jobs.values()])
+        proc = biasflow_run(project, hub, overrides, multirun=True, token=token, ok=False,  # no second try
+                            targets=["--retries", "0", *(job.scores_path() for job in jobs.values())])
     finally:
         repo.refs["main"], repo.move_after_resolve = hub.shas[0], None
     return proc, jobs, token
@@ -283,3 +283,18 @@ def test_an_unreadable_local_weights_file_names_the_model_and_the_file(tmp_path,
     message = str(err.value)
     assert "\n" not in message and "model 'my_bert'" in message and str(folder) in message
     assert str(weights) in message and "save_pretrained" in message
+
+
+def test_offline_and_never_downloaded_says_to_run_once_online(monkeypatch):
+    from huggingface_hub import constants
+
+    from biasflow.errors import ModelLoadError
+    from biasflow.models import load_model
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ModelLoadError) as err:
+        load_model({"name": "offline_bert", "kind": "masked_lm", "hub_id": "org/never-downloaded", "device": "cpu"})
+    message = str(err.value)
+    assert "\n" not in message and "model 'offline_bert': hub id 'org/never-downloaded'" in message
+    assert "not in the Hugging Face cache" in message and "HF_HUB_OFFLINE=1" in message
+    assert "run once with hub access" in message

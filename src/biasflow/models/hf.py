@@ -146,10 +146,11 @@ def hub_commit(name: str, hub_id: str, revision: str | None) -> str:
     job loads) never gives a model of two commits, and the commit names the model's cached answers."""
     key = (hub_endpoint(), hub_id, revision or "")  # "": the repo's default branch
     if key not in _COMMITS:
-        from huggingface_hub import HfApi
+        from huggingface_hub import HfApi, constants
 
-        with hub_errors(name, hub_id, revision, None):
-            _COMMITS[key] = str(HfApi().resolve_revision(hub_id, revision=revision).resolved)
+        with hub_errors(name, hub_id, revision, None):  # offline: straight from the cache's refs/, no warning
+            _COMMITS[key] = str(HfApi().resolve_revision(hub_id, revision=revision,
+                                                         local_files_only=constants.HF_HUB_OFFLINE).resolved)
     return _COMMITS[key]
 
 
