@@ -363,6 +363,9 @@ def test_failures_on_slurm_are_named_retried_with_more_and_reported(slurm, tiny_
     assert "| failed | FAILED |" in row_b and "SIGKILL" in row_b and f"#2 {2 * FAIL_MEM_MB} MB" in row_b, row_b
     assert "| failed | CANCELLED |" in row_c, row_c
     assert "tiny_a" in set(pd.read_parquet(run / "aggregate.parquet")["model"])  # the retried time-out finished
+    row_a = next(ln for ln in report.split("## Retried jobs", 1)[1].splitlines() if ln.startswith("| tiny_a |"))
+    assert (f"score #1 {FAIL_MEM_MB} MB {FAIL_RUNTIME_MIN} min TIMEOUT; score #2 {2 * FAIL_MEM_MB} MB "
+            f"{2 * FAIL_RUNTIME_MIN} min COMPLETED") in row_a and "time limit" in row_a, row_a
 
     # each failed attempt's rule log is kept beside the log the retry wrote
     plan = json.loads((run / "plan.json").read_text())

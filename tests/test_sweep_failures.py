@@ -177,3 +177,30 @@ def test_a_stopped_or_killed_run_says_how_to_resume_and_is_not_shown_running(pro
     assert proc.returncode == 0, out[-3000:]
     assert "holds a stale lock" in out and "Unlocking" in out
     assert "1 done" in status()
+
+
+def test_a_job_waiting_in_the_slurm_queue_is_queued_not_running(tmp_path, monkeypatch):
+    """A submitted cluster job that SLURM still holds (PENDING) is `queued`; a RUNNING one `running`."""
+    from biasflow import progress, slurm
+
+    results = tmp_path / "results"
+    plan = {"plan_hash": "abc", "paths": {"results": str(results)}, "jobs": []}
+    for name, jobid in (("tiny_q", "41"), ("tiny_r", "42")):
+        job = {"model": {"name": name}, "metric": "crows_pairs", "results": str(results),
+               "metric_dir": str(results / "metrics" / name / "crows_pairs" / "h"),
+               "scores_path": str(results / "scores" / name / "crows_pairs-s.parquet"), "items_path": None}
+        plan["jobs"].append(job)
+        slurm.record({"event": "submitted", "rule": "score", "attempt": 1, "jobid": jobid,
+                      "output": [job["scores_path"]], "resources": {"mem_mb": 500, "runtime": 1}}, tmp_path)
+    (results / "runs" / "abc").mkdir(parents=True)
+    (results / "runs" / "abc" / "owner.json").write_text(json.dumps(
+        progress.owner_record(os.getpid(), None, "biasflow run -m model=tiny_q,tiny_r", str(tmp_path))))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text("#!/bin/sh\nprintf '41|PENDING\\n42|RUNNING\\n'\n")
+    (bin_dir / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    states = {s.model: (s.state, s.slurm_state) for s in progress.job_states(plan)}
+    assert states == {"tiny_q": ("queued", "PENDING"), "tiny_r": ("running", "RUNNING")}
+    text = progress.status_text(plan)
+    assert "1 running, 1 queued" in text and "queued (PENDING) tiny_q / crows_pairs" in text, text

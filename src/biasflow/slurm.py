@@ -16,6 +16,8 @@ The Snakefile calls ``install()`` in the Snakemake process that submits the jobs
   command's error, again every 10 minutes while it lasts, with the command that resumes the run) and so is the
   controller's return, and polling goes on with ``squeue`` (``sacct`` only where accounting answers: a controller
   that is down no longer switches the plugin to ``sacct``, which fails for good on a cluster without accounting).
+* **Status checks at least every ``BIASFLOW_SLURM_MAX_STATUS_INTERVAL_S`` seconds** where that is set (the plugin
+  waits up to 180 s between checks; the tests set 5).
 * **No account guessing.** Without ``slurm_account`` (the profile's ``default-resources``) the plugin asks ``sacct``
   for one on every submission and prints its errors; here it says once that none is set and submits without
   ``-A`` (the cluster's default account).
@@ -82,7 +84,11 @@ def scontrol_job(jobid: str) -> dict[str, str]:
     if rc != 0 or not out.strip():
         return {}
     fields: dict[str, str] = {}
-    for token in shlex.split(out.strip().splitlines()[0]):
+    try:
+        tokens = shlex.split(out.strip().splitlines()[0])
+    except ValueError:  # an unbalanced quote in some field: plain words will do
+        tokens = out.split()
+    for token in tokens:
         key, sep, value = token.partition("=")
         if sep:
             fields[key] = value

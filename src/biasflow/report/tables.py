@@ -89,6 +89,24 @@ def unfinished_section(unfinished) -> list[str]:
     return lines
 
 
+def retried_section(plan: Mapping[str, Any]) -> list[str]:
+    """Finished jobs that needed more than one cluster attempt: what each attempt asked for and how it ended."""
+    from biasflow.progress import job_states
+
+    try:
+        retried = [s for s in job_states(plan) if s.state == "done" and len(s.attempts or []) > 1]
+    except Exception:  # noqa: BLE001 - the attempts are a note; a report is never lost for them
+        return []
+    if not retried:
+        return []
+    lines = ["\n## Retried jobs\n", "Finished after more than one cluster attempt (each retry asks for more memory "
+             "and time):\n", "| model | metric | attempts (memory, time limit, end) | causes |", "|---|---|---|---|"]
+    for s in retried:
+        causes = "; ".join(f"#{a['attempt']} {a['cause']}" for a in s.attempts if a.get("cause"))
+        lines.append(f"| {s.model} | {s.metric} | {s.attempts_text()} | {causes.replace('|', '/')} |")
+    return lines
+
+
 def wrap(text: str, width: int) -> str:
     import textwrap
 
@@ -148,6 +166,7 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
     if unfinished:
         lines += unfinished_section(unfinished)
         report.unfinished = list(unfinished)
+    lines += retried_section(plan)
     for msg in plan.get("skipped", []):
         lines.append(f"- skipped: {msg}")
 
