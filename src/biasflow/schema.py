@@ -264,10 +264,12 @@ class BenchmarkConfig(Strict):
     targets: Union[list[str], dict[str, list[str]], list[dict[str, list[str]]], None] = None
     test_every: Optional[Annotated[int, Field(ge=2)]] = None
     test_limit: Optional[PositiveInt] = None
+    categories: Optional[list[str]] = None  # BBQ: the category files to read (null = all)
 
 
 SPLITS = {"crows_pairs": ("all",), "stereoset": ("dev", "test"), "winobias": ("dev", "test", "all"),
-          "bold": ("all",), "bold_wikipedia": ("all",), "lmchallenge_bold": ("all",), "honest": ("all",), "langfair_prompts": ("all",)}
+          "bold": ("all",), "bold_wikipedia": ("all",), "lmchallenge_bold": ("all",), "honest": ("all",), "langfair_prompts": ("all",),
+          "bbq": ("all", "ambig", "disambig")}
 
 
 # ------------------------------------------------------------------------------------------------ generators
