@@ -17,6 +17,20 @@ to flip CrowS-Pairs' 3-decimal rounding). Inside ``batch_invariant(model)`` each
   most of the chip idle and the launch of each call, not the arithmetic, would set the pace. cuBLAS picks its kernel
   from the call's shape, so a fixed tile is what keeps a row's result independent of its company there too.
 
+A GPU needs three more things (none of them applies on a CPU, whose numbers this module leaves as they were):
+
+* CUDA's reductions (``sum``, ``mean``, ``amax``) split a row's reduction over threads and blocks by the shape of
+  the whole call, and its softmax kernels by the alignment of the row in memory. Norm layers that reduce in Python
+  (``*RMSNorm``: Llama, Mistral, Qwen) therefore also run in fixed tiles there, and the scorers take the
+  log-sum-exp over the vocabulary through ``row_logsumexp``: fixed tiles of ``GPU_REDUCE_ROWS`` rows whose rows are
+  padded with -inf to a multiple of ``REDUCE_COLUMNS`` (every row starts on the same alignment).
+* the attention kernel is pinned to flash or memory-efficient attention (``torch.nn.attention.sdpa_kernel``), never
+  cuDNN's: cuDNN builds an execution plan for every new shape, measured on an H200 as most of the time of a
+  bfloat16 scoring run whose batches change shape (``docs/performance.md``), and its choice may vary with the shape.
+* nn.LayerNorm's kernel (one block per row) and flash attention on texts of up to 256 tokens compute a row on its
+  own already; flash attention may split longer keys by the number of rows in a call, so texts longer than that may
+  differ in the last bits between a batch and a resumed run on a GPU.
+
 Every other op of a transformer (attention within one sequence, layer norm, softmax, activations) computes each
 row on its own. The patch is an instance attribute set on enter and removed on exit: parameters, ``state_dict`` and
 code that uses the model outside the block (generation, saving) are untouched.
@@ -37,6 +51,9 @@ TILE_OUTPUTS = 1 << 18  # a tile of a layer with many outputs shrinks so that it
 GPU_MAX_TILE = 4096
 GPU_MIN_TILE = 1024
 GPU_TILE_OUTPUTS = 1 << 24
+GPU_NORM_TILE = 16384  # norm layers on a GPU (memory-bound: a large tile costs little, few calls cost less)
+GPU_REDUCE_ROWS = 1024  # row_logsumexp on a GPU: rows per call
+REDUCE_COLUMNS = 128  # ... and rows padded to a multiple of this many columns
 
 
 def tile_rows(out_features: int) -> int:
@@ -54,6 +71,32 @@ def gpu_tile_rows(out_features: int) -> int:
 def _tile_for(module: torch.nn.Module) -> int:
     out = _out_features(module)
     return gpu_tile_rows(out) if module.weight.device.type == "cuda" else tile_rows(out)
+
+
+def row_logsumexp(x: torch.Tensor) -> torch.Tensor:
+    """log-sum-exp over the last dimension of a 2-D float tensor (rows, n), each row computed the same way
+    whatever else is in ``x``: ``torch.logsumexp`` on a CPU; on a GPU in calls of one fixed shape (see the module
+    doc), GPU_REDUCE_ROWS rows padded with -inf to a multiple of REDUCE_COLUMNS columns."""
+    if x.device.type != "cuda":
+        return torch.logsumexp(x, dim=-1)
+    rows, n = x.shape
+    buf = x.new_full((GPU_REDUCE_ROWS, -(-n // REDUCE_COLUMNS) * REDUCE_COLUMNS), float("-inf"))
+    out = x.new_empty(rows)
+    for start in range(0, rows, GPU_REDUCE_ROWS):
+        part = x[start:start + GPU_REDUCE_ROWS]
+        buf[: part.shape[0], :n] = part  # rows past the part keep earlier values: each row is reduced on its own
+        out[start:start + part.shape[0]] = torch.logsumexp(buf, dim=-1)[: part.shape[0]]
+    return out
+
+
+def _norm_like(module: torch.nn.Module) -> bool:
+    # norm layers written in Python whose mean over a row is a CUDA reduction shaped by the whole call
+    return type(module).__name__.endswith("RMSNorm")
+
+
+def _on_gpu(module: torch.nn.Module) -> bool:
+    weight = getattr(module, "weight", None)
+    return isinstance(weight, torch.Tensor) and weight.device.type == "cuda"
 
 
 def _linear_like(module: torch.nn.Module) -> bool:
@@ -121,21 +164,37 @@ def _fixed_tiles(module: torch.nn.Module, forward, tile: int, x: torch.Tensor) -
 
 @contextlib.contextmanager
 def batch_invariant(*modules: torch.nn.Module | None) -> Iterator[None]:
-    """Make the linear layers under ``modules`` batch-invariant until the block ends (re-entrant)."""
+    """Make the linear layers under ``modules`` batch-invariant until the block ends (re-entrant); on a GPU also
+    the norm layers that reduce in Python, and the attention kernel pinned (module doc)."""
     patched = []
+    gpu = False
     try:
         for root in modules:
             if root is None:
                 continue
             for module in root.modules():
-                if not _linear_like(module) or "forward" in module.__dict__:
+                if "forward" in module.__dict__:
                     continue
-                if _row_invariant(module):
-                    module.forward = partial(_at_least_rows, module.forward, MIN_ROWS)
+                if _linear_like(module):
+                    gpu = gpu or module.weight.device.type == "cuda"
+                    if _row_invariant(module):
+                        module.forward = partial(_at_least_rows, module.forward, MIN_ROWS)
+                    else:
+                        module.forward = partial(_fixed_tiles, module, module.forward, _tile_for(module))
+                elif _norm_like(module) and _on_gpu(module):
+                    module.forward = partial(_fixed_tiles, module, module.forward, GPU_NORM_TILE)
                 else:
-                    module.forward = partial(_fixed_tiles, module, module.forward, _tile_for(module))
+                    continue
                 patched.append(module)
-        yield
+        with _gpu_attention() if gpu else contextlib.nullcontext():
+            yield
     finally:
         for module in patched:
             del module.forward
+
+
+def _gpu_attention():
+    """SDPA on a GPU: flash or memory-efficient attention (math where neither applies), never cuDNN's."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])

@@ -29,7 +29,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from biasflow.models.batch_invariant import batch_invariant, gpu_tile_rows
+from biasflow.models.batch_invariant import batch_invariant, gpu_tile_rows, row_logsumexp
 from biasflow.models.packed import PackedLayout, packable, packed
 from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_LOGITS
 from biasflow.scoring.batching import packed_batches, pad_right, token_budget_batches
@@ -107,7 +107,7 @@ def _head_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.T
     for start in range(0, hidden.shape[0], rows):
         logits = head(hidden[start:start + rows]).float()
         out[start:start + rows] = (logits.gather(-1, targets[start:start + rows, None])[:, 0]
-                                   - torch.logsumexp(logits, dim=-1))
+                                   - row_logsumexp(logits))  # torch.logsumexp on a CPU
     return out
 
 
@@ -119,7 +119,11 @@ def _target_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, targets: torc
     with batch_invariant(model):  # no key/value cache: one pass, nothing to continue from
         if not _head_on_real_tokens(model):
             logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits.float()
-            return logits.gather(-1, targets[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)
+            if logits.device.type == "cuda":  # fixed-shape reductions (``row_logsumexp``)
+                lse = row_logsumexp(logits.reshape(-1, logits.shape[-1])).reshape(logits.shape[:-1])
+            else:
+                lse = torch.logsumexp(logits, dim=-1)
+            return logits.gather(-1, targets[..., None])[..., 0] - lse
         hidden = model.base_model(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
         real = attn.bool()
         out = torch.zeros(targets.shape, dtype=torch.float32, device=targets.device)

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from biasflow.score_kinds import NO_MATCH_PROB, NO_MATCH_RANK, listed_probability  # noqa: F401 (re-exported)
 from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS
 from biasflow.scoring.batching import pad_right, token_budget_batches
+from biasflow.scoring.masked import vocabulary_transform
 
 MASK_PLACEHOLDER = "[MASK]"
 KIND = "mask_candidates"
@@ -50,7 +51,7 @@ def mask_distributions(adapter, templates: Sequence[str], batch_tokens: int = DE
         cols = torch.tensor([enc[i].index(tok.mask_token_id) for i in batch], dtype=torch.long)
         logits = adapter.logits_at(ids.to(adapter.device), attn.to(adapter.device),
                                    torch.arange(len(batch), device=adapter.device), cols.to(adapter.device))
-        probs = torch.softmax(logits, dim=-1).cpu()
+        probs = vocabulary_transform(torch.softmax, logits).cpu()  # torch.softmax on a CPU
         for r, i in enumerate(batch):
             yield i, probs[r]
         bar.update(len(batch))

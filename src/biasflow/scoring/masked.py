@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from biasflow.models.batch_invariant import batch_invariant
+from biasflow.models.batch_invariant import batch_invariant, row_logsumexp
 from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS
 from biasflow.scoring.batching import pad_right, padded_width, run_with_backoff, token_budget_batches
 
@@ -63,6 +63,12 @@ def pseudo_log_likelihoods(adapter, token_ids: Sequence[Sequence[int]], batch_to
     on_gpu = torch.device(device).type == "cuda"
     pending: list[tuple[list[tuple[int, int]], torch.Tensor]] = []
 
+    def to_device(array: np.ndarray) -> torch.Tensor:
+        # on a GPU through pinned memory, without waiting: a plain copy would wait for the previous batch to finish
+        if on_gpu:
+            return torch.from_numpy(array).pin_memory().to(device, non_blocking=True)
+        return torch.from_numpy(array).to(device)
+
     def run_batch(batch: list[tuple[int, int]]) -> None:
         rows = np.fromiter((u for u, _ in batch), dtype=np.int64, count=len(batch))
         cols = np.fromiter((p for _, p in batch), dtype=np.int64, count=len(batch))
@@ -71,14 +77,15 @@ def pseudo_log_likelihoods(adapter, token_ids: Sequence[Sequence[int]], batch_to
         targets = ids[np.arange(len(batch)), cols]
         ids[np.arange(len(batch)), cols] = mask_id
         attn = (np.arange(width)[None, :] < lens[rows][:, None]).astype(np.int64)
-        attn_t = None if on_gpu and width < 32 else torch.from_numpy(attn).to(device)
-        logits = adapter.logits_at(torch.from_numpy(ids).to(device), attn_t,
-                                   torch.arange(len(batch), device=device), torch.from_numpy(cols).to(device))
-        logp = torch.log_softmax(logits.float(), dim=-1)
-        picked = logp.gather(1, torch.from_numpy(targets).to(device)[:, None])[:, 0]
-        if on_gpu:
+        attn_t = None if on_gpu and width < 32 else to_device(attn)
+        logits = adapter.logits_at(to_device(ids), attn_t, torch.arange(len(batch), device=device), to_device(cols))
+        target_t = to_device(targets)[:, None]
+        if on_gpu:  # logit - logsumexp in fixed-shape calls (``row_logsumexp``): a row's value ignores its company
+            logits = logits.float()
+            picked = logits.gather(1, target_t)[:, 0] - row_logsumexp(logits)
             pending.append((batch, picked))  # written after the last batch, only batches that succeeded
         else:
+            picked = torch.log_softmax(logits.float(), dim=-1).gather(1, target_t)[:, 0]
             for (u, p), v in zip(batch, picked.double().cpu().numpy()):  # written only after the pass succeeded
                 scores[u][p] = v
         bar.update(len(batch))
@@ -98,6 +105,15 @@ def logits_at(adapter, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor
         return adapter.logits_at(ids, attn, rows, cols)
     with torch.inference_mode(), batch_invariant(adapter.model):
         return adapter.model(input_ids=ids, attention_mask=attn).logits[rows, cols].float()
+
+
+def vocabulary_transform(transform, logits: torch.Tensor) -> torch.Tensor:
+    """``transform`` (log_softmax or softmax over the last dimension) of float32 logits; on a GPU through
+    ``row_logsumexp``, so that a row's values do not depend on the other rows of the call."""
+    if logits.device.type != "cuda" or transform not in (torch.log_softmax, torch.softmax):
+        return transform(logits, dim=-1)
+    logp = logits - row_logsumexp(logits)[:, None]
+    return logp if transform is torch.log_softmax else logp.exp()
 
 
 @torch.inference_mode()
@@ -138,7 +154,7 @@ def vocabulary_scores(adapter, seqs: Sequence[Sequence[int]], positions: Sequenc
         cols = [p for key in batch for p in rows_of[key]]
         logits = logits_at(adapter, ids.to(device), attn.to(device), torch.as_tensor(rows, device=device),
                            torch.as_tensor(cols, device=device))
-        values = transform(logits.float(), dim=-1).cpu()
+        values = vocabulary_transform(transform, logits.float()).cpu()
         at = 0
         for key in batch:
             n = len(rows_of[key])

@@ -24,7 +24,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from biasflow.models.batch_invariant import batch_invariant
+from biasflow.models.batch_invariant import batch_invariant, row_logsumexp
 from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_LOGITS, Budget
 from biasflow.scoring.batching import pad_right, token_budget_batches
 
@@ -72,7 +72,11 @@ def unmasked_scores(adapter, token_ids: Sequence[Sequence[int]], with_attention:
         with batch_invariant(model):
             res = model(input_ids=ids, attention_mask=attn, output_attentions=with_attention)
         logits = res.logits.float()
-        lp = (logits.gather(-1, ids[..., None])[..., 0] - torch.logsumexp(logits, dim=-1)).cpu().numpy()
+        if logits.device.type == "cuda":  # fixed-shape reductions: a row's value ignores its company
+            lse = row_logsumexp(logits.reshape(-1, logits.shape[-1])).reshape(logits.shape[:-1])
+        else:
+            lse = torch.logsumexp(logits, dim=-1)
+        lp = (logits.gather(-1, ids[..., None])[..., 0] - lse).cpu().numpy()
         top1 = (logits.argmax(-1) == ids).cpu().numpy()
         received = None
         if with_attention:
