@@ -112,12 +112,11 @@ def first_run(project, hub):
     hub.clear_log()
     overrides = ["model=tiny_hub", *slice_(20)]
     proc = biasflow_run(project, hub, overrides)
-    plan = plan_jobs(project, overrides)
-    return proc, plan, list(hub.requests)
+    return proc, plan_jobs(project, overrides)
 
 
 def test_a_hub_model_is_downloaded_and_its_commit_recorded(project, hub, first_run):
-    proc, plan, requests = first_run
+    _, plan = first_run
     commit = hub.shas[0]
     provenance, answers = scored(project, plan.jobs[0])
     assert provenance["model.source"] == REPO and provenance["model.revision"] == commit  # not "main"
@@ -134,7 +133,7 @@ def test_a_hub_model_is_downloaded_and_its_commit_recorded(project, hub, first_r
 def test_a_second_run_works_offline_from_the_cache(project, hub, first_run):
     """HF_HUB_OFFLINE=1 and the hub down: the branch resolves from the Hugging Face cache, a pinned commit too."""
     commit = hub.shas[0]
-    _, first, _ = first_run
+    _, first = first_run
     _, first_answers = scored(project, first.jobs[0])
     overrides = ["model=tiny_hub", f"model.revision=main,{commit}", *slice_(10)]
     jobs = {job.model["revision"]: job for job in plan_jobs(project, overrides, multirun=True).jobs}
@@ -179,7 +178,7 @@ def moved_run(project, hub, commits):
 def test_a_moved_branch_never_serves_or_mixes_answers_of_another_commit(project, hub, first_run, moved_run):
     """The run uses commit 1 alone: for every file, for its cache key and for every answer (none of commit 0's
     cached answers, none of commit 2's files)."""
-    _, first, _ = first_run
+    _, first = first_run
     first_prov, first_answers = scored(project, first.jobs[0])
     _, jobs, _ = moved_run
     provenance, answers = scored(project, jobs[REPO])
