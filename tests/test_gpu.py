@@ -10,7 +10,8 @@ WordPiece vocabulary of the packaged all-MiniLM-L6-v2; built here, saved, and lo
 Tolerances (absolute, on log-probabilities and probabilities; ``TOL``): float32 1e-3 (GPU and CPU kernels sum in
 different orders), float16 0.02, bfloat16 0.05 (8 bits of mantissa through every layer: the CPU's bfloat16 path
 moves the small models' log-probabilities by up to 0.007; the masked LM's vocabulary head stays float32). Exact
-(token ids, argmax flags, top-k words, greedy generations) in float32 only.
+(token ids, argmax flags, top-k words, greedy generations) in float32 only; vocabulary ranks in float32
+within RANK_SLACK places.
 
 ``BIASFLOW_TEST_DEVICE=cpu`` runs the same comparisons with the "GPU" side on the CPU (a dry run of this file on a
 machine without a GPU: the CPU's bfloat16 path against its float32 path).
@@ -34,6 +35,10 @@ pytestmark = [pytest.mark.gpu,
 
 FIXTURE = Path(__file__).parent / "fixtures" / "crows_sample.csv"
 TOL = {"float32": 1e-3, "float16": 0.02, "bfloat16": 0.05}
+# ranks of a candidate in a random model's near-uniform vocabulary distribution: neighbours differ by ~1e-7 in
+# probability, so float32 rounding on another device may swap a few places
+RANK_COLUMNS = ("ranks", "match_ranks")
+RANK_SLACK = 10
 DTYPES = ["float32", "bfloat16", "float16"] if DEVICE != "cpu" else ["float32", "bfloat16"]
 SIZES = {"tiny": dict(width=32, layers=2, heads=2), "small": dict(width=256, layers=4, heads=4)}
 
@@ -149,6 +154,10 @@ def assert_close(got: pd.DataFrame, want: pd.DataFrame, dtype: str, what: str) -
             exact_kind = isinstance(w, (bool, np.bool_, str, type(None))) or (
                 wn is not None and np.asarray(w).dtype.kind in "iub")
             where = f"{what}: column {column!r}, row {row} ({want['key'][row][:12]})"
+            if column in RANK_COLUMNS and wn is not None and gn is not None and gn.shape == wn.shape:
+                if dtype == "float32":  # a rank among ~30,000 near-equal probabilities
+                    assert np.abs(gn - wn).max(initial=0) <= RANK_SLACK, where
+                continue
             if exact_kind:
                 if dtype == "float32" or column in ("token_ids", "positions", "piece_ids", "n_pieces"):
                     assert np.array_equal(np.asarray(g), np.asarray(w)) if wn is not None else g == w, where

@@ -75,13 +75,15 @@ def _tile_for(module: torch.nn.Module) -> int:
 
 def row_logsumexp(x: torch.Tensor) -> torch.Tensor:
     """log-sum-exp over the last dimension of a 2-D float tensor (rows, n), each row computed the same way
-    whatever else is in ``x``: ``torch.logsumexp`` on a CPU; on a GPU in calls of one fixed shape (see the module
-    doc), GPU_REDUCE_ROWS rows padded with -inf to a multiple of REDUCE_COLUMNS columns."""
+    whatever else is in ``x``: ``torch.logsumexp`` on a CPU; on a GPU in float32 (whatever ``x``'s float type) in
+    calls of one fixed shape (see the module doc), GPU_REDUCE_ROWS rows padded with -inf to a multiple of
+    REDUCE_COLUMNS columns."""
     if x.device.type != "cuda":
         return torch.logsumexp(x, dim=-1)
     rows, n = x.shape
-    buf = x.new_full((GPU_REDUCE_ROWS, -(-n // REDUCE_COLUMNS) * REDUCE_COLUMNS), float("-inf"))
-    out = x.new_empty(rows)
+    width = -(-n // REDUCE_COLUMNS) * REDUCE_COLUMNS
+    buf = torch.full((GPU_REDUCE_ROWS, width), float("-inf"), dtype=torch.float32, device=x.device)
+    out = torch.empty(rows, dtype=torch.float32, device=x.device)
     for start in range(0, rows, GPU_REDUCE_ROWS):
         part = x[start:start + GPU_REDUCE_ROWS]
         buf[: part.shape[0], :n] = part  # rows past the part keep earlier values: each row is reduced on its own

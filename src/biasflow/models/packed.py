@@ -12,16 +12,22 @@ A text's scores do not depend on its company: its attention is computed in a cal
 ops are row by row (the linear layers through ``batch_invariant``). ``tests/test_batch_invariance.py`` checks it,
 ``tests/test_scoring.py`` checks the scores against the untouched model, one text at a time.
 
+On a GPU in bfloat16/float16 the texts of a pass attend in one variable-length flash-attention call
+(``_flash_varlen``) instead of one SDPA call per length; float32 and the CPU keep the loop.
+
 Only model types whose decoder goes through transformers' attention interface with positions from
 ``position_ids`` are packed (``PACKABLE_TYPES``); anything else runs the padded path.
 """
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 import torch
+
+log = logging.getLogger(__name__)
 
 PACKED = "biasflow_packed"
 # decoder-only model types whose attention layers call ``ALL_ATTENTION_FUNCTIONS[config._attn_implementation]`` and
@@ -35,6 +41,7 @@ class PackedLayout:
 
     lengths: tuple[int, ...]
     groups: tuple[tuple[int, int, int], ...]
+    _offsets: dict = field(default_factory=dict, compare=False, repr=False)  # device -> offsets(), made once
 
     @classmethod
     def of(cls, lengths: Sequence[int]) -> "PackedLayout":
@@ -57,6 +64,16 @@ class PackedLayout:
         """(1, tokens): 0..length-1 for each text."""
         return torch.cat([torch.arange(n, device=device) for n in self.lengths])[None]
 
+    def offsets(self, device=None) -> torch.Tensor:
+        """(texts + 1,) int32: where each text starts, then the total (flash attention's ``cu_seqlens``); made once
+        per device."""
+        key = str(device)
+        cached = self._offsets.get(key)
+        if cached is None:
+            starts = self.starts() + [sum(self.lengths)]
+            cached = self._offsets[key] = torch.tensor(starts, dtype=torch.int32).to(device, non_blocking=True)
+        return cached
+
     def starts(self) -> list[int]:
         out, start = [], 0
         for n in self.lengths:
@@ -72,6 +89,13 @@ def packed_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
     tokens, dim); returns (1, tokens, heads, dim) like transformers' attention functions."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    if _use_varlen(query):
+        try:
+            return _flash_varlen(query, key, value, biasflow_layout, scaling), None
+        except (RuntimeError, TypeError) as exc:  # an older torch or an unsupported shape: the loop below
+            _VARLEN["ok"] = False
+            log.warning("packed attention: one flash-attention call per pass failed (%s); attending per length "
+                        "instead", exc)
     heads, tokens, dim = query.shape[1:]
     out = query.new_empty((1, tokens, heads, dim))
 
@@ -85,6 +109,32 @@ def packed_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
                                          is_causal=True)
         out[0, start:start + count * length] = part.reshape(count * length, heads, dim)
     return out, None
+
+
+# on a GPU in bfloat16/float16 all texts of a pass attend in ONE flash-attention call over variable lengths (the
+# texts' offsets tell it where each starts) instead of one call per length: a pass holds ~40 lengths, and the calls,
+# not the arithmetic, set the pace there. Each text is still computed on its own (flash attention's blocks never
+# cross a text), with the key/value blocks unsplit where this torch lets us say so (``num_splits=1``). False once it
+# failed in this process (the loop per length is used from then on).
+_VARLEN: dict[str, bool | None] = {"ok": None}
+
+
+def _use_varlen(query: torch.Tensor) -> bool:
+    return (query.device.type == "cuda" and query.dtype in (torch.bfloat16, torch.float16)
+            and _VARLEN["ok"] is not False)
+
+
+def _flash_varlen(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, layout: PackedLayout,
+                  scaling: float | None) -> torch.Tensor:
+    op = torch.ops.aten._flash_attention_forward
+    offsets = layout.offsets(query.device)
+    longest = max(layout.lengths)
+    extra = {"num_splits": 1} if "num_splits" in str(op.default._schema) else {}
+    # (1, heads, tokens, dim) -> (tokens, heads, dim): flash attention's variable-length layout
+    out = op(query[0].transpose(0, 1), key[0].transpose(0, 1), value[0].transpose(0, 1), offsets, offsets, longest,
+             longest, 0.0, True, False, scale=scaling, **extra)[0]
+    _VARLEN["ok"] = True
+    return out[None]
 
 
 def _no_mask(*args, **kwargs) -> None:

@@ -103,6 +103,30 @@ def pad_right(seqs: Sequence[Sequence[int]], pad_id: int):
     return ids, attn
 
 
+# below this width ``padded_width`` is exact: a batch of a narrower width never holds padding
+EXACT_WIDTHS = 32
+
+
+def gpu_padding_column(device) -> bool:
+    """Whether a padded batch on ``device`` gets one more all-padding column when its width is EXACT_WIDTHS or more
+    (``with_padding_column``): on a GPU only. transformers drops an attention mask that is all ones and the
+    attention kernel then changes (flash without a mask, memory-efficient with one; their last bits differ), so a
+    batch of one canonical width must either never or always hold padding, whatever texts share it."""
+    import torch
+
+    return torch.device(device).type == "cuda"
+
+
+def with_padding_column(ids, attn, pad_id: int, device):
+    """(ids, attn) long tensors, with one more padding column on a GPU when the width is EXACT_WIDTHS or more
+    (``gpu_padding_column``); unchanged otherwise. The extra column is attended by nothing and scored by nothing."""
+    import torch
+
+    if ids.shape[1] < EXACT_WIDTHS or not gpu_padding_column(device):
+        return ids, attn
+    return (torch.nn.functional.pad(ids, (0, 1), value=int(pad_id)), torch.nn.functional.pad(attn, (0, 1), value=0))
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
     """True for CUDA/MPS/CPU allocation failures (torch raises OutOfMemoryError or a RuntimeError that says so)."""
     import torch

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 from biasflow.models.batch_invariant import batch_invariant, gpu_tile_rows, row_logsumexp
 from biasflow.models.packed import PackedLayout, packable, packed
 from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_LOGITS
-from biasflow.scoring.batching import packed_batches, pad_right, token_budget_batches
+from biasflow.scoring.batching import packed_batches, pad_right, token_budget_batches, with_padding_column
 
 CAUSAL_KIND = "causal_token_logprobs"
 FIRST_TOKEN_MODES = ("prefix", "separate", "none")
@@ -105,9 +105,14 @@ def _head_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.T
     ``rows`` rows at a time (each row's value does not depend on the slicing)."""
     out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
     for start in range(0, hidden.shape[0], rows):
-        logits = head(hidden[start:start + rows]).float()
+        logits = head(hidden[start:start + rows])
+        if logits.device.type == "cuda":  # float32 inside row_logsumexp's fixed-shape calls: no float32 copy here
+            out[start:start + rows] = (logits.gather(-1, targets[start:start + rows, None])[:, 0].float()
+                                       - row_logsumexp(logits))
+            continue
+        logits = logits.float()
         out[start:start + rows] = (logits.gather(-1, targets[start:start + rows, None])[:, 0]
-                                   - row_logsumexp(logits))  # torch.logsumexp on a CPU
+                                   - torch.logsumexp(logits, dim=-1))
     return out
 
 
@@ -204,7 +209,7 @@ def next_token_logprobs(adapter, seqs: Sequence[Sequence[int]], batch_tokens: in
         budget = max(1, int(batch_tokens) if plain_head else min(int(batch_tokens), int(max_logits) // max(1, vocab)))
         pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
         for batch in token_budget_batches(todo, lengths, budget):
-            ids, attn = pad_right([seqs[i] for i in batch], pad_id)
+            ids, attn = with_padding_column(*pad_right([seqs[i] for i in batch], pad_id), pad_id, device)
             # position j predicts input j+1; the last position predicts nothing we need
             targets = torch.cat([ids[:, 1:], torch.full((len(batch), 1), pad_id, dtype=torch.long)], dim=1)
             lp = _target_logprobs(model, ids.to(device), attn.to(device), targets.to(device), head_rows).cpu().numpy()

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from biasflow.score_kinds import NO_MATCH_PROB, NO_MATCH_RANK, listed_probability  # noqa: F401 (re-exported)
 from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS
-from biasflow.scoring.batching import pad_right, token_budget_batches
+from biasflow.scoring.batching import pad_right, token_budget_batches, with_padding_column
 from biasflow.scoring.masked import vocabulary_transform
 
 MASK_PLACEHOLDER = "[MASK]"
@@ -47,7 +47,7 @@ def mask_distributions(adapter, templates: Sequence[str], batch_tokens: int = DE
     bar = tqdm(total=len(templates), desc=f"{desc} {adapter.name}", unit="template", disable=not progress,
                mininterval=1.0)
     for batch in token_budget_batches(list(range(len(enc))), [len(x) for x in enc], batch_tokens):
-        ids, attn = pad_right([enc[i] for i in batch], pad_id)
+        ids, attn = with_padding_column(*pad_right([enc[i] for i in batch], pad_id), pad_id, adapter.device)
         cols = torch.tensor([enc[i].index(tok.mask_token_id) for i in batch], dtype=torch.long)
         logits = adapter.logits_at(ids.to(adapter.device), attn.to(adapter.device),
                                    torch.arange(len(batch), device=adapter.device), cols.to(adapter.device))

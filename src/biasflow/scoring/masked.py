@@ -19,7 +19,8 @@ from tqdm.auto import tqdm
 
 from biasflow.models.batch_invariant import batch_invariant, row_logsumexp
 from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS
-from biasflow.scoring.batching import pad_right, padded_width, run_with_backoff, token_budget_batches
+from biasflow.scoring.batching import (EXACT_WIDTHS, pad_right, padded_width, run_with_backoff,
+                                       token_budget_batches, with_padding_column)
 
 PLL_KIND = "pll"
 
@@ -58,8 +59,9 @@ def pseudo_log_likelihoods(adapter, token_ids: Sequence[Sequence[int]], batch_to
     bar = tqdm(total=len(jobs), desc=f"PLL {adapter.name}", unit="mask", disable=not progress, mininterval=1.0)
     # on a GPU a batch's scores stay on the device until the end (no wait for the chip after every batch), and the
     # attention mask is sent or not by the padded width alone: widths under 32 are exact (never padded) and go
-    # without one, wider ones always with one, so the attention kernel (flash or memory-efficient: their last bits
-    # differ) never depends on which rows share the batch; on a CPU each batch is written as it finishes, as before
+    # without one, wider ones always with one that holds padding (an extra column), so the attention kernel (flash
+    # or memory-efficient: their last bits differ) never depends on which rows share the batch; on a CPU each batch
+    # is written as it finishes, as before
     on_gpu = torch.device(device).type == "cuda"
     pending: list[tuple[list[tuple[int, int]], torch.Tensor]] = []
 
@@ -74,10 +76,12 @@ def pseudo_log_likelihoods(adapter, token_ids: Sequence[Sequence[int]], batch_to
         cols = np.fromiter((p for _, p in batch), dtype=np.int64, count=len(batch))
         width = padded_width(int(lens[rows].max()))  # the same for every row of a batch
         ids = padded[rows, :width].copy()
+        if on_gpu and width >= EXACT_WIDTHS:  # always some padding at this width (``with_padding_column``)
+            ids = np.concatenate([ids, np.full((len(batch), 1), pad_id, dtype=ids.dtype)], axis=1)
         targets = ids[np.arange(len(batch)), cols]
         ids[np.arange(len(batch)), cols] = mask_id
-        attn = (np.arange(width)[None, :] < lens[rows][:, None]).astype(np.int64)
-        attn_t = None if on_gpu and width < 32 else to_device(attn)
+        attn = (np.arange(ids.shape[1])[None, :] < lens[rows][:, None]).astype(np.int64)
+        attn_t = None if on_gpu and width < EXACT_WIDTHS else to_device(attn)
         logits = adapter.logits_at(to_device(ids), attn_t, torch.arange(len(batch), device=device), to_device(cols))
         target_t = to_device(targets)[:, None]
         if on_gpu:  # logit - logsumexp in fixed-shape calls (``row_logsumexp``): a row's value ignores its company
@@ -149,7 +153,7 @@ def vocabulary_scores(adapter, seqs: Sequence[Sequence[int]], positions: Sequenc
     bar = tqdm(total=len(distinct), desc=f"{desc} {adapter.name}", unit="text", disable=not progress,
                mininterval=1.0)
     for batch in token_budget_batches(distinct, [len(k) for k in distinct], batch_tokens):
-        ids, attn = pad_right(batch, pad_id)
+        ids, attn = with_padding_column(*pad_right(batch, pad_id), pad_id, device)  # unchanged on a CPU
         rows = [r for r, key in enumerate(batch) for _ in rows_of[key]]
         cols = [p for key in batch for p in rows_of[key]]
         logits = logits_at(adapter, ids.to(device), attn.to(device), torch.as_tensor(rows, device=device),

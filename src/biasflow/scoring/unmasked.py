@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from biasflow.models.batch_invariant import batch_invariant, row_logsumexp
 from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_LOGITS, Budget
-from biasflow.scoring.batching import pad_right, token_budget_batches
+from biasflow.scoring.batching import pad_right, token_budget_batches, with_padding_column
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def unmasked_scores(adapter, token_ids: Sequence[Sequence[int]], with_attention:
     bar = tqdm(total=len(token_ids), desc=f"unmasked {adapter.name}", unit="text", disable=not progress,
                mininterval=1.0)
     for batch in token_budget_batches(list(range(len(token_ids))), [len(x) for x in token_ids], budget):
-        ids, attn = pad_right([token_ids[t] for t in batch], pad_id)
+        ids, attn = with_padding_column(*pad_right([token_ids[t] for t in batch], pad_id), pad_id, device)
         ids, attn = ids.to(device), attn.to(device)
         with batch_invariant(model):
             res = model(input_ids=ids, attention_mask=attn, output_attentions=with_attention)
