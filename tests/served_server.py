@@ -8,11 +8,22 @@ token), ``top_logprobs`` (``null`` first, then the token's own and the best ``lo
 An empty prompt is HTTP 400 (vLLM: the decoder prompt cannot be empty); an unknown model name is HTTP 404.
 
 ``add_bos`` makes it tokenise like a Llama-style server (the BOS token before every prompt sent with special
-tokens); without it, like GPT-2 (nothing added). Misbehaviour on purpose, for the failure tests: ``fail_status``
-(every request gets that HTTP status, or only the first ``fail_times``), ``delay_s`` (sleep before answering),
-``truncate`` (the last log-probability missing), ``ignore_echo`` (answers as if echo were false: one generated
-token). Runs in a thread on 127.0.0.1 and a free port; ``log`` records every request body, ``auth`` its
-Authorization header.
+tokens); without it, like GPT-2 (nothing added). Misbehaviour on purpose, for the failure tests:
+
+* HTTP: ``fail_status`` (every request gets that HTTP status, or only the first ``fail_times``), ``status_for``
+  (prompt -> the HTTP status every request of that prompt gets), ``delay_s`` (sleep before answering), ``hang``
+  (never answer: the request waits until the server is closed), ``html`` (HTTP 200 with a web page, as a proxy or
+  login page in front of the server sends), ``broken_json`` (HTTP 200 with half a JSON reply);
+* the reply: ``truncate`` (every list of ``logprobs`` one entry short), ``short_logprobs`` (only
+  ``token_logprobs`` one short), ``usage_short`` (``usage.prompt_tokens`` that many below the echoed tokens),
+  ``bad_logprob`` (every scored token's log-probability replaced by this value, e.g. ``-inf`` or ``nan``, sent as
+  ``-Infinity`` / ``NaN`` as Python's json writes them; ``bad_logprob_at="last"``: the last token's only),
+  ``bad_offsets`` (the last ``text_offset`` one too far), ``ignore_echo`` (answers as if echo were false: one
+  generated token), ``generate_anyway`` (one token generated in spite of ``max_tokens: 0``, echoed after the
+  prompt's and counted in ``usage.completion_tokens``).
+
+Runs in a thread on 127.0.0.1 and a free port; ``log`` records every request body (misbehaving ones included),
+``auth`` its Authorization header.
 """
 from __future__ import annotations
 
@@ -78,8 +89,19 @@ class CompletionsServer(LocalHTTPServer):
         self.fail_status: int | None = None
         self.fail_times: int | None = None
         self.delay_s = 0.0
+        self.status_for: dict[str, int] = {}
+        self.hang = False
+        self.html = False
+        self.broken_json = False
         self.truncate = False
+        self.short_logprobs = False
+        self.usage_short = 0
+        self.bad_logprob: float | None = None
+        self.bad_logprob_at = "all"
+        self.bad_offsets = False
         self.ignore_echo = False
+        self.generate_anyway = False
+        self.released = threading.Event()  # set on close: hung requests end (unanswered)
         self.lock = threading.Lock()
         server = self
 
@@ -94,9 +116,20 @@ class CompletionsServer(LocalHTTPServer):
                         server.fail_times -= 1
                 if server.delay_s:
                     time.sleep(server.delay_s)
+                if server.hang:
+                    server.released.wait(120)
+                    return None  # the connection closes unanswered
                 if failing:
                     return self._send(server.fail_status, {"object": "error", "message": "engine overloaded",
                                                            "type": "InternalServerError", "code": server.fail_status})
+                if body.get("prompt") in server.status_for:
+                    code = server.status_for[body["prompt"]]
+                    return self._send(code, {"object": "error", "message": f"status {code} for this prompt",
+                                             "type": "Error", "code": code})
+                if server.html:
+                    page = (b"<!DOCTYPE html><html><head><title>Sign in - Cluster Portal</title></head><body>"
+                            b"<form action=/login>...</form></body></html>")
+                    return self._send_raw(200, page, "text/html; charset=utf-8")
                 if server.api_key and self.headers.get("Authorization") != f"Bearer {server.api_key}":
                     return self._send(401, {"error": "Unauthorized"})
                 if self.path != "/v1/completions":
@@ -106,7 +139,7 @@ class CompletionsServer(LocalHTTPServer):
                                             "not exist.", "type": "NotFoundError", "param": None, "code": 404})
                 echo = bool(body.get("echo")) and not server.ignore_echo
                 max_tokens = int(body.get("max_tokens", 16))
-                if server.ignore_echo:
+                if server.ignore_echo or server.generate_anyway:
                     max_tokens = max(1, max_tokens)
                 prompt = body["prompt"]
                 if not server.lm.encode(prompt, body.get("add_special_tokens", True)):
@@ -114,15 +147,43 @@ class CompletionsServer(LocalHTTPServer):
                                             "type": "BadRequestError", "code": 400})
                 out = server.lm.completion(prompt, body.get("add_special_tokens", True), echo, body.get("logprobs"),
                                            max_tokens)
-                if server.truncate and out["logprobs"]:
-                    out["logprobs"] = {k: v[:-1] for k, v in out["logprobs"].items()}
-                self._send(200, {
-                    "id": "cmpl-test", "object": "text_completion", "created": int(time.time()),
-                    "model": server.served_name,
-                    "choices": [{"index": 0, "text": out["text"], "logprobs": out["logprobs"],
-                                 "finish_reason": "length", "stop_reason": None, "prompt_logprobs": None}],
-                    "usage": {"prompt_tokens": out["n_prompt"], "completion_tokens": out["n_generated"],
-                              "total_tokens": out["n_prompt"] + out["n_generated"]}})
+                lp = out["logprobs"]
+                if lp and server.truncate:
+                    lp = {k: v[:-1] for k, v in lp.items()}
+                if lp and server.short_logprobs:
+                    lp["token_logprobs"] = lp["token_logprobs"][:-1]
+                if lp and server.bad_logprob is not None:
+                    values = lp["token_logprobs"]
+                    at = range(1, len(values)) if server.bad_logprob_at == "all" else [len(values) - 1]
+                    lp["token_logprobs"] = [server.bad_logprob if i in at and v is not None else v
+                                            for i, v in enumerate(values)]
+                if lp and server.bad_offsets:
+                    lp["text_offset"] = lp["text_offset"][:-1] + [lp["text_offset"][-1] + 1]
+                n_prompt = out["n_prompt"] - server.usage_short
+                reply = {"id": "cmpl-test", "object": "text_completion", "created": int(time.time()),
+                         "model": server.served_name,
+                         "choices": [{"index": 0, "text": out["text"], "logprobs": lp,
+                                      "finish_reason": "length", "stop_reason": None, "prompt_logprobs": None}],
+                         "usage": {"prompt_tokens": n_prompt, "completion_tokens": out["n_generated"],
+                                   "total_tokens": n_prompt + out["n_generated"]}}
+                if server.broken_json:
+                    data = json.dumps(reply).encode()
+                    return self._send_raw(200, data[:len(data) // 2], "application/json")
+                self._send(200, reply)
+
+            def _send_raw(self, code: int, data: bytes, content_type: str) -> None:
+                try:
+                    self.send_response(code)
+                    self.send_header("Content-Type", content_type)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
 
 
         self.base_url = self._serve(Handler)
+
+    def __exit__(self, *exc):
+        self.released.set()  # hung requests end, so the server can close
+        super().__exit__(*exc)

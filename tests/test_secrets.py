@@ -46,3 +46,19 @@ def test_tracking_uri_reconnects_with_the_environment(monkeypatch):
     assert tracking_uri("postgresql://bob:***@db/mlflow") == "postgresql://bob:hunter2@db/mlflow"
     assert tracking_uri("postgresql://db/mlflow") == "postgresql://bob:hunter2@db/mlflow"  # the plan's public form
     assert tracking_uri("sqlite:///other.db") == "sqlite:///other.db"
+
+
+@pytest.mark.parametrize("text", ["first_token=prefix: the server adds no token", "use first_token=none",
+                                  "ContinuationLogprobs(context='a', start_token=True)",
+                                  "metric.crows_pairs_causal.first_token=separate", '"first_token": "prefix"'])
+def test_options_naming_a_token_position_are_not_secrets(text):
+    """first_token / start_token say which token of a text is scored; their values are never masked."""
+    assert redact_text(text) == text
+
+
+@pytest.mark.parametrize("text, secret", [
+    ("token=abcdef12", "abcdef12"), ("auth_token=abcd1234efgh", "abcd1234efgh"), ("HF_TOKEN=abcdefgh", "abcdefgh"),
+    ('"access_token": "xyz12345"', "xyz12345"), ("refresh_token=zzzzzzzz", "zzzzzzzz"),
+    ("my_first_token=hunter22", "hunter22"), ("start_token=True, token=secret99", "secret99")])
+def test_token_values_stay_masked(text, secret):
+    assert secret not in redact_text(text)

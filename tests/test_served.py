@@ -301,11 +301,162 @@ def test_unreachable_server_and_credentials_redacted(tiny_gpt2):
 
 
 def test_prefix_mode_needs_a_bos(tiny_gpt2):
+    """A server that adds no BOS refuses the probe's empty prompt (HTTP 400, as vLLM): a ConfigError with the
+    server's own words and the advice; the probe is not sent again."""
     with serving(tiny_gpt2, add_bos=False) as server:
         model = load_model(served_cfg(server, bos_text=None))
-        with pytest.raises(ConfigError, match="model.bos_text"):
-            model.text_logprobs("A cat", "prefix")
+        for _ in range(2):
+            with pytest.raises(ConfigError, match="model.bos_text") as err:
+                model.text_logprobs("A cat", "prefix")
+            assert "decoder prompt cannot be empty" in str(err.value) and "***" not in str(err.value)
+        assert len(server.log) == 1
         assert math.isnan(model.text_logprobs("A cat", "none").logprobs[0])  # none mode needs no BOS
+
+
+# ------------------------------------------------------------------------------------------------ inconsistent replies
+def test_usage_one_short_is_an_error_not_a_dropped_token(tiny_gpt2, tmp_path):
+    """usage.prompt_tokens one below the echoed tokens: the reply is refused (it used to lose the last token's
+    log-probability, ~8 nats, silently); nothing is cached, so a re-run asks again."""
+    request = TokenLogprobs("The doctor said she was tired.", "none")
+    with serving(tiny_gpt2) as server:
+        server.usage_short = 1
+        cfg = served_cfg(server, max_retries=3)
+        with pytest.raises(ServedModelError) as err:
+            answer_requests([request], cfg, tmp_path, progress=False)
+        assert len(server.log) == 1  # an inconsistent reply is not retried
+        msg = str(err.value)
+        assert "usage.prompt_tokens=" in msg and "the token count and the tokens disagree" in msg
+        assert "'The doctor said she was tired.'" in msg and f"{server.base_url}/completions" in msg
+        server.usage_short = 0
+        answers = answer_requests([request], cfg, tmp_path, progress=False)
+        assert len(server.log) == 2 and len(answers["tokens"].iloc[0]) == len(answers["logprobs"].iloc[0])
+
+
+@pytest.mark.parametrize("value, at", [(-math.inf, "all"), (math.nan, "last"), (-9999.0, "last"), (math.inf, "last")],
+                         ids=["-Infinity-everywhere", "NaN", "vLLM-minus-9999", "+Infinity"])
+def test_non_finite_logprobs_are_an_error(tiny_gpt2, value, at):
+    """-Infinity (sent by the server as JSON's -Infinity), NaN, and vLLM's -9999.0 for -inf: refused, naming the
+    request, the URL and the tokens; a text score with them is no number (every CrowS pair -inf used to give
+    metric_score 0.0, neutral_pct 100, exit 0)."""
+    def poisoned(s):
+        s.bad_logprob, s.bad_logprob_at = value, at
+    msg, server = _error(tiny_gpt2, poisoned, {"max_retries": 2})
+    assert len(server.log) == 1
+    assert "non-finite log-probabilities" in msg and "The doctor said" in msg and "/v1/completions" in msg
+    assert ("6 of the 6 scored tokens" if at == "all" else "1 of the 6 scored tokens: 6 '.' = ") in msg
+
+
+def test_crows_pairs_with_minus_infinity_fails_the_score_stage(tiny_gpt2, crows_csv, tmp_path):
+    """End to end: the metric's answers are never computed from a -inf reply."""
+    from biasflow.registry import get_loader
+    from biasflow.scoring.answer import metric_answers
+
+    items = get_loader("crows_pairs")({"csv": crows_csv}, {"split": "all"}).head(4)
+    with serving(tiny_gpt2) as server:
+        server.bad_logprob = -math.inf
+        with pytest.raises(ServedModelError, match="non-finite"):
+            metric_answers("crows_pairs_causal", items, {"first_token": "prefix"}, None, tmp_path,
+                           model=load_model(served_cfg(server)), progress=False)
+    assert not list(tmp_path.rglob("*.parquet"))  # nothing was cached
+
+
+@pytest.mark.parametrize("setup, expected", [
+    (lambda s: setattr(s, "short_logprobs", True), "too few log-probabilities: 6 (logprobs.token_logprobs) for 7"),
+    (lambda s: setattr(s, "truncate", True), "truncated reply: 6 tokens, but usage.prompt_tokens=7"),
+    (lambda s: setattr(s, "bad_offsets", True), "logprobs.text_offset does not follow the tokens: token 5"),
+    (lambda s: setattr(s, "usage_short", -1), "truncated reply: 7 tokens, but usage.prompt_tokens=8"),
+], ids=["short-logprobs", "all-lists-short", "offsets", "usage-one-over"])
+def test_inconsistent_replies_are_errors(tiny_gpt2, setup, expected):
+    msg, server = _error(tiny_gpt2, setup, {"max_retries": 2})
+    assert expected in msg and "The doctor said" in msg and len(server.log) == 1
+
+
+def test_a_token_generated_despite_max_tokens_0_is_dropped(tiny_gpt2):
+    """Tokens beyond usage.prompt_tokens are accepted only as generated ones: counted by completion_tokens and
+    in the text after the prompt."""
+    with serving(tiny_gpt2) as server:
+        model = load_model(served_cfg(server))
+        want = model.text_logprobs("He is a nurse", "none")
+        server.generate_anyway = True
+        got = model.text_logprobs("He is a nurse", "none")
+    assert got.tokens == want.tokens and np.allclose(got.logprobs[1:], want.logprobs[1:])
+
+
+# ------------------------------------------------------------------------------------------------ probing
+TEN = [TokenLogprobs(f"{t} {i}") for i, t in enumerate(TEXTS)] + [TokenLogprobs(f"Sentence {i}.") for i in range(6)]
+
+
+def _failing_probe(adapter, setup, add_bos=False, **cfg_over):
+    """The error of twelve first_token='prefix' requests on eight workers against a server set up by ``setup``,
+    the server and the seconds it took."""
+    import time
+
+    with serving(adapter, add_bos=add_bos) as server:
+        setup(server)
+        model = load_model(served_cfg(server, concurrency=8, **cfg_over))
+        start = time.monotonic()
+        with pytest.raises((ServedModelError, ConfigError)) as err:
+            answer_requests(TEN, model.cfg, None, model=model, progress=False)
+        took = time.monotonic() - start
+    return str(err.value), server, took
+
+
+@pytest.mark.parametrize("bos_text", ["[CLS]", None], ids=["bos_text", "server_bos"])
+@pytest.mark.parametrize("setup, cause", [
+    (lambda s: setattr(s, "html", True), "the reply is an HTML page titled 'Sign in - Cluster Portal'"),
+    (lambda s: setattr(s, "broken_json", True), "the reply is not valid JSON"),
+    (lambda s: setattr(s, "short_logprobs", True), "too few log-probabilities"),
+    (lambda s: setattr(s, "ignore_echo", True), "ignores echo=true"),
+    (lambda s: setattr(s, "usage_short", 1), "usage.prompt_tokens=0"),
+], ids=["html", "broken-json", "short-logprobs", "echo-ignored", "count-too-low"])
+def test_a_failed_probe_is_sent_once_and_names_its_cause(tiny_gpt2, setup, cause, bos_text):
+    """Eight workers, one probe: its failure is remembered and every worker fails with it; a reply that is wrong
+    is not retried; the message states the real cause, with nothing masked and no advice about bos_text (which
+    it used to give whenever bos_text was unset, with first_token=*** for first_token=prefix)."""
+    msg, server, _ = _failing_probe(tiny_gpt2, setup, add_bos=bos_text is None, bos_text=bos_text, max_retries=3)
+    assert len(server.log) == 1 and server.log[0]["prompt"] == (bos_text or "")
+    assert cause in msg and "probe of the prefix tokens" in msg and "first_token='prefix'" in msg
+    assert "***" not in msg and "set model.bos_text" not in msg
+
+
+def test_a_hung_server_is_probed_once_within_the_time_limit(tiny_gpt2):
+    """A server that never answers: the probe's 3 attempts (timeout_s=0.5, 2 retries) and nothing else, about
+    1.5 s (it used to be probed again by every worker: 27 requests)."""
+    msg, server, took = _failing_probe(tiny_gpt2, lambda s: setattr(s, "hang", True), timeout_s=0.5, max_retries=2)
+    assert len(server.log) == 3 and took < 3.0
+    assert "gave up after 3 attempts" in msg and "no reply within model.timeout_s=0.5 s" in msg
+    assert "probe of the prefix tokens" in msg and "***" not in msg
+
+
+def test_one_request_gives_up_at_its_time_limit(tiny_gpt2):
+    """timeout_s x (max_retries + 1) bounds a request, back-off waits included: 0.5 s x 6 = 3 s, where 6 attempts
+    and back-off waits of 1 + 2 + 4 + 8 + 16 s would take 34 s."""
+    import time
+
+    with serving(tiny_gpt2) as server:
+        server.hang = True
+        model = load_model(served_cfg(server, timeout_s=0.5, max_retries=5, backoff_s=1.0))
+        start = time.monotonic()
+        with pytest.raises(ServedModelError) as err:
+            model.text_logprobs("A cat", "none")
+        took = time.monotonic() - start
+    assert took < 4.0 and len(server.log) == 2  # 0-0.5 s, wait 1 s, 1.5-2.0 s; the next wait ends past 3 s
+    assert "at the time limit of one request (model.timeout_s x (model.max_retries + 1) = 3 s)" in str(err.value)
+
+
+def test_the_first_failure_stops_the_other_workers_retrying(tiny_gpt2):
+    """One request fails for good (HTTP 404) while another is being retried (HTTP 503, back-off 0.5 s, 5
+    retries): the job fails at once, not after the other's 0.5 + 1 + 2 + 4 + 8 s of back-off."""
+    import time
+
+    with serving(tiny_gpt2) as server:
+        server.status_for = {"A cat": 404, "He is a nurse": 503}
+        model = load_model(served_cfg(server, concurrency=2, max_retries=5, backoff_s=0.5))
+        start = time.monotonic()
+        with pytest.raises(ServedModelError, match="HTTP 404"):
+            model.map(lambda t: model.text_logprobs(t, "none"), ["A cat", "He is a nurse"], "test", False)
+        took = time.monotonic() - start
+    assert took < 1.5 and len(server.log) <= 3
 
 
 def test_a_continuation_that_merges_with_its_context(tiny_gpt2):

@@ -23,13 +23,18 @@ _SECRET_QUERY_KEYS = {"password", "passwd", "pwd", "token", "access_token", "api
 # Environment variables whose values are secrets wherever they appear in text.
 SECRET_ENV_PATTERN = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.I)
 
+# biasflow's own options named ``..._token`` that hold no secret (which token of a text is scored): the key=value
+# pattern below leaves their values alone (``first_token=prefix``, ``start_token=True``)
+_NOT_SECRET_TOKEN_KEYS = ("first", "start")
+_NOT_A_SECRET_KEY = "".join(rf"(?<!(?<![A-Za-z0-9_]){k}_)" for k in _NOT_SECRET_TOKEN_KEYS)
+
 _TEXT_PATTERNS = [
     re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"),                 # Authorization header values
     re.compile(r"\bsk-[A-Za-z0-9_-]{8,}"),                                       # OpenAI-style keys
     re.compile(r"\b(?:hf|ghp|gho|ghs|github_pat|xox[abp])_[A-Za-z0-9_]{20,}"),    # hub / GitHub / Slack tokens
     re.compile(r"\bAKIA[0-9A-Z]{16}\b"),                                         # AWS access key ids
-    re.compile(r"(?i)(\"?(?:api[_-]?key|access[_-]?token|token|secret|password|passwd)\"?\s*[:=]\s*\"?)"
-               r"([^\s\"',;&}]{4,})"),                                           # key=value / "key": "value"
+    re.compile(rf"(?i)(\"?(?:api[_-]?key|access[_-]?token|{_NOT_A_SECRET_KEY}token|secret|password|passwd)\"?"
+               r"\s*[:=]\s*\"?)([^\s\"',;&}]{4,})"),                           # key=value / "key": "value"
     re.compile(r"(?i)([a-z][a-z0-9+.-]*://[^/\s:@]*:)([^@\s/]+)(@)"),              # user:password@ in URIs
 ]
 

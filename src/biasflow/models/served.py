@@ -9,10 +9,12 @@ token internally and returns the prompt only). No tokenizer is loaded here: toke
 How token 0 of a text is conditioned (``TokenLogprobs.first_token``), as in-process (``scoring/causal.py``):
 
 * ``prefix``: the prompt is ``model.bos_text`` + text, sent with the server's own special tokens. The tokens the
-  server puts before the text are learnt once from a probe request of ``bos_text`` alone (``""``: an empty prompt,
-  to which servers of Llama-style models add their BOS); every reply must start with exactly those tokens, which
-  are dropped, so token 0 is log P(t0 | BOS). A server that adds nothing (GPT-2 style) needs ``bos_text`` (e.g.
-  ``<|endoftext|>``), else a ConfigError says so.
+  server puts before the text are learnt once per model from a probe request of ``bos_text`` alone (``""``: an
+  empty prompt, to which servers of Llama-style models add their BOS), whichever worker thread asks first; a failed
+  probe is remembered, and every later request fails at once with its error. Every reply must start with exactly
+  those tokens, which are dropped, so token 0 is log P(t0 | BOS). A server that adds nothing (GPT-2 style) refuses
+  the empty prompt (vLLM: HTTP 400) or echoes no token: it needs ``bos_text`` (e.g. ``<|endoftext|>``), and a
+  ConfigError says so; any other failure of the probe is reported as what it is.
 * ``none``: the text alone with ``add_special_tokens: false`` (a vLLM request option): token 0 is NaN.
 * ``separate`` (bias-bench): token 0 from the ``prefix`` request, tokens 1.. from the ``none`` request -- two
   requests per text, and their text tokens must agree.
@@ -30,16 +32,26 @@ for an instruction-tuned model's chat template use ``+generator=openai_compatibl
 ``/chat/completions``). A failed request is a failed answer row, not an error: the metric's
 ``max_failed_fraction`` decides.
 
-Answers hold ``tokens`` (the server's token strings, not ids), ``logprobs`` and ``total``. Requests run on a thread
-pool (``model.concurrency``) under a shared rate limit (``model.requests_per_second``); 408/409/429/5xx, timeouts
-and refused connections are retried with exponential back-off (or the server's Retry-After); anything else, or
-retries exhausted, raises ``ServedModelError`` naming the request and the server URL with credentials redacted.
+Answers hold ``tokens`` (the server's token strings, not ids), ``logprobs`` and ``total``. Every reply is checked
+before it is used (``checked_echo``): tokens, log-probabilities, text offsets and ``usage.prompt_tokens`` must agree,
+the text must echo the prompt, and every scored log-probability must be finite (NaN, -Infinity and vLLM's -9999.0
+for -inf are refused) and at most 0. A reply that fails a check raises ``ServedModelError`` and fails the score job:
+the causal metrics have no failed-row path (their answers have no ``status`` column, as generations do), so a row
+without a usable number would be averaged in or crash later; the answers of earlier chunks are cached.
+
+Requests run on a thread pool (``model.concurrency``) under a shared rate limit (``model.requests_per_second``);
+408/409/429/5xx, timeouts and refused or cut connections are retried with exponential back-off (or the server's
+Retry-After), each attempt limited to ``model.timeout_s`` and the request, back-off included, to ``timeout_s *
+(max_retries + 1)``; anything else (an HTML page, broken JSON, a reply that fails the checks, HTTP 4xx), or retries
+exhausted, raises ``ServedModelError`` naming the request and the server URL with credentials redacted, and the
+requests still in flight make no further attempt.
 The API key comes from ``model.api_key_file`` or the environment variable ``model.api_key_env`` (never the
 config); it is never written anywhere. The cache fingerprint is the served model's name, the pinned
 ``model.revision`` and the options that change answers: not the URL (moving a server keeps the cache).
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import threading
@@ -54,7 +66,7 @@ from biasflow.errors import ConfigError, ServedModelError
 from biasflow.io import stable_hash
 from biasflow.models import register_model_kind
 from biasflow.models.fingerprint import config_fingerprint
-from biasflow.openai_http import OpenAIHTTPClient, RateLimiter
+from biasflow.openai_http import OpenAIHTTPClient, RateLimiter, html_summary, looks_like_html
 from biasflow.score_kinds import FIRST_TOKEN_MODES
 from biasflow.secrets import read_secret, redact_uri
 
@@ -73,6 +85,119 @@ class Echo:
 
     tokens: list[str]
     logprobs: list[float | None]
+
+
+# vLLM sends log P = -inf as -9999.0 (JSON has no infinity): that value, or below, is a token the model rules out
+VLLM_NEG_INF = -9999.0
+# a log-probability above this is not one (the rounding of a log-softmax stays far below it)
+MAX_LOGPROB = 1e-4
+SHOWN_TOKENS = 5  # of the tokens at fault, in error messages
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _at(tokens: Sequence[str], idx: Sequence[int], values: Sequence[Any] | None = None) -> str:
+    shown_idx = list(idx)[:SHOWN_TOKENS]
+    parts = [f"{i} {tokens[i]!r}" + (f" = {values[i]!r}" if values is not None else "") for i in shown_idx]
+    return ", ".join(parts) + (f" and {len(idx) - len(shown_idx)} more" if len(idx) > len(shown_idx) else "")
+
+
+def checked_echo(data: Any, prompt: str, fail: Callable[[str], Exception], *, allow_empty: bool = False) -> Echo:
+    """The prompt's tokens and log-probabilities in ``data``, the reply to an echo request for ``prompt``, every
+    part of it checked against the others; ``fail(detail)`` is the exception raised for what does not agree.
+
+    ``choices[0].logprobs`` holds ``tokens`` (strings) and ``token_logprobs`` of one length, and so do
+    ``text_offset`` and ``top_logprobs`` when present; each offset is the previous one plus the previous token's
+    length (vLLM's offsets are running sums of its token strings); ``choices[0].text`` begins with
+    the prompt (the echo); there are ``usage.prompt_tokens`` tokens (more only for tokens generated in spite of
+    ``max_tokens: 0``, which ``usage.completion_tokens`` counts and the text holds after the prompt; they are
+    dropped); the first token has no log-probability (``null``: nothing precedes it; a number means it is a
+    generated token, the prompt not echoed) and every other one a finite one, at most 0. Non-finite values (NaN,
+    -Infinity, or vLLM's -9999.0 for -inf) are refused, not scored: a sentence score with one is not a number that
+    can be compared or averaged. Zero tokens are an error unless ``allow_empty`` (the probe of an empty prompt)."""
+    if not isinstance(data, dict):
+        raise fail(f"the reply is JSON but not an object: {str(data)[:200]}")
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise fail(f"malformed reply (no choices[0]): {str(data)[:200]}")
+    choice = choices[0]
+    lp = choice.get("logprobs")
+    tokens = lp.get("tokens") if isinstance(lp, dict) else None
+    logprobs = lp.get("token_logprobs") if isinstance(lp, dict) else None
+    if not isinstance(tokens, list) or not isinstance(logprobs, list):
+        raise fail("the reply has no prompt log-probabilities (choices[0].logprobs.tokens / token_logprobs): the "
+                   "server does not support echo with logprobs on /completions")
+    n = len(tokens)
+    if len(logprobs) != n:
+        raise fail(f"too {'few' if len(logprobs) < n else 'many'} log-probabilities: {len(logprobs)} "
+                   f"(logprobs.token_logprobs) for {n} tokens (logprobs.tokens)")
+    for name in ("text_offset", "top_logprobs"):
+        other = lp.get(name)
+        if other is not None and (not isinstance(other, list) or len(other) != n):
+            count = len(other) if isinstance(other, list) else type(other).__name__
+            raise fail(f"logprobs.{name} has {count} entries for {n} tokens")
+    not_text = [i for i, t in enumerate(tokens) if not isinstance(t, str)]
+    if not_text:
+        raise fail(f"tokens that are not strings: {_at(tokens, not_text)}")
+    if n and logprobs[0] is not None:
+        raise fail(f"the first token {tokens[0]!r} has a log-probability ({logprobs[0]!r}), so it is a generated "
+                   "token, not the prompt's: the server ignores echo=true")
+    text = choice.get("text")
+    if not isinstance(text, str) or not text.startswith(prompt):
+        raise fail(f"the reply's text {str(text)[:SHOWN_CHARS]!r} does not begin with the prompt: the server "
+                   "ignores echo=true")
+    offsets = lp.get("text_offset")
+    if offsets is not None:
+        if not all(_is_int(o) for o in offsets):
+            raise fail(f"logprobs.text_offset holds non-integers: {str(offsets)[:200]}")
+        off = next((i for i in range(1, n) if offsets[i] - offsets[i - 1] != len(tokens[i - 1])), None)
+        if off is not None:
+            raise fail(f"logprobs.text_offset does not follow the tokens: token {off - 1} {tokens[off - 1]!r} has "
+                       f"{len(tokens[off - 1])} characters, but the offsets of tokens {off - 1} and {off} are "
+                       f"{offsets[off - 1]} and {offsets[off]}")
+    usage = data.get("usage")
+    n_prompt = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    if not _is_int(n_prompt) or n_prompt < 0:
+        raise fail(f"the reply has no usage.prompt_tokens (usage: {str(usage)[:200]}) to check its {n} tokens "
+                   "against")
+    extra = n - n_prompt
+    if extra < 0:
+        raise fail(f"truncated reply: {n} tokens, but usage.prompt_tokens={n_prompt}")
+    if extra:
+        n_generated = usage.get("completion_tokens")
+        if not (_is_int(n_generated) and n_generated >= extra and len(text) > len(prompt)):
+            raise fail(f"usage.prompt_tokens={n_prompt}, but the reply has {n} tokens, and the {extra} beyond the "
+                       f"prompt's are not generated ones (usage.completion_tokens={n_generated!r}, text after the "
+                       f"prompt {text[len(prompt):][:SHOWN_CHARS]!r}): the token count and the tokens disagree")
+        tokens, logprobs = tokens[:n_prompt], logprobs[:n_prompt]  # a server that generated anyway
+        n = n_prompt
+    if not tokens and not allow_empty:
+        raise fail("the server echoed no tokens of the prompt")
+    missing, not_number, non_finite, positive = [], [], [], []
+    for i in range(1, n):
+        v = logprobs[i]
+        if v is None:
+            missing.append(i)
+        elif isinstance(v, bool) or not isinstance(v, (int, float)):
+            not_number.append(i)
+        elif not math.isfinite(v) or v <= VLLM_NEG_INF:
+            non_finite.append(i)
+        elif v > MAX_LOGPROB:
+            positive.append(i)
+    if missing:
+        raise fail(f"no log-probability (null) for {len(missing)} of the {n} tokens: {_at(tokens, missing)}")
+    if not_number:
+        raise fail(f"log-probabilities that are not numbers: {_at(tokens, not_number, logprobs)}")
+    if non_finite:
+        raise fail(f"non-finite log-probabilities (NaN, -Infinity, or vLLM's -9999.0 for -inf) for {len(non_finite)} "
+                   f"of the {n - 1} scored tokens: {_at(tokens, non_finite, logprobs)}; a text score with one is "
+                   "no number to compare or average, so the reply is refused")
+    if positive:
+        raise fail(f"log-probabilities above 0 (probabilities above 1) for {len(positive)} of the {n - 1} scored "
+                   f"tokens: {_at(tokens, positive, logprobs)}")
+    return Echo([str(t) for t in tokens], ([None] if n else []) + [float(v) for v in logprobs[1:n]])
 
 
 @register_model_kind("served_causal_lm")
@@ -115,6 +240,7 @@ class ServedCausalLM(OpenAIHTTPClient):
                         "the old one; pin it (e.g. the hub commit the server loaded)", self.name)
         self._local = threading.local()
         self._prefix: Echo | None = None
+        self._prefix_error: Exception | None = None  # a failed probe, remembered: every later request fails with it
         self._prefix_lock = threading.Lock()
         self._count_lock = threading.Lock()
         self.requests_sent = 0  # HTTP attempts, retries included
@@ -145,78 +271,78 @@ class ServedCausalLM(OpenAIHTTPClient):
                 "model.revision": str(self.revision or "unpinned"), "model.fingerprint": self.fingerprint}
 
     # ------------------------------------------------------------------------------------------- HTTP
-    def _fail(self, what: str, detail: str) -> ServedModelError:
-        return ServedModelError(self._redact(f"served model {self.served_name!r} at {self.shown_url}: {what}: "
-                                             f"{detail}"))
+    def _fail(self, what: str, detail: str, error: type[Exception] = ServedModelError) -> Exception:
+        return error(self._redact(f"served model {self.served_name!r} at {self.shown_url}: {what}: {detail}"))
 
     def _post(self, body: dict, what: str) -> dict:
-        """The JSON reply to ``body``, retried on transient failures; ServedModelError naming ``what`` otherwise."""
-        resp, error = self.post(body)
-        if resp is None:
-            raise self._fail(what, error)
+        """The JSON reply to ``body``, retried on transient failures; ServedModelError naming ``what`` otherwise
+        (with ``http_status``, the last HTTP status received or None, and ``server_error``, when the server
+        refused)."""
+        outcome = self.send(body)
+        if outcome.response is None:
+            err = self._fail(what, outcome.error)
+            err.http_status, err.server_error = outcome.status, outcome.error
+            raise err
+        resp = outcome.response
         try:
-            return resp.json()
-        except ValueError:
-            raise self._fail(what, f"the reply is not JSON: {resp.text[:200]}") from None
+            return json.loads(resp.content)
+        except ValueError as exc:  # neither is retried: the same request gets the same page
+            if looks_like_html(resp):
+                detail = (f"the reply is {html_summary(resp)}, not the API's JSON (is model.base_url the "
+                          "OpenAI-compatible API root, e.g. http://host:8000/v1?)")
+            else:
+                detail = f"the reply is not valid JSON ({exc}): {self._redact(resp.text[:200])!r}"
+            raise self._fail(what, detail) from None
 
-    def echo(self, prompt: str, *, special_tokens: bool, what: str) -> Echo:
-        """The server's tokens of ``prompt`` and their log-probabilities (checked: echoed, complete)."""
+    def echo(self, prompt: str, *, special_tokens: bool, what: str, allow_empty: bool = False) -> Echo:
+        """The server's tokens of ``prompt`` and their log-probabilities, the reply checked (``checked_echo``)."""
         body: dict[str, Any] = {"model": self.served_name, "prompt": prompt, "echo": True, "logprobs": 1,
                                 "max_tokens": 0, "temperature": 0.0}
         if not special_tokens:
             body["add_special_tokens"] = False
-        data = self._post(body, what)
-        try:
-            choice = data["choices"][0]
-            lp = choice.get("logprobs") or {}
-            tokens, logprobs = lp.get("tokens"), lp.get("token_logprobs")
-        except (KeyError, IndexError, TypeError, AttributeError):
-            raise self._fail(what, f"malformed reply (no choices[0]): {str(data)[:200]}") from None
-        if not isinstance(tokens, list) or not isinstance(logprobs, list):
-            raise self._fail(what, "the reply has no prompt log-probabilities (choices[0].logprobs.tokens / "
-                                   "token_logprobs): the server does not support echo with logprobs on /completions")
-        if logprobs and logprobs[0] is not None:
-            raise self._fail(what, "the first token has a log-probability, so it is a generated token, not the "
-                                   "prompt's: the server ignores echo=true")
-        if len(tokens) != len(logprobs):
-            raise self._fail(what, f"truncated reply: {len(tokens)} tokens but {len(logprobs)} log-probabilities")
-        n_prompt = (data.get("usage") or {}).get("prompt_tokens")
-        if isinstance(n_prompt, int):
-            if len(tokens) < n_prompt:
-                raise self._fail(what, f"truncated reply: log-probabilities for {len(tokens)} of the prompt's "
-                                       f"{n_prompt} tokens")
-            tokens, logprobs = tokens[:n_prompt], logprobs[:n_prompt]  # a server that generated a token anyway
-        if not tokens:
-            raise self._fail(what, "the server echoed no prompt tokens (it ignores echo=true?)")
-        missing = [i for i, v in enumerate(logprobs[1:], 1) if v is None]
-        if missing:
-            raise self._fail(what, f"no log-probability for prompt tokens {missing[:5]} of {len(tokens)}")
+        reply = checked_echo(self._post(body, what), prompt, lambda detail: self._fail(what, detail),
+                             allow_empty=allow_empty)
         with self._count_lock:
-            self.tokens_scored += len(tokens)
-        return Echo([str(t) for t in tokens], [None] + [float(v) for v in logprobs[1:]])
+            self.tokens_scored += len(reply.tokens)
+        return reply
 
     # ------------------------------------------------------------------------------------------- the conventions
     def prefix(self, asked_by: str = "") -> Echo:
-        """The tokens the server puts before every text in ``prefix`` mode (probed once, for ``asked_by``)."""
+        """The tokens the server puts before every text in ``prefix`` mode: probed once per model, whichever
+        worker thread asks first; a failed probe is remembered, and every later request fails with its error."""
         with self._prefix_lock:
-            if self._prefix is None:
-                hint = ("set model.bos_text to the model's BOS token text (e.g. '<|endoftext|>' for GPT-2, '<s>' for "
-                        "Llama 2 or Mistral) or use first_token=none")
+            if self._prefix is None and self._prefix_error is None:
                 try:
-                    probe = self.echo(self.bos_text, special_tokens=True,
-                                      what=f"probe of the prefix tokens (model.bos_text={self.bos_text!r}) "
-                                           f"for {asked_by or 'first_token=prefix'}")
-                except ServedModelError as exc:
-                    if self.bos_text:
-                        raise
-                    raise ConfigError(f"first_token=prefix: the server adds no token before an empty prompt "
-                                      f"({exc}); {hint}") from exc
-                if len(probe.tokens) > 1:
-                    log.warning("model %s: the server puts %d tokens %s before every text in first_token=prefix "
-                                "mode (model.bos_text plus its own BOS?); in-process scoring puts one",
-                                self.name, len(probe.tokens), probe.tokens)
-                self._prefix = probe
+                    self._prefix = self._probe(asked_by)
+                except (ServedModelError, ConfigError) as exc:
+                    self._prefix_error = exc
+            if self._prefix_error is not None:
+                raise type(self._prefix_error)(str(self._prefix_error)) from self._prefix_error
             return self._prefix
+
+    def _probe(self, asked_by: str) -> Echo:
+        what = (f"probe of the prefix tokens (model.bos_text={self.bos_text!r}; sent once per model, for every "
+                f"request that needs them; asked by {asked_by or 'the first'})")
+        hint = ("set model.bos_text to the model's BOS token text (e.g. '<|endoftext|>' for GPT-2, '<s>' for Llama 2 "
+                "or Mistral), or use first_token='none'")
+        try:
+            probe = self.echo(self.bos_text, special_tokens=True, what=what, allow_empty=True)
+        except ServedModelError as exc:
+            # vLLM answers an empty prompt it adds nothing to with HTTP 400 "The decoder prompt cannot be empty";
+            # any other failure (or a 400 for another reason) is reported as it is, its cause unmasked
+            refusal = str(getattr(exc, "server_error", "") or "").lower()
+            if self.bos_text or getattr(exc, "http_status", None) != 400 or "empty" not in refusal:
+                raise
+            raise ConfigError(f"{exc}. The server refuses the probe's empty prompt, so it puts no BOS token before a "
+                              f"text; {hint}") from exc
+        if not probe.tokens:
+            raise self._fail(what, f"the server echoed no token for it, so it puts no BOS token before a text; {hint}",
+                             ConfigError)
+        if len(probe.tokens) > 1:
+            log.warning("model %s: the server puts %d tokens %s before every text in first_token='prefix' "
+                        "mode (model.bos_text plus its own BOS?); in-process scoring puts one",
+                        self.name, len(probe.tokens), probe.tokens)
+        return probe
 
     def _text_part(self, reply: Echo, head: list[str], what: str, head_name: str) -> Echo:
         """``reply`` without its first ``len(head)`` tokens, which must be ``head``; at least one token left."""
@@ -247,7 +373,7 @@ class ServedCausalLM(OpenAIHTTPClient):
         if first_token == "none":
             return Echo(alone.tokens, [math.nan] + alone.logprobs[1:])
         if prefixed.tokens != alone.tokens:
-            raise self._fail(what, f"first_token=separate needs the same tokens with and without the prefix; got "
+            raise self._fail(what, f"first_token='separate' needs the same tokens with and without the prefix; got "
                                    f"{prefixed.tokens} and {alone.tokens}")
         return Echo(alone.tokens, [prefixed.logprobs[0]] + alone.logprobs[1:])
 
@@ -278,21 +404,33 @@ class ServedCausalLM(OpenAIHTTPClient):
 
     # ------------------------------------------------------------------------------------------- many at once
     def map(self, fn: Callable[[Any], Any], items: Sequence[Any], desc: str, progress: bool = True) -> list:
-        """``[fn(x) for x in items]`` on ``concurrency`` threads, in order; the first error cancels the rest."""
+        """``[fn(x) for x in items]`` on ``concurrency`` threads, in order. The first error cancels the rest: the
+        items not started are not, and the requests in flight make no further attempt (``OpenAIHTTPClient``'s
+        ``abort``)."""
         from tqdm.auto import tqdm
 
         out: list[Any] = [None] * len(items)
         if not items:
             return out
+        abort = threading.Event()
+
+        def run(x):
+            self._local.abort = abort
+            try:
+                return fn(x)
+            finally:
+                self._local.abort = None
+
         bar = tqdm(total=len(items), desc=f"{desc} {self.name}", unit="request", disable=not progress,
                    mininterval=1.0)
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(items))) as pool:
-            futures = {pool.submit(fn, x): i for i, x in enumerate(items)}
+            futures = {pool.submit(run, x): i for i, x in enumerate(items)}
             pending = set(futures)
             while pending:
                 done, pending = wait(pending, return_when=FIRST_EXCEPTION)
                 for fut in done:
                     if fut.exception() is not None:
+                        abort.set()
                         for other in pending:
                             other.cancel()
                         bar.close()
@@ -344,5 +482,5 @@ def answer_continuation_logprobs(model: ServedCausalLM, requests: Sequence, budg
     return _frame(answers)
 
 
-__all__ = ["ServedCausalLM", "Echo", "served_fingerprint", "answer_token_logprobs", "answer_separate_logprobs",
-           "answer_continuation_logprobs"]
+__all__ = ["ServedCausalLM", "Echo", "checked_echo", "served_fingerprint", "answer_token_logprobs",
+           "answer_separate_logprobs", "answer_continuation_logprobs"]
