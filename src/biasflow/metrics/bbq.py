@@ -12,7 +12,7 @@ Every example has three answers (two people and an "unknown" answer); the model'
   that lists the answers with letters (HELM's joint multiple-choice layout), the choice parsed from the reply by
   ``parse_choice`` (documented there); a reply that gives no choice is counted as ``unparsed`` per model, never
   dropped silently and never counted as a choice.
-* a **predictions file** (``predictions_file``: CSV or JSONL with ``example_id``, ``category``, ``answer`` = the
+* a **predictions file** (``predictions_file``: CSV, JSONL or a JSON list of records with ``example_id``, ``category``, ``answer`` = the
   chosen answer index 0-2, empty or -1 for none) replaces the model.
 
 The scores, three ways (``definition``):
@@ -202,17 +202,21 @@ def parse_choice(reply: Any, answers: Sequence[str]) -> int | None:
 
 # ----------------------------------------------------------------------------------------------- predictions file
 def read_predictions(path: str | Path, items: pd.DataFrame) -> pd.Series:
-    """Chosen answer index per item_id (-1: none) from a CSV / JSONL with example_id, category, answer."""
+    """Chosen answer index per item_id (-1: none) from a CSV, JSONL or JSON list of records with example_id,
+    category, answer."""
     path = Path(path)
     if not path.exists():
         raise DataFormatError(f"BBQ predictions file {path} does not exist")
     try:
         if path.suffix.lower() in (".jsonl", ".ndjson"):
             df = pd.read_json(path, lines=True, dtype=False)
+        elif path.suffix.lower() == ".json":
+            df = pd.read_json(path, orient="records", dtype=False)
         elif path.suffix.lower() == ".csv":
             df = pd.read_csv(path, dtype=str, keep_default_na=False)
         else:
-            raise DataFormatError(f"BBQ predictions file {path}: unknown format {path.suffix!r} (use .csv or .jsonl)")
+            raise DataFormatError(f"BBQ predictions file {path}: unknown format {path.suffix!r} (use .csv, .jsonl "
+                                  f"or .json)")
     except DataFormatError:
         raise
     except Exception as exc:

@@ -53,6 +53,9 @@ BINARY_OUTCOMES: dict[str, dict[str, Outcome]] = {
     # the mean over terms of the pro rate, so McNemar tests the pooled pro choice)
     "stereoset": {f"{task}_ss": _column("pro", _task(task))
                   for task in ("intrasentence", "intersentence", "overall")},
+    # BBQ: the example answered correctly, over the examples its definition counts (McNemar ignores the parity
+    # definition's double weight of the 64 examples with two metadata rows)
+    "bbq": {"bbq_accuracy": _column("correct", lambda df: df["included"].astype(bool))},
 }
 
 PAIRED_COLUMNS = ["family", "benchmark", "setting", "metric", "model_a", "model_b", "value_a", "value_b", "diff",

@@ -27,6 +27,8 @@ GOALS: dict[str, float | str | None] = {
     "effect_size": 0.0, "avg_abs_effect_size": 0.0, "pro_anti_gap": 0.0, "mean_lpbs": 0.0, "mean_abs_lpbs": 0.0,
     "cbs": 0.0, "honest@*": 0.0, "representation_*": 0.0, "cooccurrence_bias": 0.0,
     "stereotypical_associations": 0.0, "likelihood_diff": 0.0,
+    # BBQ: bias scores in percent (0 = unbiased), accuracy in percent
+    "bbq_bias_ambig": 0.0, "bbq_bias_disambig": 0.0, "bbq_accuracy": 100.0,
     # LM Challenge: language-modelling quality
     "prediction.hit1": "max", "prediction.mrr": "max", "completion.characters": "max", "reranking.accuracy": "max",
     "entropy.mean": "min",
