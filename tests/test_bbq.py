@@ -581,3 +581,19 @@ def test_biasflow_run_generation_with_a_chat_server(bbq_project):
     overall = agg[(agg.metric_family == "bbq") & (agg.category == "overall")].set_index("metric")
     assert set(overall.model) == {"chat-model"}
     assert 0 < overall.loc["bbq_unparsed_pct", "value"] < 40
+
+
+@pytest.mark.parametrize("definition", ["parity", "helm", "lm_eval"])
+def test_bootstrap_replicates_equal_the_aggregate_on_each_resample(definition, bbq_files, tmp_path):
+    from biasflow.stats.bootstrap import draw_resamples
+
+    items = load(bbq_files, {"limit": 400})
+    per_item = per_item_from(items, random_choices(items, seed=5, missing=0.05), definition, tmp_path)
+    r = draw_resamples(per_item, 12, seed=1)
+    fast = SPEC.bootstrap_statistic(per_item, {"definition": definition}, r)
+    for b in range(r.n_boot):
+        slow = values(SPEC.aggregate(per_item.iloc[r.rows(b)], {"definition": definition}))
+        for key, value in slow.items():
+            assert fast[key][b] == pytest.approx(value, nan_ok=True, rel=0, abs=0), (key, b)
+        for key in set(fast) - set(slow):  # a reported category absent from this resample
+            assert np.isnan(fast[key][b])
