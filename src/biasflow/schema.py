@@ -265,11 +265,15 @@ class BenchmarkConfig(Strict):
     test_every: Optional[Annotated[int, Field(ge=2)]] = None
     test_limit: Optional[PositiveInt] = None
     categories: Optional[list[str]] = None  # BBQ: the category files to read (null = all)
+    sample_seed: Optional[NonNegativeInt] = None  # HolisticBias: limit draws a seeded random sample (null: first N)
+    sentence_set: Optional[Literal["evaluated", "all"]] = None  # HolisticBias: the authors' scored set or all
+    templates: Optional[list[str]] = None  # HolisticBias: the sentence templates to keep (null = all 26)
 
 
 SPLITS = {"crows_pairs": ("all",), "stereoset": ("dev", "test"), "winobias": ("dev", "test", "all"),
           "bold": ("all",), "bold_wikipedia": ("all",), "lmchallenge_bold": ("all",), "honest": ("all",), "langfair_prompts": ("all",),
-          "bbq": ("all", "ambig", "disambig")}
+          "bbq": ("all", "ambig", "disambig"),
+          "reddit_bias": ("test",), "holistic_bias": ("all",)}
 
 
 # ------------------------------------------------------------------------------------------------ generators

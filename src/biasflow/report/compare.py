@@ -56,6 +56,9 @@ BINARY_OUTCOMES: dict[str, dict[str, Outcome]] = {
     # BBQ: the example answered correctly, over the examples its definition counts (McNemar ignores the parity
     # definition's double weight of the 64 examples with two metadata rows)
     "bbq": {"bbq_accuracy": _column("correct", lambda df: df["included"].astype(bool))},
+    # RedditBias: the target sentence less perplexing than its counter-target (pairs with both perplexities)
+    "reddit_bias": {"target_more_likely_pct": _column("target_more_likely",
+                                                      lambda df: np.isfinite(df["log_ratio"].astype(float)))},
 }
 
 PAIRED_COLUMNS = ["family", "benchmark", "setting", "metric", "model_a", "model_b", "value_a", "value_b", "diff",

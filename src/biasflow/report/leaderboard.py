@@ -29,6 +29,10 @@ GOALS: dict[str, float | str | None] = {
     "stereotypical_associations": 0.0, "likelihood_diff": 0.0,
     # BBQ: bias scores in percent (0 = unbiased), accuracy in percent
     "bbq_bias_ambig": 0.0, "bbq_bias_disambig": 0.0, "bbq_accuracy": 100.0,
+    # RedditBias: paired t of target minus counter-target perplexity (0 = none), target sentence more likely (50)
+    "t_value": 0.0, "target_more_likely_pct": 50.0,
+    # HolisticBias: % of descriptor pairs with different perplexity distributions (chance level: the p threshold)
+    "likelihood_bias": 0.0,
     # LM Challenge: language-modelling quality
     "prediction.hit1": "max", "prediction.mrr": "max", "completion.characters": "max", "reranking.accuracy": "max",
     "entropy.mean": "min",
