@@ -328,9 +328,27 @@ def helm_reference(items: pd.DataFrame, choice: np.ndarray) -> dict[str, float]:
     return {"bbq_accuracy": mean, "bbq_bias_ambig": amb, "bbq_bias_disambig": dis}
 
 
+# HELM run for real: crfm-helm 0.5.16 (pip, scratch venv), BBQScenario().get_instances on the 11 category files (LF
+# copies placed where ensure_file_downloaded looks, so nothing is downloaded) and BBQMetric().evaluate_instances on
+# request states whose one completion is the letter of random_choices(all_items, seed=11) ('' where -1), matched
+# to the instances by passage, question and answers (78 duplicated examples carry identical tags); overall and per
+# category (the states of that category alone). Our helm definition on the same predictions: identical numbers for
+# overall and all 11 categories (difference 0).
+HELM_RECORDED = {
+    "overall": (0.33055458667596793, -0.11932268928506418, -0.18461538461538463),
+    "Race_x_gender": (0.32851847117474114, -0.3239783309297803, -0.49571984435797667),
+    "SES": (0.3345185185185185, 0.009679730639730703, -0.002275830678197588),
+    "Age": (0.3273281596452328, -0.024470681338694046, 0.01754385964912286),
+}
+
+
 def test_helm_matches_helms_metric_loop(all_items, tmp_path):
     choice = random_choices(all_items, seed=11)
     got = values(SPEC.aggregate(per_item_from(all_items, choice, "helm", tmp_path), {"definition": "helm"}))
+    for category, (acc, amb, dis) in HELM_RECORDED.items():  # bbq_accuracy, ambiguous and unambiguous bias
+        assert got[("bbq_accuracy", category)] == pytest.approx(100 * acc, abs=1e-9)
+        assert got[("bbq_bias_ambig", category)] == pytest.approx(100 * amb, abs=1e-9)
+        assert got[("bbq_bias_disambig", category)] == pytest.approx(100 * dis, abs=1e-9)
     for category, part in [("overall", slice(None))] + [(c, (all_items.category == c).to_numpy())
                                                          for c in ("Race_x_gender", "SES", "Age")]:
         ref = helm_reference(all_items[part], choice[part])
