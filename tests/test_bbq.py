@@ -132,7 +132,8 @@ def test_canonical_copy_is_the_mirror_with_lf_line_endings(bbq_files):
     ones were checked against the git blob ids of that commit; here: they are the mirror's bytes with LF."""
     for key, spec in CONF["files"].items():
         url, mirror = spec["sources"]
-        assert url["url"].startswith("https://raw.githubusercontent.com/nyu-mll/BBQ/bea11bd97d79217245b5871acd247b9d6eb24598/")
+        assert url["url"].startswith("https://raw.githubusercontent.com/nyu-mll/BBQ/"
+                                     "bea11bd97d79217245b5871acd247b9d6eb24598/")
         data = Path(bbq_files[key]).read_bytes()
         assert hashlib.sha256(data).hexdigest() == mirror["sha256"]
         assert hashlib.sha256(data.replace(b"\r\n", b"\n")).hexdigest() == url["sha256"], key

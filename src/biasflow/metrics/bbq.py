@@ -12,8 +12,8 @@ Every example has three answers (two people and an "unknown" answer); the model'
   that lists the answers with letters (HELM's joint multiple-choice layout), the choice parsed from the reply by
   ``parse_choice`` (documented there); a reply that gives no choice is counted as ``unparsed`` per model, never
   dropped silently and never counted as a choice.
-* a **predictions file** (``predictions_file``: CSV, JSONL or a JSON list of records with ``example_id``, ``category``, ``answer`` = the
-  chosen answer index 0-2, empty or -1 for none) replaces the model.
+* a **predictions file** (``predictions_file``: CSV, JSONL or a JSON list of records with ``example_id``,
+  ``category``, ``answer`` = the chosen answer index 0-2, empty or -1 for none) replaces the model.
 
 The scores, three ways (``definition``):
 
@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field, field_validator
 
-from biasflow.errors import ConfigError, DataFormatError
+from biasflow.errors import DataFormatError
 from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import Generating, GenerationSettings as GenerationOptions
 from biasflow.scoring.answer import lookup
@@ -82,6 +82,7 @@ class BBQOptions(Generating):
     prompt: str = DEFAULT_PROMPT                       # likelihood mode (parity / helm definitions)
     option_prefix: str = " "                           # between the prompt and each answer (likelihood mode)
     option_score: Literal["sum", "per_token", "per_char"] = "sum"
+    start_token: bool = False                          # likelihood mode: the prompt follows the model's BOS
     generation_prompt: str = DEFAULT_GENERATION_PROMPT  # generation mode
     generation: BBQGeneration = Field(default_factory=BBQGeneration)
     predictions_file: Optional[str] = None
@@ -160,7 +161,7 @@ def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> li
     out = []
     for it in items.itertuples(index=False):
         prompt, options = likelihood_options(it, opts)
-        out += [ContinuationLogprobs(prompt, o) for o in options]
+        out += [ContinuationLogprobs(prompt, o, start_token=opts.start_token) for o in options]
     return out
 
 
@@ -323,7 +324,7 @@ def lm_eval_biased(answers: Sequence[str], answer_info: Mapping[str, list], ster
 def _likelihood_choices(items: pd.DataFrame, answers: pd.DataFrame, opts: BBQOptions) -> pd.DataFrame:
     """Per item: the chosen option index (in the option list of the mode) and the option scores."""
     plan = [likelihood_options(it, opts) for it in items.itertuples(index=False)]
-    asked = [ContinuationLogprobs(p, o) for p, options in plan for o in options]
+    asked = [ContinuationLogprobs(p, o, start_token=opts.start_token) for p, options in plan for o in options]
     totals = lookup(answers, asked, "total")
     n_tokens = [len(lp) for lp in lookup(answers, asked, "logprobs")]
     rows, k = [], 0
@@ -374,7 +375,8 @@ def chosen_answers(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str,
             choice = []
             for it, opt in zip(items.itertuples(index=False), found["option"]):
                 listed = lm_eval_choices(_answers(it))
-                choice.append(int(it.unknown_loc) if listed[opt] in UNKNOWN_RESPONSES else _answers(it).index(listed[opt]))
+                unknown = listed[opt] in UNKNOWN_RESPONSES
+                choice.append(int(it.unknown_loc) if unknown else _answers(it).index(listed[opt]))
             out["choice"] = choice
             return out
         out["choice"] = found["option"].to_numpy()
@@ -575,8 +577,8 @@ def check_answers(answers: pd.DataFrame, cfg: Mapping[str, Any]) -> None:
 SPEC = register_metric(MetricSpec(
     name=METRIC, benchmark="bbq", model_kinds=("causal_lm", "served_causal_lm"),
     requests=requests, compute=compute, aggregate=aggregate, options=BBQOptions,
-    score_keys=("definition", "answer_mode", "prompt", "option_prefix", "generation_prompt", "generation",
-                "generator", "predictions_file"),
+    score_keys=("definition", "answer_mode", "prompt", "option_prefix", "start_token", "generation_prompt",
+                "generation", "generator", "predictions_file"),
     headline=("bbq_bias_ambig", "bbq_bias_disambig", "bbq_accuracy"), plot_metric="bbq_bias_ambig",
     plot_reference=0.0, check_answers=check_answers, bootstrap_statistic=replicates))
 
