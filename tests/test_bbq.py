@@ -616,3 +616,26 @@ def test_bootstrap_replicates_equal_the_aggregate_on_each_resample(definition, b
             assert fast[key][b] == pytest.approx(value, nan_ok=True, rel=0, abs=0), (key, b)
         for key in set(fast) - set(slow):  # a reported category absent from this resample
             assert np.isnan(fast[key][b])
+
+
+def test_likelihood_mode_on_a_served_model_gives_the_in_process_choices(bbq_files, tiny_gpt2_256, tmp_path):
+    """model=served_llm (a local server answering as vLLM does, wrapping the same tiny GPT-2): the same option
+    log-probabilities and choices as the model in process."""
+    from biasflow.models import load_model
+    from biasflow.scoring.answer import metric_answers
+    from served_server import CompletionsServer
+
+    items = load(bbq_files, {"limit": 33})
+    cfg = {"benchmark": "bbq"}
+    local = {"name": "tiny-gpt2-256", "kind": "causal_lm", "path": str(tiny_gpt2_256), "device": "cpu"}
+    adapter = load_model(local)
+    in_process = SPEC.compute(items, metric_answers("bbq", items, cfg, local, tmp_path / "a", model=adapter,
+                                                    progress=False), cfg)
+    with CompletionsServer(adapter) as server:
+        served = {"name": server.served_name, "kind": "served_causal_lm", "base_url": server.base_url,
+                  "revision": "test", "max_retries": 0, "backoff_s": 0.0}
+        answers = metric_answers("bbq", items, cfg, served, tmp_path / "b", progress=False)
+    remote = SPEC.compute(items, answers, cfg)
+    assert remote.choice.tolist() == in_process.choice.tolist()
+    np.testing.assert_allclose(np.array(remote.option_scores.tolist()), np.array(in_process.option_scores.tolist()),
+                               atol=1e-4)

@@ -405,7 +405,7 @@ def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) 
                "context_condition": it.context_condition, "question_polarity": it.question_polarity,
                "label": int(it.label), "choice": c, "answer_status": ch.answer_status, "response": ch.response,
                "lm_eval_choice": int(ch.lm_eval_choice), "target_loc": it.target_loc,
-               "definition": opts.definition}
+               "option_scores": ch.option_scores, "definition": opts.definition}
         if opts.definition == "parity":
             has_target = not (isinstance(it.target_loc, float) and math.isnan(it.target_loc))
             included = has_target and c >= 0
