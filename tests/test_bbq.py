@@ -639,3 +639,21 @@ def test_likelihood_mode_on_a_served_model_gives_the_in_process_choices(bbq_file
     assert remote.choice.tolist() == in_process.choice.tolist()
     np.testing.assert_allclose(np.array(remote.option_scores.tolist()), np.array(in_process.option_scores.tolist()),
                                atol=1e-4)
+
+
+def test_generation_mode_with_the_jobs_own_causal_lm(bbq_files, tiny_gpt2_256, tmp_path):
+    """answer_mode=generation without a generator: the job's causal LM generates (hf_generate); a random tiny model
+    answers no letter, so every reply is unparsed and counted as such."""
+    from biasflow.scoring.answer import metric_answers
+
+    items = load(bbq_files, {"limit": 11})
+    cfg = {"benchmark": "bbq", "answer_mode": "generation", "definition": "helm"}
+    model = {"name": "tiny-gpt2-256", "kind": "causal_lm", "path": str(tiny_gpt2_256), "device": "cpu"}
+    requests = SPEC.requests(items, cfg, "causal_lm")
+    assert {r.kind for r in requests} == {"generation"} and len(requests) == 11
+    assert requests[0].temperature == 0.0 and requests[0].max_tokens == 8
+    per_item = SPEC.compute(items, metric_answers("bbq", items, cfg, model, tmp_path, progress=False), cfg)
+    assert per_item.answer_status.eq("unparsed").all() and per_item.response.str.len().gt(0).all()
+    got = values(SPEC.aggregate(per_item, cfg))
+    # HELM counts a reply that is no letter as a non-unknown, non-target answer: bias -100 in ambiguous contexts
+    assert got[("bbq_unparsed_pct", "overall")] == 100.0 and got[("bbq_bias_ambig", "overall")] == -100.0
