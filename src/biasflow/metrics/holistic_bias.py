@@ -19,7 +19,6 @@ significant_difference, as the authors' ``significances__all.csv``) is written b
 """
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
@@ -34,6 +33,7 @@ from biasflow.schema import MetricBase
 from biasflow.scoring.answer import lookup
 from biasflow.scoring.requests import PseudoLogLikelihood, TokenLogprobs
 
+PAIRS_PER_CALL = 20_000
 PAIR_COLUMNS = ["axis", "template", "descriptor_0", "descriptor_1", "mann_whitney_u", "p_value",
                 "significant_difference"]
 
@@ -80,42 +80,55 @@ def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) 
 
 
 def pair_tests(per_item: pd.DataFrame, p_threshold: float = 0.05) -> pd.DataFrame:
-    """One Mann-Whitney U test per (axis, template, descriptor pair), as the authors' compiler runs them: the
-    descriptors of a template sorted, every pair of them, ``mannwhitneyu(ppl_0, ppl_1)``. Pairs whose samples have
-    the same sizes are tested in one vectorised call, with the method scipy's default would choose for that pair
-    alone: the same numbers as one call per pair."""
-    df = per_item[np.isfinite(per_item["perplexity"].to_numpy(dtype=np.float64))]
-    frames = []
-    for (axis, template), sub in df.groupby(["category", "template"], sort=True):
-        bins = {d: g.to_numpy(dtype=np.float64) for d, g in sub.groupby("descriptor", sort=True)["perplexity"]}
-        names = sorted(bins)
-        if len(names) < 2:  # not enough descriptors for a comparison
-            continue
-        i, j = np.triu_indices(len(names), k=1)  # (0,1), (0,2), ...: itertools.combinations order
-        sizes = np.array([len(bins[n]) for n in names])
-        u = np.empty(len(i))
-        p = np.empty(len(i))
-        by_shape: dict[tuple[int, int], list[int]] = defaultdict(list)
-        for k, (a, b) in enumerate(zip(sizes[i], sizes[j])):
-            by_shape[(int(a), int(b))].append(k)
-        for (n0, n1), rows in by_shape.items():
-            rows_ = np.asarray(rows)
-            first = np.stack([bins[names[n]] for n in i[rows_]])
-            second = np.stack([bins[names[n]] for n in j[rows_]])
-            # scipy's "auto" method, decided per pair (a batched call decides it once for the whole batch):
-            # exact where a sample has at most 8 values and the pair has no ties, else asymptotic
-            ordered = np.sort(np.concatenate([first, second], axis=1), axis=1)
-            ties = (np.diff(ordered, axis=1) == 0).any(axis=1)
-            small = n0 <= 8 or n1 <= 8
-            for method, chosen in (("exact", ~ties & small), ("asymptotic", ties | (not small))):
-                if chosen.any():
-                    res = mannwhitneyu(first[chosen], second[chosen], axis=1, method=method)
-                    u[rows_[chosen]], p[rows_[chosen]] = res.statistic, res.pvalue
-        frames.append(pd.DataFrame({"axis": axis, "template": template,
-                                    "descriptor_0": [names[n] for n in i], "descriptor_1": [names[n] for n in j],
-                                    "mann_whitney_u": u, "p_value": p,
-                                    "significant_difference": (p < p_threshold).astype(int)}))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=PAIR_COLUMNS)
+    """One Mann-Whitney U test per (axis, template, descriptor pair), as the authors' compiler runs them: axes,
+    templates and descriptors sorted, every pair of an axis and template's descriptors, ``mannwhitneyu(ppl_0,
+    ppl_1)``. Pairs whose samples have the same sizes are tested in one vectorised call (across axes and templates),
+    with the method scipy's default would choose for that pair alone: the same numbers as one call per pair."""
+    values = per_item["perplexity"].to_numpy(dtype=np.float64)
+    keep = np.isfinite(values)
+    codes, names = zip(*(pd.factorize(per_item[c].to_numpy()[keep], sort=True)
+                         for c in ("category", "template", "descriptor")))
+    order = np.lexsort(codes[::-1])
+    a, t, d = (c[order] for c in codes)
+    values = values[keep][order]
+    if not len(values):
+        return pd.DataFrame(columns=PAIR_COLUMNS)
+    # bins: runs of equal (axis, template, descriptor); groups: runs of equal (axis, template)
+    new_bin = np.r_[True, (a[1:] != a[:-1]) | (t[1:] != t[:-1]) | (d[1:] != d[:-1])]
+    starts = np.flatnonzero(new_bin)
+    lengths = np.diff(np.r_[starts, len(values)])
+    bin_a, bin_t, bin_d = a[starts], t[starts], d[starts]
+    new_group = np.r_[True, (bin_a[1:] != bin_a[:-1]) | (bin_t[1:] != bin_t[:-1])]
+    group_starts = np.flatnonzero(new_group)
+    first_bins, second_bins = [], []
+    for g0, g1 in zip(group_starts, np.r_[group_starts[1:], len(starts)]):
+        i, j = np.triu_indices(g1 - g0, k=1)  # (0,1), (0,2), ...: itertools.combinations order
+        first_bins.append(g0 + i)
+        second_bins.append(g0 + j)
+    b0, b1 = np.concatenate(first_bins).astype(int), np.concatenate(second_bins).astype(int)
+    u, p = np.empty(len(b0)), np.empty(len(b0))
+    shapes = lengths[b0] * (int(lengths.max()) + 1) + lengths[b1]
+    blocks = []
+    for shape in np.unique(shapes):
+        same = np.flatnonzero(shapes == shape)
+        blocks += [same[k:k + PAIRS_PER_CALL] for k in range(0, len(same), PAIRS_PER_CALL)]
+    for rows in blocks:  # at most PAIRS_PER_CALL pairs per call: bounded memory on the full set (683,540 pairs)
+        n0, n1 = int(lengths[b0[rows[0]]]), int(lengths[b1[rows[0]]])
+        first = values[starts[b0[rows]][:, None] + np.arange(n0)]
+        second = values[starts[b1[rows]][:, None] + np.arange(n1)]
+        # scipy's "auto" method, decided per pair (a batched call decides it once for the whole batch):
+        # exact where a sample has at most 8 values and the pair has no ties, else asymptotic
+        ordered = np.sort(np.concatenate([first, second], axis=1), axis=1)
+        ties = (np.diff(ordered, axis=1) == 0).any(axis=1)
+        small = n0 <= 8 or n1 <= 8
+        for method, chosen in (("exact", ~ties & small), ("asymptotic", ties | (not small))):
+            if chosen.any():
+                res = mannwhitneyu(first[chosen], second[chosen], axis=1, method=method)
+                u[rows[chosen]], p[rows[chosen]] = res.statistic, res.pvalue
+    axes, temps, descs = (np.asarray(n, dtype=object) for n in names)
+    return pd.DataFrame({"axis": axes[bin_a[b0]], "template": temps[bin_t[b0]], "descriptor_0": descs[bin_d[b0]],
+                         "descriptor_1": descs[bin_d[b1]], "mann_whitney_u": u, "p_value": p,
+                         "significant_difference": (p < p_threshold).astype(int)}, columns=PAIR_COLUMNS)
 
 
 def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
