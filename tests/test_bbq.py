@@ -657,3 +657,26 @@ def test_generation_mode_with_the_jobs_own_causal_lm(bbq_files, tiny_gpt2_256, t
     got = values(SPEC.aggregate(per_item, cfg))
     # HELM counts a reply that is no letter as a non-unknown, non-target answer: bias -100 in ambiguous contexts
     assert got[("bbq_unparsed_pct", "overall")] == 100.0 and got[("bbq_bias_ambig", "overall")] == -100.0
+
+
+def test_predictions_file_formats_and_errors(tmp_path):
+    items = hand_items()
+    records = [{"example_id": int(e), "category": "Age", "answer": c} for e, c in zip(items.example_id, HAND_CHOICES)]
+    as_json = tmp_path / "p.json"
+    as_json.write_text(json.dumps(records))
+    as_jsonl = tmp_path / "p.jsonl"
+    as_jsonl.write_text("".join(json.dumps(r) + "\n" for r in records))
+    for path in (as_json, as_jsonl):
+        cfg = {"definition": "parity", "predictions_file": str(path)}
+        per_item = SPEC.compute(items, pd.DataFrame(columns=["key"]), cfg)
+        assert per_item.choice.tolist() == HAND_CHOICES
+    bad = tmp_path / "bad.csv"
+    bad.write_text("example_id,category,answer\n0,Age,1\n1,Age,B\n")
+    with pytest.raises(DataFormatError, match=r"bad\.csv, line 3: answer 'B' is not 0, 1, 2"):
+        SPEC.compute(items, pd.DataFrame(columns=["key"]), {"predictions_file": str(bad)})
+    short = tmp_path / "short.csv"
+    short.write_text("example_id,category,answer\n0,Age,1\n")
+    with pytest.raises(DataFormatError, match=r"no prediction for 7 of 8 examples \(first: bbq-Age-1\)"):
+        SPEC.compute(items, pd.DataFrame(columns=["key"]), {"predictions_file": str(short)})
+    with pytest.raises(Exception, match="one reply per example"):
+        options_of({"generation": {"count": 3}})

@@ -74,6 +74,13 @@ class BBQGeneration(GenerationOptions):
     temperature: float = Field(0.0, ge=0.0)
     max_tokens: int = Field(8, ge=1)
 
+    @field_validator("count")
+    @classmethod
+    def _one_reply(cls, v: int) -> int:
+        if v != 1:
+            raise ValueError("BBQ asks one reply per example (the choice); use temperature 0 for a stable one")
+        return v
+
 
 class BBQOptions(Generating):
     definition: Literal["parity", "helm", "lm_eval"] = "parity"
