@@ -23,6 +23,7 @@ can test exactly (McNemar), not a number of the paper.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Literal, Mapping, Optional
 
 import numpy as np
@@ -124,7 +125,9 @@ def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) 
 def _t_test(target: np.ndarray, counter: np.ndarray) -> tuple[float, float]:
     if len(target) < 2:
         return float("nan"), float("nan")
-    res = stats.ttest_rel(target, counter)
+    with warnings.catch_warnings():  # a bootstrap resample of a few pairs can repeat one pair: no variance, t NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        res = stats.ttest_rel(target, counter)
     return float(res.statistic), float(res.pvalue)
 
 
