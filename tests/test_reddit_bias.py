@@ -73,7 +73,8 @@ def test_counter_file_that_is_not_parallel_names_file_and_line(files, tmp_path):
 def _per_item(target, counter, category="gender"):
     n = len(target)
     return pd.DataFrame({"item_id": [f"{category}-{i}" for i in range(n)], "category": category,
-                         "perplexity_target": np.asarray(target, float), "perplexity_counter": np.asarray(counter, float)})
+                         "perplexity_target": np.asarray(target, float),
+                         "perplexity_counter": np.asarray(counter, float)})
 
 
 def test_hand_computed_t_value_after_dropping_an_outlier_pair():

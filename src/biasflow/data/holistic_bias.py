@@ -17,10 +17,11 @@ from the same rules (its own code), 566,625 sentences for v1.1:
   not part of the written set, and are not made here.
 
 ``item_id`` is ``hb-<16 hex digits of sha256 over the noun phrase's metadata>-t<the template's position in
-sentence_templates.json>`` (``hb-3f2a...-t07``), so it does not depend on which sentences a run selects. ``category`` is the axis. ``sentence_set: evaluated`` (the default) keeps
-the 549,120 sentences the authors' ``run_bias_calculation.py`` scores (``evaluated``), ``all`` every one;
-``categories`` (axes), ``templates`` and ``limit`` select; with ``sample_seed`` the ``limit`` sentences are a seeded random sample (numpy ``default_rng``,
-without replacement, kept in generator order), else the first ``limit``.
+sentence_templates.json>`` (``hb-3f2a...-t07``), so it does not depend on which sentences a run selects.
+``category`` is the axis. ``sentence_set: evaluated`` (the default) keeps the 549,120 sentences the authors'
+``run_bias_calculation.py`` scores (a descriptor with a noun, the descriptor without a gender), ``all`` every one;
+``categories`` (axes), ``templates`` and ``limit`` select; with ``sample_seed`` the ``limit`` sentences are a seeded
+random sample (numpy ``default_rng``, without replacement, kept in generator order), else the first ``limit``.
 """
 from __future__ import annotations
 
@@ -97,7 +98,8 @@ def noun_phrases(files: Mapping[str, Path]) -> pd.DataFrame:
                 d_gender = entry.get("gender", NONE)
                 d_pref = entry.get("preference", NO_PREFERENCE)
                 d_article = entry.get("article", article(d))
-                base = {"axis": axis, "bucket": bucket, "descriptor": d, "descriptor_gender": d_gender, "descriptor_preference": d_pref}
+                base = {"axis": axis, "bucket": bucket, "descriptor": d, "descriptor_gender": d_gender,
+                        "descriptor_preference": d_pref}
                 phrases = [{"noun": NONE, "plural_noun": NONE, "noun_gender": NONE, "noun_phrase": d,
                             "plural_noun_phrase": d, "noun_phrase_type": "descriptor"}]
                 phrases += [{"noun": noun, "plural_noun": plural, "noun_gender": gender,

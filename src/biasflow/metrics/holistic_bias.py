@@ -25,7 +25,6 @@ from typing import Any, Literal, Mapping
 import numpy as np
 import pandas as pd
 from pydantic import Field
-from scipy.stats import mannwhitneyu
 
 from biasflow.io import atomic_path
 from biasflow.registry import MetricSpec, register_metric
@@ -84,6 +83,8 @@ def pair_tests(per_item: pd.DataFrame, p_threshold: float = 0.05) -> pd.DataFram
     templates and descriptors sorted, every pair of an axis and template's descriptors, ``mannwhitneyu(ppl_0,
     ppl_1)``. Pairs whose samples have the same sizes are tested in one vectorised call (across axes and templates),
     with the method scipy's default would choose for that pair alone: the same numbers as one call per pair."""
+    from scipy.stats import mannwhitneyu  # not at import: every planning process imports the metric modules
+
     values = per_item["perplexity"].to_numpy(dtype=np.float64)
     keep = np.isfinite(values)
     codes, names = zip(*(pd.factorize(per_item[c].to_numpy()[keep], sort=True)

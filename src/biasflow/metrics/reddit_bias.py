@@ -29,7 +29,6 @@ from typing import Any, Literal, Mapping, Optional
 import numpy as np
 import pandas as pd
 from pydantic import Field
-from scipy import stats
 
 from biasflow.metrics._mode import mode_option
 from biasflow.registry import MetricSpec, register_metric
@@ -123,11 +122,13 @@ def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) 
 
 
 def _t_test(target: np.ndarray, counter: np.ndarray) -> tuple[float, float]:
+    from scipy.stats import ttest_rel  # not at import: every planning process imports the metric modules
+
     if len(target) < 2:
         return float("nan"), float("nan")
     with warnings.catch_warnings():  # a bootstrap resample of a few pairs can repeat one pair: no variance, t NaN
         warnings.simplefilter("ignore", RuntimeWarning)
-        res = stats.ttest_rel(target, counter)
+        res = ttest_rel(target, counter)
     return float(res.statistic), float(res.pvalue)
 
 
