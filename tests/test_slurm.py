@@ -162,6 +162,7 @@ def test_sweep_on_slurm_equals_the_local_sweep(slurm, tiny_models, dataset_files
     assert sum(j["comment"].startswith("rule_score_") for j in map(jobs.get, submitted)) == 6
 
     # the same numbers as the local run
+    assert "## Retried jobs" not in (run_dir(on_slurm) / "report.md").read_text()  # each job's first try worked
     got = pd.read_parquet(run_dir(on_slurm) / "aggregate.parquet")
     want = pd.read_parquet(run_dir(local) / "aggregate.parquet")
     assert len(got) > 0 and got.config_hash.nunique() == 18

@@ -94,7 +94,8 @@ def retried_section(plan: Mapping[str, Any]) -> list[str]:
     from biasflow.progress import job_states
 
     try:
-        retried = [s for s in job_states(plan) if s.state == "done" and len(s.attempts or []) > 1]
+        retried = [s for s in job_states(plan) if s.state == "done"
+                   and any((a.get("attempt") or 1) > 1 for a in s.attempts or [])]
     except Exception:  # noqa: BLE001 - the attempts are a note; a report is never lost for them
         return []
     if not retried:
