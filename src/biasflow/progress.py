@@ -200,7 +200,8 @@ def job_states(plan: Mapping[str, Any], workdir: str | os.PathLike | None = None
             state.state = "done"
             continue
         started = _incomplete(job["scores_path"], workdir) or _incomplete(f"{mdir}/aggregate.parquet", workdir)
-        if last and last["state"] not in (None, "COMPLETED"):  # the last SLURM attempt failed
+        # its last cluster attempt failed, and no live run has started it again
+        if last and last["state"] not in (None, "COMPLETED") and not (started and alive):
             state.state = "failed"
             state.error = f"SLURM {last['state']} ({last['rule']}, attempt {last['attempt']}): {last['cause']}"
             state.log = last.get("log")
