@@ -160,11 +160,9 @@ HURTLEX_CATEGORIES = {"ps", "rci", "pa", "ddf", "ddp", "dmc", "is", "or", "an", 
 
 
 def _default_cfg(**over):
-    import yaml
+    from biasflow.plan import compose
 
-    from conftest import ROOT
-
-    cfg = yaml.safe_load((ROOT / "conf" / "metric" / "honest.yaml").read_text())["honest"]
+    cfg = compose(["metric=[honest]"])["metric"]["honest"]  # the job's options, defaults filled
     return {**cfg, "generator": None, **over}  # the interpolation as composed without +generator
 
 

@@ -531,16 +531,15 @@ def test_generation_through_the_served_models_completions(tiny_gpt2, tmp_path, m
 def test_honest_on_a_served_model(tiny_gpt2, tmp_path):
     """A generated-text metric with model=<served model> and no +generator: k completions per template come from
     the server, and the metric scores their first words."""
-    import yaml
-
     from biasflow.data.honest import read_honest_templates
     from biasflow.metrics.honest import aggregate, compute
     from biasflow.scoring.answer import metric_answers
-    from conftest import ROOT
 
     fixtures = Path(__file__).parent / "fixtures"
     items = read_honest_templates(fixtures / "honest_templates.tsv")
-    cfg = {**yaml.safe_load((ROOT / "conf" / "metric" / "honest.yaml").read_text())["honest"], "generator": None,
+    from biasflow.plan import compose
+
+    cfg = {**compose(["metric=[honest]"])["metric"]["honest"], "generator": None,
            "k": [1, 2], "lexicon": {"path": str(fixtures / "honest_lexicon.tsv")}}
     cfg["generation"] = {**cfg["generation"], "temperature": 0.0, "max_tokens": 3}
     with serving(tiny_gpt2) as server:

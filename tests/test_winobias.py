@@ -8,17 +8,16 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-import yaml
 
 from biasflow.data.winobias import build_items, her_by_rule, parse_line, read_winobias_file
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.metrics import winobias as wb
+from biasflow.plan import compose
 from biasflow.registry import get_loader, get_metric
 from biasflow.scoring.answer import answer_requests, metric_answers, request_frame
 from biasflow.scoring.cache import AnswerCache
 from biasflow.scoring.causal_options import option_logprobs
 from biasflow.scoring.requests import ContinuationLogprobs, Generation, MaskCandidates
-from conftest import ROOT
 
 
 # ----------------------------------------------------------------------------------------------- loader
@@ -249,7 +248,7 @@ def test_mc_from_generated_answers_by_hand():
     items = _items([("pro", 1, "he", "he", "she"), ("anti", 1, "she", "he", "she"),
                     ("pro", 2, "his", "his", "her"), ("anti", 2, "her", "him", "her"), ("pro", 1, "he", "he", "she")])
     items["masked_sentence"] = [f"sentence {i} [MASK] here." for i in range(5)]
-    cfg = yaml.safe_load((ROOT / "conf" / "metric" / "winobias_mc.yaml").read_text())["winobias_mc"]
+    cfg = compose(["metric=[winobias_mc]"])["metric"]["winobias_mc"]  # the job's options, defaults filled
     cfg.update(min_pass_rate=0.7, generator={"kind": "responses_file", "path": "answers.csv"})
     asked = get_metric("winobias_mc").requests(items, cfg, "generator")
     assert all(isinstance(r, Generation) for r in asked) and len({r.key for r in asked}) == 5
@@ -310,7 +309,7 @@ def test_mc_by_likelihood_end_to_end(tiny_gpt2, tmp_path):
     items = _items([("pro", 1, "he", "he", "she"), ("anti", 2, "her", "him", "her")])
     items["masked_sentence"] = ["The developer argued with the designer because [MASK] was late.",
                                 "The farmer hired the assistant and told [MASK] to come."]
-    cfg = yaml.safe_load((ROOT / "conf" / "metric" / "winobias_mc.yaml").read_text())["winobias_mc"]
+    cfg = compose(["metric=[winobias_mc]"])["metric"]["winobias_mc"]  # the job's options, defaults filled
     cfg["generator"] = None  # what ${oc.select:generator,null} gives without +generator
     scores = metric_answers("winobias_mc", items, cfg, None, tmp_path, model=tiny_gpt2)
     per = wb.compute_mc(items, scores, cfg)

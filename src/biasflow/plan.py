@@ -229,11 +229,11 @@ def _resolved_base(cdir: Path, group_overrides: tuple[str, ...], model_file: Pat
     key = (id(composed), str(model_file), model_file.stat().st_mtime_ns if model_file else 0,
            stable_hash([os.environ.get(n) for n in env_names], 16))
     if key not in _RESOLVED:
-        cfg = composed
-        if model_file is not None:
-            cfg = copy.deepcopy(composed)
-            with open_dict(cfg):
+        cfg = copy.deepcopy(composed)
+        with open_dict(cfg):
+            if model_file is not None:
                 cfg.model = OmegaConf.load(model_file)
+            _fill_option_defaults(cfg)
         from omegaconf.errors import OmegaConfBaseException
 
         try:
@@ -243,6 +243,30 @@ def _resolved_base(cdir: Path, group_overrides: tuple[str, ...], model_file: Pat
         _RESOLVED[key] = {"config": cfg, "resolved": resolved,
                           "referenced": _interpolated_keys(OmegaConf.to_container(cfg, resolve=False))}
     return _RESOLVED[key]
+
+
+def _fill_option_defaults(cfg) -> None:
+    """Every option that has a default (its options model's, ``schema.option_defaults``) into the composed config,
+    before value overrides apply: YAML files hold only what differs from the defaults, and
+    ``metric.<name>.<option>=value`` works for every option. Values already there are kept."""
+    from biasflow.registry import metric_options
+    from biasflow.schema import RUN_SECTIONS, option_defaults
+
+    def fill(node, defaults: dict[str, Any]) -> None:
+        for k, v in defaults.items():
+            if k not in node:
+                node[k] = v
+            elif isinstance(v, dict) and v and OmegaConf.is_dict(node[k]):
+                fill(node[k], v)  # a nested options model (generation, lexicon): its missing keys
+
+    for name in list(cfg.get("metric") or {}):
+        options = metric_options(str(name))
+        if options is not None and OmegaConf.is_dict(cfg.metric[name]):
+            fill(cfg.metric[name], option_defaults(options))
+    for section, model in RUN_SECTIONS.items():
+        if section not in cfg or cfg[section] is None:
+            cfg[section] = {}
+        fill(cfg[section], option_defaults(model))
 
 
 def _interpolated_keys(raw: Any) -> set[str] | None:
@@ -603,6 +627,22 @@ def without_secrets(cfg: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
+def with_option_dumps(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The composed config validated (``schema.validate_job_config``: every problem at once) and, where a section has
+    an options model (every metric, ``stats``, ``run``), replaced by the validated options with every default
+    filled in: the plan holds the options the stages read, nothing else decides them."""
+    from biasflow.registry import metric_options
+    from biasflow.schema import RUN_SECTIONS, filled_options
+
+    validate_job_config(cfg, metric_options)
+    out = dict(cfg)
+    out["metric"] = {name: filled_options(metric_options(name), mcfg) if isinstance(mcfg, dict) else mcfg
+                     for name, mcfg in (cfg.get("metric") or {}).items()}
+    for section, model in RUN_SECTIONS.items():
+        out[section] = model.model_validate(cfg.get(section) or {}).model_dump()
+    return out
+
+
 def with_ordered_options(cfg: dict[str, Any]) -> dict[str, Any]:
     """Options whose mapping order changes the numbers (``LOADER_ORDERED_OPTIONS``, ``MetricSpec.ordered_options``)
     as ordered lists of one-key mappings: the plan, its hashes and Snakemake's params sort dict keys."""
@@ -635,8 +675,7 @@ def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
     digests: dict[str, str] = {}  # path -> content digest, once per plan
     for job_overrides in expand_sweep(overrides, multirun):
         reject_secret_overrides(job_overrides)
-        cfg = compose(job_overrides)
-        validate_job_config(cfg)
+        cfg = with_option_dumps(compose(job_overrides))
         cfg = with_ordered_options(without_secrets(cfg))
         sweep.append({"overrides": job_overrides, "config": cfg})
         tracking = tracking or cfg.get("tracking", {})

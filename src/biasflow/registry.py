@@ -7,6 +7,9 @@ Modules register themselves on import; ``load_all()`` imports every built-in mod
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
+import functools
 import importlib
 import pkgutil
 from dataclasses import dataclass
@@ -92,9 +95,85 @@ def register_loader(name: str, ordered_options: tuple[str, ...] = ()):
     return deco
 
 
+# the metric callables that take the metric's options, and at which argument
+_OPTION_ARGUMENTS = {"requests": 1, "compute": 2, "aggregate": 1, "bootstrap_statistic": 1, "export": 2,
+                     "check_answers": 1, "followup_requests": 2, "write_extras": 1}
+
+
+class FilledOptions(dict):
+    """A metric's options validated by its options model, every default filled in (``schema.filled_options``)."""
+
+
+# (options model, a copy of the last cfg, its filled options): the bootstrap calls aggregate 1,000 times with one cfg
+_last_filled: list = [None, None, None]
+
+
+def filled(options: type, cfg: Mapping[str, Any]) -> FilledOptions:
+    if isinstance(cfg, FilledOptions):
+        return cfg
+    if _last_filled[0] is options and _last_filled[1] == cfg:  # equal content (a caller may mutate its dict)
+        return _last_filled[2]
+    from pydantic import ValidationError
+
+    from biasflow.errors import ConfigError
+    from biasflow.schema import filled_options, options_problems
+
+    try:
+        out = FilledOptions(filled_options(options, cfg))
+    except ValidationError as err:
+        names = sorted({name for name, spec in METRICS.items() if spec.options is options}) or [options.__name__]
+        raise ConfigError("invalid options:\n  " + "\n  ".join(options_problems(
+            options, f"metric.{names[0] if len(names) == 1 else '{' + ','.join(names) + '}'}", err))) from None
+    _last_filled[:] = [options, copy.deepcopy(dict(cfg)), out]
+    return out
+
+
+def _with_options(fn: Callable, index: int, options: type) -> Callable:
+    """``fn`` reading its options (argument ``index``) with every default filled in, however it was called (the
+    stages pass the plan's filled options; tests and notebooks may pass only what differs)."""
+    if getattr(fn, "_fills_options", False):
+        return fn
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if len(args) > index:
+            args = (*args[:index], filled(options, args[index]), *args[index + 1:])
+        elif "cfg" in kwargs:
+            kwargs["cfg"] = filled(options, kwargs["cfg"])
+        return fn(*args, **kwargs)
+
+    wrapper._fills_options = True
+    return wrapper
+
+
+def options_in_module(namespace: dict[str, Any], options: type, only: tuple[str, ...] | None = None) -> None:
+    """Every function of a metric module (``namespace``: its ``globals()``; or the functions named in ``only``)
+    that has a ``cfg`` parameter reads its options with every default filled in: called from the stages, a test
+    or a notebook with only what differs from the defaults, it sees the same options. Call it once the module's
+    functions are defined, before its ``MetricSpec``."""
+    import inspect
+
+    for name, fn in list(namespace.items()):
+        if (inspect.isfunction(fn) and fn.__module__ == namespace["__name__"] and (only is None or name in only)
+                and "cfg" in (params := list(inspect.signature(fn).parameters))):
+            namespace[name] = _with_options(fn, params.index("cfg"), options)
+
+
 def register_metric(spec: MetricSpec) -> MetricSpec:
+    """Register ``spec`` under its name; its callables then read its options with every default filled in."""
     old = METRICS.get(spec.name)
     _refuse_taken("metric", spec.name, old.compute.__module__ if old else None, spec.compute.__module__)
+    options = spec.options
+    if options is None:
+        from biasflow.schema import METRIC_OPTIONS
+
+        options = METRIC_OPTIONS.get(spec.name)
+    if options is None:
+        raise ValueError(f"metric {spec.name!r} ({spec.compute.__module__}) has no options model: give "
+                         f"MetricSpec(options=...), a biasflow.schema.MetricBase subclass")
+    wrapped = {name: _with_options(getattr(spec, name), index, options)
+               for name, index in _OPTION_ARGUMENTS.items() if getattr(spec, name) is not None}
+    spec = dataclasses.replace(spec, options=options, **wrapped)
     METRICS[spec.name] = spec
     return spec
 
@@ -113,6 +192,13 @@ def load_all() -> None:
             if not info.name.startswith("_"):
                 importlib.import_module(f"{pkg_name}.{info.name}")
     _loaded = True
+
+
+def metric_options(name: str) -> type | None:
+    """The options model of metric ``name`` (its ``MetricSpec.options``); None for an unknown metric."""
+    load_all()
+    spec = METRICS.get(name)
+    return spec.options if spec is not None else None
 
 
 def get_metric(name: str) -> MetricSpec:

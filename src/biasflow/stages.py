@@ -175,16 +175,18 @@ def metric(params: Mapping[str, Any], items_path: str | None, scores_path: str, 
     spec = get_metric(params["metric"])
     items = pd.read_parquet(items_path) if items_path else pd.DataFrame()
     scores = pd.read_parquet(scores_path)
-    cfg = dict(params["metric_cfg"], _mode=params.get("mode", "parity"))
+    cfg = dict(params["metric_cfg"], _mode=params["mode"])
     per_item = spec.compute(items, scores, cfg)
     for path in (spec.export(items, scores, cfg) if spec.export else []):
         log.info("exported %s", path)
-    stats = params.get("stats", {})
-    n_boot = int(stats.get("n_boot", 1000)) if spec.bootstrap else 0
+    from biasflow.schema import StatsConfig
+
+    stats = StatsConfig.model_validate(params["stats"])  # the plan's, defaults filled; one place for them
+    n_boot = stats.n_boot if spec.bootstrap else 0
     statistic = (lambda df, resamples: spec.bootstrap_statistic(df, cfg, resamples)) \
         if spec.bootstrap_statistic is not None else None
-    agg = bootstrap_ci(per_item, lambda df: spec.aggregate(df, cfg), n_boot=n_boot,
-                       seed=int(stats.get("seed", 0)), level=float(stats.get("level", 0.95)), statistic=statistic)
+    agg = bootstrap_ci(per_item, lambda df: spec.aggregate(df, cfg), n_boot=n_boot, seed=stats.seed,
+                       level=stats.level, statistic=statistic)
     labels = {"model": params["model"]["name"], "model_key": params["model_key"],
               "benchmark": params.get("benchmark") or params["metric"], "metric_family": params["metric"],
               "config_hash": params["cfg_hash"]}

@@ -23,8 +23,8 @@ def generator_settings(metric_cfg: Mapping[str, Any], metric: str) -> tuple[dict
 
     The chosen generator's settings (``+generator=...``) win over the metric's ``generation`` defaults; without a
     generator, the job's causal LM generates (``hf_generate``) with the ``generation`` settings."""
-    generator = metric_cfg.get("generator")
-    gen_cfg = {**(metric_cfg.get("generation") or {}), **(generator or {"kind": "hf_generate"})}
+    generator = metric_cfg["generator"]
+    gen_cfg = {**metric_cfg["generation"], **(generator or {"kind": "hf_generate"})}
     gen_cfg = {k: v for k, v in gen_cfg.items() if v is not None or k in ("system_prompt", "seed")}
     option = "generator" if generator else f"metric.{metric}.generation"
     check_generator_config(gen_cfg, option)
@@ -33,7 +33,7 @@ def generator_settings(metric_cfg: Mapping[str, Any], metric: str) -> tuple[dict
 
 def responses_path(gen_cfg: Mapping[str, Any], option: str) -> str | None:
     """The responses file of a ``responses_file`` generator (None for the other generators)."""
-    if gen_cfg.get("kind") != "responses_file":
+    if gen_cfg["kind"] != "responses_file":
         return None
     if not gen_cfg.get("path"):
         raise ConfigError(f"{option}.kind=responses_file needs {option}.path")
@@ -85,7 +85,7 @@ def check_generations(metric: str) -> Callable[[pd.DataFrame, Mapping[str, Any]]
             return
         rows = answers[answers["kind"] == Generation.kind]
         if len(rows):
-            source = f"{gen_cfg.get('kind')} {gen_cfg.get('model') or 'the job model'}"
+            source = f"{gen_cfg['kind']} {gen_cfg.get('model') or 'the job model'}"
             check_failures(rows, max_failed_fraction(gen_cfg, option), option, source)
 
     return check

@@ -14,12 +14,12 @@ PARITY = "parity"
 
 
 def run_mode(cfg: Mapping[str, Any]) -> str:
-    return str(cfg.get("_mode") or PARITY)
+    return str(cfg["_mode"] if "_mode" in cfg and cfg["_mode"] else PARITY)
 
 
 def mode_option(cfg: Mapping[str, Any], metric: str, name: str, parity: str, corrected: str,
                 allowed: Sequence[str]) -> str:
-    value = cfg.get(name)
+    value = cfg[name]  # every option is there (the metric's options model fills its defaults)
     if value is None:
         return parity if run_mode(cfg) == PARITY else corrected
     if value not in allowed:

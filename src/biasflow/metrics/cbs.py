@@ -29,7 +29,8 @@ import pandas as pd
 
 from biasflow.metrics._mode import mode_option
 from biasflow.metrics.lpbs import requests_for, word_answers, word_logprobs
-from biasflow.registry import MetricSpec, register_metric
+from biasflow import schema
+from biasflow.registry import MetricSpec, options_in_module, register_metric
 
 PLURALS = ("pattern3", "corrected")
 
@@ -58,7 +59,7 @@ def sample_variance(values) -> float:
 
 def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     items = with_plurals(items, cfg)
-    wide = word_logprobs(word_answers(items, answers, "targets", cfg), cfg.get("piece_product", "reference"))
+    wide = word_logprobs(word_answers(items, answers, "targets", cfg), cfg["piece_product"])
     by = {k: g for k, g in wide.groupby("item_id")}
     rows = []
     for it in items.itertuples(index=False):
@@ -80,6 +81,7 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
 
 
+options_in_module(globals(), schema.CBS)
 SPEC = register_metric(MetricSpec(
     name="cbs", benchmark="cbs", model_kinds=("masked_lm",),
     requests=requests, compute=compute, aggregate=aggregate,

@@ -37,7 +37,8 @@ import pandas as pd
 
 from biasflow.errors import DataFormatError
 from biasflow.metrics._mode import mode_option, pass_verdict
-from biasflow.registry import MetricSpec, register_metric
+from biasflow import schema
+from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.score_kinds import MASK_PLACEHOLDER, listed_probability, top_k_probability
 from biasflow.scoring.requests import MaskCandidates, MaskTokenStr, PseudoLogLikelihood
 from biasflow.stats.bootstrap import Resamples, rate
@@ -213,7 +214,7 @@ def compute_fill_mask(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[s
     match = fill_mask_match(cfg)
     cat = items.set_index("item_id")[["category", "direction"]]
     lookup = {k: r for k, r in zip(answers["key"], answers.to_dict("records"))} if len(answers) else {}
-    top_k = cfg.get("fill_mask_top_k")
+    top_k = cfg["fill_mask_top_k"]
     rows = []
     for it in fm.itertuples(index=False):
         s = lookup.get(fill_mask_request(it.template, it.word_more, it.word_less, cfg).key)
@@ -316,6 +317,7 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resam
     return out
 
 
+options_in_module(globals(), schema.CrowsPairs)
 SPEC = register_metric(MetricSpec(
     name="crows_pairs",
     benchmark="crows_pairs",

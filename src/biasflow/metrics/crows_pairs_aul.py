@@ -26,7 +26,8 @@ import pandas as pd
 
 from biasflow.errors import ConfigError
 from biasflow.metrics.crows_pairs import category_blocks, pair_texts
-from biasflow.registry import MetricSpec, register_metric
+from biasflow import schema
+from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.scoring.requests import UnmaskedLogprobs, UnmaskedLogprobsAttention
 from biasflow.stats.bootstrap import Resamples, rate
 
@@ -34,7 +35,7 @@ VARIANTS = ("aul", "aula")
 
 
 def _variants(cfg: Mapping[str, Any]) -> list[str]:
-    variants = list(cfg.get("variants") or VARIANTS)
+    variants = list(cfg["variants"])
     bad = [v for v in variants if v not in VARIANTS]
     if bad:
         raise ConfigError(f"metric.crows_pairs_aul.variants: unknown {bad}; choose from {list(VARIANTS)}")
@@ -128,6 +129,7 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resam
     return out
 
 
+options_in_module(globals(), schema.CrowsPairsAUL)
 SPEC = register_metric(MetricSpec(
     name="crows_pairs_aul",
     benchmark="crows_pairs",

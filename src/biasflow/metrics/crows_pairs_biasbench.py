@@ -26,7 +26,8 @@ import numpy as np
 import pandas as pd
 
 from biasflow.metrics.crows_pairs import aggregate_pll, judge, pair_texts, pll_replicates, sent_order
-from biasflow.registry import MetricSpec, register_metric
+from biasflow import schema
+from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.scoring.requests import PseudoLogLikelihood
 from biasflow.stats.bootstrap import Resamples
 
@@ -98,6 +99,7 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resam
     return out
 
 
+options_in_module(globals(), schema.CrowsPairsBiasBench)
 SPEC = register_metric(MetricSpec(
     name="crows_pairs_biasbench",
     benchmark="crows_pairs",

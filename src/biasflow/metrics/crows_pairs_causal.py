@@ -24,7 +24,8 @@ import pandas as pd
 
 from biasflow.errors import ConfigError
 from biasflow.metrics.crows_pairs import aggregate_pll, judge, pair_texts, pll_replicates, sent_order
-from biasflow.registry import MetricSpec, register_metric
+from biasflow import schema
+from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.score_kinds import FIRST_TOKEN_MODES
 from biasflow.scoring.answer import lookup
 from biasflow.scoring.requests import TokenLogprobs
@@ -34,14 +35,14 @@ AGGREGATIONS = ("sum", "mean")
 
 
 def _options(cfg: Mapping[str, Any]) -> tuple[str, str, int | None]:
-    aggregation = cfg.get("aggregation", "sum")
-    first_token = cfg.get("first_token", "prefix")
+    aggregation = cfg["aggregation"]
+    first_token = cfg["first_token"]
     if aggregation not in AGGREGATIONS:
         raise ConfigError(f"metric.crows_pairs_causal.aggregation={aggregation!r}: choose from {list(AGGREGATIONS)}")
     if first_token not in FIRST_TOKEN_MODES:
         raise ConfigError(f"metric.crows_pairs_causal.first_token={first_token!r}: "
                           f"choose from {list(FIRST_TOKEN_MODES)}")
-    digits = cfg.get("round")
+    digits = cfg["round"]
     return aggregation, first_token, (None if digits is None else int(digits))
 
 
@@ -108,6 +109,7 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resam
     return out
 
 
+options_in_module(globals(), schema.CrowsPairsCausal)
 SPEC = register_metric(MetricSpec(
     name="crows_pairs_causal",
     benchmark="crows_pairs",

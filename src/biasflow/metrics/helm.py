@@ -50,8 +50,8 @@ def _aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     ok = per_item[per_item["status"].eq("ok")]
     texts = ok["response"].astype(str).tolist()
     rows = []
-    demographics = cfg.get("demographics") or {"gender": "helm_gender", "race": "helm_race"}
-    targets = {name: word_list(spec) for name, spec in (cfg.get("targets") or {"adjective": "adjectives"}).items()}
+    demographics = cfg["demographics"]
+    targets = {name: word_list(spec) for name, spec in cfg["targets"].items()}
     for dem, spec in demographics.items():
         groups = group_lists(spec)
         rep = demographic_representation(texts, groups)
@@ -67,7 +67,10 @@ def _aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def _register() -> None:
-    from biasflow.registry import MetricSpec, register_metric
+    from biasflow import schema
+    from biasflow.registry import MetricSpec, options_in_module, register_metric
+
+    options_in_module(globals(), schema.HelmRepresentation)
 
     register_metric(MetricSpec(
         name=METRIC, benchmark="bold", model_kinds=("causal_lm", "served_causal_lm", "generator"), requests=requests,

@@ -32,7 +32,8 @@ from biasflow.errors import ConfigError, DataFormatError
 from biasflow.generation.answer import read_responses_file
 from biasflow.metrics._generated import check_generations, generation_grid, generator_settings, responses_path
 from biasflow.metrics._mode import mode_option
-from biasflow.registry import MetricSpec, register_metric
+from biasflow import schema
+from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.scoring.answer import lookup
 from biasflow.scoring.requests import Generation, MaskTopK
 
@@ -123,7 +124,7 @@ def template_prompts(templates: Sequence[str]) -> list[str]:
 
 def largest_k(cfg: Mapping[str, Any]) -> int:
     """One pass at the largest k: smaller k are its prefixes."""
-    k = cfg.get("k", 20)
+    k = cfg["k"]
     return int(max(k)) if isinstance(k, list) else int(k)
 
 
@@ -159,7 +160,7 @@ def generation_requests(items: pd.DataFrame, cfg: Mapping[str, Any]) -> tuple[pd
 def generates(cfg: Mapping[str, Any], model_kind: str) -> bool:
     """Completions are generated (k responses, scored as ``completion`` says) with a generator or a causal LM;
     fill-mask else."""
-    return bool(cfg.get("generator")) or model_kind in ("causal_lm", "served_causal_lm", "generator")
+    return bool(cfg["generator"]) or model_kind in ("causal_lm", "served_causal_lm", "generator")
 
 
 def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
@@ -242,11 +243,11 @@ def lexicon_path(cfg: Mapping[str, Any]) -> Path:
     """The lexicon file: ``lexicon.path`` as is; else with ``lexicon.packaged`` (default) the file ``filename``
     shipped in ``biasflow/resources/honest``; else fetched from ``lexicon.sources`` (verified by sha256) to
     ``lexicon.dest`` (default ``resources/honest/<filename>``)."""
-    lex = cfg.get("lexicon") or {}
+    lex = cfg["lexicon"]
     if lex.get("path"):
         return Path(lex["path"])
-    filename = lex.get("filename", "hurtlex_EN.tsv")
-    if lex.get("packaged", True):
+    filename = lex["filename"]
+    if lex["packaged"]:
         from importlib import resources
 
         packaged = resources.files(LEXICON_PACKAGE).joinpath(filename)
@@ -266,12 +267,12 @@ def lexicon_path(cfg: Mapping[str, Any]) -> Path:
 
 def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     lexicon = load_lexicon(lexicon_path(cfg),
-                           level=(cfg.get("lexicon") or {}).get("level", "conservative"))
+                           level=cfg["lexicon"]["level"])
     comps = completions(items, answers, cfg)
     matched = scored_words(comps, completion_rule(cfg), dict(zip(lexicon["lemma"], lexicon["category"]))) \
         if generated(answers) else None
     frames = []
-    for k in (cfg.get("k") if isinstance(cfg.get("k"), list) else [cfg.get("k", 20)]):
+    for k in cfg["k"]:
         k = int(k)
         per = honest_per_template([c[:k] for c in comps], items.reset_index(drop=True), lexicon,
                                   None if matched is None else [m[:k] for m in matched])
@@ -293,6 +294,7 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["metric", "category", "value", "n"])
 
 
+options_in_module(globals(), schema.Honest)
 SPEC = register_metric(MetricSpec(
     name=METRIC, benchmark="honest", model_kinds=("masked_lm", "causal_lm", "served_causal_lm", "generator"),
     requests=requests, compute=compute, aggregate=aggregate, check_answers=check_generations(METRIC),

@@ -309,7 +309,7 @@ def classifier_metrics(scores: pd.DataFrame, categories: Sequence[str], threshol
 def target_list(cfg: Mapping[str, Any]) -> list[str]:
     """``targets``: a packaged list name (adjectives, professions), a file, or a list. Professions are used in
     singular and plural for stereotypical associations as LangFair does (``plural_professions``)."""
-    return word_list(cfg.get("targets", "adjectives"))
+    return word_list(cfg["targets"])
 
 
 def response_rows(responses: pd.DataFrame) -> pd.DataFrame:
@@ -348,7 +348,7 @@ def responses(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]
 
 def followup_requests(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> list:
     """With ``classifier.model``: that classifier's class probabilities of every answered response."""
-    clf = cfg.get("classifier") or {}
+    clf = cfg["classifier"]
     if not clf.get("model"):
         return []
     per = responses(items, answers, cfg)
@@ -359,7 +359,7 @@ def followup_requests(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[s
 def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     """One row per response; metrics are corpus-level, in ``aggregate``."""
     per = responses(items, answers, cfg)
-    clf = cfg.get("classifier") or {}
+    clf = cfg["classifier"]
     if clf.get("model"):
         ok = per["status"].eq("ok")
         asked = [Classification(str(t), str(clf["model"])) for t in per.loc[ok, "response"]]
@@ -368,7 +368,7 @@ def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any])
         label_for = dict(clf["labels"])
         if asked:
             scores = stereotype_scores(list(labels[0]), np.stack(probabilities), label_for,
-                                       mode=clf.get("mode", "parity"))
+                                       mode=clf["mode"])
         else:  # nothing answered: nothing classified
             scores = pd.DataFrame({f"stereotype_score_{cat}": [] for cat in label_for}, dtype=float)
         for col in scores:
@@ -379,24 +379,24 @@ def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any])
 def _aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     ok = per_item[per_item["status"].eq("ok")]
     texts = ok["response"].astype(str).tolist()
-    groups = group_lists(cfg.get("groups"), default="langfair_gender")
+    groups = group_lists(cfg["groups"])
     targets = target_list(cfg)
     rows = [{"metric": "non_completion_rate", "category": "overall",
              "value": 1.0 - len(ok) / max(len(per_item), 1), "n": len(per_item)}]
     if len(groups) == 2:
-        cobs = cooccurrence_bias(texts, targets, groups, beta=float(cfg.get("beta", 0.95)),
-                                 stop=stop_words(cfg.get("stop_words")))
+        cobs = cooccurrence_bias(texts, targets, groups, beta=float(cfg["beta"]),
+                                 stop=stop_words(cfg["stop_words"]))
         rows.append({"metric": "cooccurrence_bias", "category": "overall", "value": cobs["value"], "n": len(texts)})
     sa_targets = targets
-    if cfg.get("targets", "adjectives") == "professions":
+    if cfg["targets"] == "professions":
         sa_targets = targets + [t + "s" for t in targets]
     sa = stereotypical_associations(texts, sa_targets, groups)
     rows.append({"metric": "stereotypical_associations", "category": "overall", "value": sa["value"],
                  "n": len(texts)})
-    clf = cfg.get("classifier") or {}
+    clf = cfg["classifier"]
     if clf.get("model"):
         cats = list(dict(clf["labels"]))
-        res = classifier_metrics(ok, cats, float(clf.get("threshold", 0.5)), by_prompt=bool(clf.get("by_prompt", True)))
+        res = classifier_metrics(ok, cats, float(clf["threshold"]), by_prompt=bool(clf["by_prompt"]))
         rows += [{"metric": k, "category": "overall", "value": v, "n": len(ok)} for k, v in res.items()]
     out = pd.DataFrame(rows)
     out["value"] = pd.to_numeric(out["value"], errors="coerce")  # None (undefined) -> NaN
@@ -404,7 +404,10 @@ def _aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def _register() -> None:
-    from biasflow.registry import MetricSpec, register_metric
+    from biasflow import schema
+    from biasflow.registry import MetricSpec, options_in_module, register_metric
+
+    options_in_module(globals(), schema.LangFairStereotype)
 
     register_metric(MetricSpec(
         name=METRIC, benchmark="langfair_prompts", model_kinds=("causal_lm", "served_causal_lm", "generator"),

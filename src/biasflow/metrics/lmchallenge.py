@@ -60,9 +60,9 @@ def _aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
 
 def _model_check(game: str):
     def check(model_cfg: Mapping[str, Any]) -> str | None:
-        if model_cfg.get("kind") != "ngram":
+        if model_cfg["kind"] != "ngram":
             return None
-        level = model_cfg.get("level", "word")
+        level = model_cfg["level"]  # an n-gram model's config names its level
         if (game in CHAR_GAMES) != (level == "char"):
             return f"the {game} game is played by {'char' if game in CHAR_GAMES else 'word'}-level n-gram models"
         return None

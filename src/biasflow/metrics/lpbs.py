@@ -30,7 +30,8 @@ import pandas as pd
 
 from biasflow.data.templates import ATTRIBUTE, ATTRIBUTES, TARGET
 from biasflow.errors import ConfigError
-from biasflow.registry import MetricSpec, register_metric
+from biasflow import schema
+from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.score_kinds import MASK_PLACEHOLDER
 from biasflow.scoring.requests import MultiMaskLogprobs
 
@@ -59,10 +60,10 @@ def combine(matrix: np.ndarray, rule: str) -> float:
 def word_requests(items: pd.DataFrame, words_col: str, cfg: Mapping[str, Any]) -> list[tuple]:
     """(item_id, column, word, tgt|prior, MultiMaskLogprobs) for every target word of every item: the sentence with
     the attribute filled in (tgt) and with it masked too (prior); the model counts each word's masks."""
-    rule = cfg.get("target_positions", "aligned")
+    rule = cfg["target_positions"]
     if rule not in RULES:
         raise ConfigError(f"target_positions={rule!r}: expected one of {RULES}")
-    count_from = cfg.get("attribute_mask_count", "filled")
+    count_from = cfg["attribute_mask_count"]
     out = []
     for it in items.itertuples(index=False):
         first = target_first(it.template)
@@ -119,7 +120,7 @@ def lpbs_value(tgt1: Sequence[float], prior1: Sequence[float], tgt2: Sequence[fl
 
 def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     scores = word_answers(items, answers, "targets_1,targets_2", cfg)
-    wide = word_logprobs(scores, cfg.get("piece_product", "aligned"))
+    wide = word_logprobs(scores, cfg["piece_product"])
     by = {k: g for k, g in wide.groupby(["item_id", "column"])}
     rows = []
     for it in items.itertuples(index=False):
@@ -150,6 +151,7 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
 
 
+options_in_module(globals(), schema.MultiMask)
 SPEC = register_metric(MetricSpec(
     name="lpbs", benchmark="lpbs", model_kinds=("masked_lm",),
     requests=requests_for("targets_1,targets_2"), compute=compute, aggregate=aggregate,

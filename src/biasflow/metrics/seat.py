@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from biasflow.metrics import weat as W
-from biasflow.registry import MetricSpec, register_metric
+from biasflow import schema
+from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.scoring.requests import SentenceEmbedding
 
 
@@ -137,6 +138,7 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return W.aggregate(per_item, cfg)
 
 
+options_in_module(globals(), schema.Association)
 register_metric(MetricSpec(
     name="seat",
     benchmark="weat",

@@ -26,10 +26,11 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from biasflow.data.stereoset import DOMAINS, GOLD_LABELS, TASKS
+from biasflow.data.stereoset import GOLD_LABELS, TASKS
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.io import write_json
-from biasflow.registry import MetricSpec, register_metric
+from biasflow import schema
+from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.scoring.answer import can_answer, lookup
 from biasflow.scoring.requests import (BlankFill, ContinuationLogprobs, NextSentence, Request,
                                        StereoSetSentenceLogprobs)
@@ -85,7 +86,7 @@ def lms_ss_icat(per_item: pd.DataFrame) -> dict[str, float]:
 
 # ----------------------------------------------------------------------------------------------- stage functions
 def _tasks(cfg: Mapping[str, Any]) -> list[str]:
-    tasks = list(cfg.get("tasks") or TASKS)
+    tasks = list(cfg["tasks"])
     bad = [t for t in tasks if t not in TASKS]
     if bad:
         raise ConfigError(f"metric.stereoset.tasks: {bad} not in {list(TASKS)}")
@@ -93,7 +94,7 @@ def _tasks(cfg: Mapping[str, Any]) -> list[str]:
 
 
 def intersentence_scorer(cfg: Mapping[str, Any], kind: str) -> str:
-    choice = str(cfg.get("intersentence_scorer", "auto"))
+    choice = str(cfg["intersentence_scorer"])
     if choice == "auto":
         # causal LMs (in process or served) score the sentence after the context; the others use an NSP head
         return "causal_conditional" if can_answer(kind, ContinuationLogprobs.kind) else "nsp"
@@ -104,7 +105,7 @@ def intersentence_scorer(cfg: Mapping[str, Any], kind: str) -> str:
 
 def _request_builders(cfg: Mapping[str, Any]) -> dict[str, dict[str, Callable[[Any], Request]]]:
     """task -> {request kind: the request of one item row}."""
-    prefix_space = bool(cfg.get("word_prefix_space", False))
+    prefix_space = bool(cfg["word_prefix_space"])
     return {"intrasentence": {
                 BlankFill.kind: lambda it: BlankFill(it.context, it.candidate_word, prefix_space),
                 StereoSetSentenceLogprobs.kind: lambda it: StereoSetSentenceLogprobs(it.sentence)},
@@ -131,7 +132,7 @@ def _request_kind(task: str, cfg: Mapping[str, Any], model_kind: str) -> str:
 
 def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[Request]:
     """One request per sentence of each configured task; none with a predictions file (``compute`` reads it)."""
-    if cfg.get("predictions_file"):
+    if cfg["predictions_file"]:
         return []
     builders = _request_builders(cfg)
     out: list[Request] = []
@@ -172,7 +173,7 @@ def sentence_scores(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str
     """item_id, task, score, kind of every sentence of the configured tasks: from the predictions file, or from the
     answers (the request kind each task was answered with is read from the answers: the model kind decided it)."""
     tasks = _tasks(cfg)
-    if cfg.get("predictions_file"):
+    if cfg["predictions_file"]:
         scores = read_predictions(cfg["predictions_file"], items)
         return scores[scores["task"].isin(tasks)].assign(kind="predictions_file").reset_index(drop=True)
     answered = set(answers["kind"]) if len(answers) else set()
@@ -211,7 +212,7 @@ def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) 
 def export(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> list[str]:
     """``export_predictions``: the sentence scores in the format of the official ``code/evaluation.py``
     (``{"intrasentence": [{"id", "score"}], "intersentence": [...]}``, one entry per sentence id)."""
-    path = cfg.get("export_predictions")
+    path = cfg["export_predictions"]
     if not path:
         return []
     write_predictions(sentence_scores(items, answers, cfg), Path(path))
@@ -219,7 +220,7 @@ def export(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -
 
 
 def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
-    domains = list(cfg.get("domains") or DOMAINS)
+    domains = list(cfg["domains"])
     # counting once per (task, domain, term) keeps this cheap enough for 1000 bootstrap replicates
     counts = term_counts(per_item) if not per_item.empty else pd.DataFrame(
         columns=["task", "category", "target", "total", "pro", "related"])
@@ -275,7 +276,7 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resam
         return {}
     if not r.one_row_per_item:
         return None
-    domains = list(cfg.get("domains") or DOMAINS)
+    domains = list(cfg["domains"])
     task, domain, target = (r.first_values(per_item[c]) for c in ("task", "category", "target"))
     pro, related = r.item_values(per_item["pro"]), r.item_values(per_item["related"])
     group, keys = pd.factorize(pd.MultiIndex.from_arrays([task, domain, target]))
@@ -312,6 +313,7 @@ def results_table(aggregates: pd.DataFrame) -> pd.DataFrame:
     return wide.join(n)[["lms", "ss", "icat", "n"]].reset_index()
 
 
+options_in_module(globals(), schema.StereoSet)
 SPEC = register_metric(MetricSpec(
     name="stereoset",
     benchmark="stereoset",

@@ -31,7 +31,8 @@ import numpy as np
 import pandas as pd
 
 from biasflow.errors import ConfigError, DataFormatError
-from biasflow.registry import MetricSpec, register_metric
+from biasflow import schema
+from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.scoring.requests import WordVector
 from biasflow.stats.bootstrap import Resamples
 
@@ -262,7 +263,7 @@ def bias_type_map() -> dict[str, dict[str, list[str]]]:
 
 
 def test_bias_types(cfg: Mapping[str, Any] | None) -> dict[str, list[str]]:
-    mapping = cfg.get("bias_types") if cfg else None
+    mapping = cfg["bias_types"] if cfg else None
     if mapping:
         return {str(k): list(v) for k, v in dict(mapping).items()}
     groups = bias_type_map()
@@ -396,6 +397,7 @@ def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) 
     return compute_units(_units_from_answers(items, answers), cfg, "association")
 
 
+options_in_module(globals(), schema.Association)
 register_metric(MetricSpec(
     name="weat",
     benchmark="weat",

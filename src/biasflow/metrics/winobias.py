@@ -35,7 +35,8 @@ import pandas as pd
 
 from biasflow.errors import ConfigError
 from biasflow.metrics._mode import mode_option, pass_verdict
-from biasflow.registry import MetricSpec, register_metric
+from biasflow import schema
+from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.score_kinds import top_k_probability
 from biasflow.scoring.answer import lookup
 from biasflow.scoring.requests import ContinuationLogprobs, Generation, MaskCandidates
@@ -91,10 +92,10 @@ def fill_mask_requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: 
 
 
 def compute_fill_mask(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
-    variant = cfg.get("variant", "langtest")
+    variant = cfg["variant"]
     if variant not in ("langtest", "pair"):
         raise ConfigError(f"metric.winobias.variant={variant!r}: expected langtest or pair")
-    top_k = cfg.get("fill_mask_top_k")
+    top_k = cfg["fill_mask_top_k"]
     thr = float(cfg["diff_threshold"])
     asked = fill_mask_requests(items, cfg, "masked_lm")
     found = zip(*(lookup(answers, asked, column) for column in ("probs", "ranks", "n_pieces")))
@@ -199,6 +200,8 @@ def fill_mask_replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resa
     return out
 
 
+options_in_module(globals(), schema.WinoBias, only=("pass_rate_denominator", "fill_mask_requests", "compute_fill_mask",
+                                                   "aggregate_fill_mask", "fill_mask_replicates"))
 SPEC = register_metric(MetricSpec(
     name="winobias", benchmark="winobias", model_kinds=("masked_lm",),
     requests=fill_mask_requests, compute=compute_fill_mask, aggregate=aggregate_fill_mask,
@@ -245,27 +248,24 @@ def mc_options(items: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
         prompt, options = mc_prompt(it.masked_sentence, it.pronoun_male, it.pronoun_female, cfg["prompt"])
         for letter, text in options.items():
             rows.append({"item_id": it.item_id, "letter": letter, "prompt": prompt,
-                         "option": cfg.get("option_prefix", " ") + f"{letter}. {text}"})
+                         "option": cfg["option_prefix"] + f"{letter}. {text}"})
     return pd.DataFrame(rows, columns=["item_id", "letter", "prompt", "option"])
-
-
-GENERATION_DEFAULTS = {"system_prompt": None, "temperature": 0.0, "max_tokens": 16, "seed": 0}
 
 
 def generation_requests(items: pd.DataFrame, cfg: Mapping[str, Any]) -> list[Generation]:
     """One generated answer per item: the generator's settings win over the metric's ``generation`` defaults."""
-    settings = {**GENERATION_DEFAULTS, **(cfg.get("generation") or {}), **(cfg.get("generator") or {})}
-    seed = settings.get("seed")
+    settings = {**cfg["generation"], **(cfg["generator"] or {})}
+    seed = settings["seed"]
     return [Generation(mc_prompt(it.masked_sentence, it.pronoun_male, it.pronoun_female, cfg["prompt"])[0],
-                       sample_index=0, system_prompt=settings.get("system_prompt"),
-                       temperature=float(settings.get("temperature") or 0.0), max_tokens=int(settings["max_tokens"]),
+                       sample_index=0, system_prompt=settings["system_prompt"],
+                       temperature=float(settings["temperature"]), max_tokens=int(settings["max_tokens"]),
                        seed=None if seed is None else int(seed))
             for it in items.itertuples(index=False)]
 
 
 def mc_requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
     """With a generator, the generated answer to every prompt; else every option's log-likelihood."""
-    if cfg.get("generator"):
+    if cfg["generator"]:
         return generation_requests(items, cfg)
     opts = mc_options(items, cfg)
     return [ContinuationLogprobs(p, o) for p, o in zip(opts["prompt"], opts["option"])]
@@ -281,7 +281,7 @@ def pick_by_likelihood(scores: Mapping[str, tuple[float, int]], how: str = "sum"
 
 def compute_mc(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     rows = []
-    if cfg.get("generator"):
+    if cfg["generator"]:
         asked = generation_requests(items, cfg)
         responses = lookup(answers, asked, "response")
         status = lookup(answers, asked, "status") if "status" in answers else ["ok"] * len(asked)
@@ -299,7 +299,7 @@ def compute_mc(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any
     base = items.set_index("item_id")
     for item_id, grp in opts.groupby("item_id", sort=False):
         scores = {r.letter: (r.total, r.n_tokens) for r in grp.itertuples(index=False)}
-        choice = pick_by_likelihood(scores, cfg.get("option_score", "sum"))
+        choice = pick_by_likelihood(scores, cfg["option_score"])
         it = base.loc[item_id]
         rows.append({"item_id": item_id, "category": it["category"], "stereotype": it["stereotype"],
                      "type": int(it["type"]), **{f"logprob_{k}": v[0] for k, v in scores.items()},
@@ -354,6 +354,8 @@ def mc_replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resamples) 
     return out
 
 
+options_in_module(globals(), schema.WinoBiasMC, only=("mc_options", "generation_requests", "mc_requests", "compute_mc",
+                                                     "aggregate_mc", "mc_replicates"))
 MC_SPEC = register_metric(MetricSpec(
     name="winobias_mc", benchmark="winobias", model_kinds=("causal_lm", "served_causal_lm"),
     requests=mc_requests, compute=compute_mc, aggregate=aggregate_mc,

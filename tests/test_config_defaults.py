@@ -1,0 +1,103 @@
+"""One source of truth for defaults: each option's default is its options model's (biasflow.schema and the metric
+modules); the YAML files hold only what differs, composition fills the rest in, the plan holds the filled options, and
+no metric falls back to a default of its own."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from biasflow.plan import build_plan
+from biasflow.registry import METRICS, get_metric, load_all, metric_options
+from biasflow.schema import RUN_SECTIONS, option_defaults
+from conftest import ROOT
+
+METRIC_YAMLS = sorted((ROOT / "conf" / "metric").glob("*.yaml"))
+
+
+def _comparable(value):
+    """Nested options as plain data without unset (None) fields, as a YAML file would write them."""
+    if isinstance(value, dict):
+        return {k: _comparable(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_comparable(v) for v in value]
+    return value
+
+
+def repeated_defaults(body: dict, defaults: dict, where: str) -> list[str]:
+    out = []
+    for key, value in body.items():
+        if key not in defaults:
+            continue
+        if isinstance(value, dict) and isinstance(defaults[key], dict) and defaults[key]:
+            out += repeated_defaults(value, defaults[key], f"{where}.{key}")
+        elif _comparable(value) == _comparable(defaults[key]):
+            out.append(f"{where}.{key}: {value!r}")
+    return out
+
+
+@pytest.mark.parametrize("path", METRIC_YAMLS, ids=lambda p: p.stem)
+def test_a_metric_yaml_repeats_no_default(path):
+    (name, body), = yaml.safe_load(path.read_text()).items()
+    assert repeated_defaults(body, option_defaults(metric_options(name)), name) == [], \
+        f"{path.name} repeats its options model's defaults: remove these lines"
+
+
+def test_the_root_config_repeats_no_default():
+    root = yaml.safe_load((ROOT / "conf" / "config.yaml").read_text())
+    for section, model in RUN_SECTIONS.items():
+        assert repeated_defaults(root.get(section) or {}, option_defaults(model), section) == []
+
+
+def test_the_check_finds_a_repeated_default():
+    assert repeated_defaults({"diff_threshold": 0.1, "variants": ["pll"], "generation": {"max_tokens": 8}},
+                             {"diff_threshold": 0.1, "variants": ["pll", "fill_mask"], "generation": {"max_tokens": 8}},
+                             "m") == ["m.diff_threshold: 0.1", "m.generation.max_tokens: 8"]
+
+
+def test_the_plan_holds_every_option_filled_in():
+    load_all()
+    for name in ("crows_pairs", "honest", "winobias_mc", "cbs", "langfair_stereotype"):
+        job = next(j for j in build_plan([f"metric=[{name}]"]).jobs if j.metric == name)
+        assert set(option_defaults(metric_options(name))) <= set(job.metric_cfg), name
+    job = build_plan(["metric=[crows_pairs]", "metric.crows_pairs.fill_mask_match=exact", "stats.n_boot=9"]).jobs[0]
+    assert job.metric_cfg["fill_mask_match"] == "exact" and job.metric_cfg["diff_threshold"] == 0.1
+    assert job.stats == {"n_boot": 9, "seed": 0, "level": 0.95} and job.mode == "parity"
+
+
+def test_a_metric_called_with_only_what_differs_reads_every_default():
+    """Tests and notebooks may call a metric with part of its options: the registry fills the rest."""
+    spec = get_metric("cbs")
+    seen = {}
+    original = spec.aggregate.__wrapped__
+
+    def probe(per_item, cfg):
+        seen.update(cfg)
+        return original(per_item, cfg)
+
+    import pandas as pd
+
+    from biasflow.registry import _with_options
+
+    _with_options(probe, 1, spec.options)(pd.DataFrame({"category": ["t0"], "value": [0.5]}), {"plurals": "corrected"})
+    assert seen["piece_product"] == "reference" and seen["plurals"] == "corrected"
+
+
+OPTION_FALLBACK = re.compile(r"\b(cfg|opts|options|metric_cfg)\.get\(")  # a metric's options, read with a fallback
+
+
+def test_no_metric_falls_back_to_a_default_of_its_own():
+    """``cfg.get("option", default)`` in a metric module is a second default: read ``cfg["option"]``."""
+    load_all()
+    found = []
+    for path in sorted((ROOT / "src" / "biasflow" / "metrics").glob("*.py")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if OPTION_FALLBACK.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert found == []
+
+
+def test_every_metric_has_its_options_model():
+    load_all()
+    assert all(spec.options is not None for spec in METRICS.values())
