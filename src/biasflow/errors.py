@@ -1,4 +1,8 @@
-"""Exceptions with messages that name the file, row or option at fault."""
+"""Exceptions with messages that name the file, row or option at fault, and the one-line error a stage logged."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
 
 
 class BiasflowError(Exception):
@@ -35,3 +39,24 @@ class GenerationError(BiasflowError):
 
 class ServedModelError(BiasflowError):
     """A model server did not answer a request usably (HTTP errors after retries, timeouts, malformed replies)."""
+
+
+# How a stage logs its error (biasflow.stages.setup_logging): read back by biasflow status and the report.
+_ERROR = re.compile(r" (?:ERROR|CRITICAL) [\w.]+: (.*)$")
+
+
+def last_error(log: str) -> str | None:
+    """The error a stage logged (biasflow.stages.setup_logging writes it with its traceback), in one line."""
+    try:
+        lines = Path(log).read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for i in range(len(lines) - 1, -1, -1):
+        m = _ERROR.search(lines[i])
+        if m:
+            msg = m.group(1).removeprefix("error: ")
+            if msg == "stage failed":  # an unexpected exception: its last traceback line says what
+                tail = [ln for ln in lines[i + 1:] if ln and not ln.startswith(" ")]
+                msg = tail[-1] if tail else msg
+            return msg[:500]
+    return None

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import socket
 import time
 from base64 import urlsafe_b64encode
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+from biasflow.errors import last_error
 
 STATES = ("done", "running", "queued", "failed", "interrupted", "waiting")
 
@@ -145,26 +146,6 @@ def _incomplete(path: str, workdir: Path) -> bool:
         return False
     b64 = urlsafe_b64encode(path.encode()).decode()
     return (root / b64).exists() if len(b64) < 250 else any(p.name.endswith(b64[-200:]) for p in root.rglob("*"))
-
-
-_ERROR = re.compile(r" (?:ERROR|CRITICAL) [\w.]+: (.*)$")
-
-
-def last_error(log: str) -> str | None:
-    """The error a stage logged (biasflow.stages.setup_logging writes it with its traceback), in one line."""
-    try:
-        lines = Path(log).read_text(errors="replace").splitlines()
-    except OSError:
-        return None
-    for i in range(len(lines) - 1, -1, -1):
-        m = _ERROR.search(lines[i])
-        if m:
-            msg = m.group(1).removeprefix("error: ")
-            if msg == "stage failed":  # an unexpected exception: its last traceback line says what
-                tail = [ln for ln in lines[i + 1:] if ln and not ln.startswith(" ")]
-                msg = tail[-1] if tail else msg
-            return msg[:500]
-    return None
 
 
 def job_states(plan: Mapping[str, Any], workdir: str | os.PathLike | None = None) -> list[JobState]:

@@ -199,7 +199,7 @@ def _keep_attempt_logs(fields: dict[str, Any]) -> list[str]:
 
 
 def _rule_error(logs: list[str]) -> str | None:
-    from biasflow.progress import last_error
+    from biasflow.errors import last_error
 
     for log in logs:
         err = last_error(log)

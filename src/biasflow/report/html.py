@@ -215,7 +215,7 @@ def render(report: HtmlReport) -> str:
         body.append(f'<div class="warning" role="alert"><strong>⚠ {escape(DEMO_WARNING.split(". ", 1)[0])}.'
                     f"</strong> {escape(DEMO_WARNING.split('. ', 1)[1])}</div>")
     if report.unfinished:
-        from biasflow.report.tables import UNFINISHED_HEAD, unfinished_rows
+        from biasflow.report.unfinished import UNFINISHED_HEAD, unfinished_rows
 
         rows = unfinished_rows(report.unfinished)
         body.append(f'<div class="warning" role="alert"><strong>⚠ Partial results: {len(rows)} job(s) did not '

@@ -11,6 +11,7 @@ import pandas as pd
 from biasflow.io import atomic_path, write_parquet, write_text
 from biasflow.report.categories import category_labels, label, sort_by_category
 from biasflow.report.published import compare, job_splits
+from biasflow.report.unfinished import UNFINISHED_HEAD, unfinished_rows
 
 log = logging.getLogger(__name__)
 
@@ -61,16 +62,6 @@ def bar_plot(agg: pd.DataFrame, metric: str, title: str, path: Path, reference: 
     with atomic_path(path, suffix=".png") as tmp:
         fig.savefig(tmp, format="png", dpi=110)
     plt.close(fig)
-
-
-def unfinished_rows(unfinished) -> list[list[str]]:
-    """model, metric, state, SLURM state, attempts (what each asked for and how it ended), cause, log."""
-    return [[u.model, u.metric, u.state, getattr(u, "slurm_state", None) or "",
-             u.attempts_text() if hasattr(u, "attempts_text") else "", u.error or "", u.log or ""]
-            for u in unfinished]
-
-
-UNFINISHED_HEAD = ["model", "metric", "state", "SLURM state", "attempts (memory, time limit, end)", "cause", "log"]
 
 
 def unfinished_section(unfinished) -> list[str]:
