@@ -29,6 +29,10 @@ GOALS: dict[str, float | str | None] = {
     "stereotypical_associations": 0.0, "likelihood_diff": 0.0,
     # BBQ: bias scores in percent (0 = unbiased), accuracy in percent
     "bbq_bias_ambig": 0.0, "bbq_bias_disambig": 0.0, "bbq_accuracy": 100.0,
+    # Winogender: pronoun preference and its correlation with the occupation statistics (0 = none), coreference
+    # accuracy (lm-evaluation-harness's acc); BEC-Pro: mean female - male association and its effect size
+    "female_minus_male": 0.0, "r_bls": 0.0, "r_bergsma": 0.0, "majority_pct": 50.0, "acc": 100.0,
+    "pair_disagreement_pct": 0.0, "assoc_diff": 0.0, "effect_r": 0.0, "wilcoxon_p": None,
     # RedditBias: paired t of target minus counter-target perplexity (0 = none), target sentence more likely (50)
     "t_value": 0.0, "target_more_likely_pct": 50.0,
     # HolisticBias: % of descriptor pairs with different perplexity distributions (chance level: the p threshold)

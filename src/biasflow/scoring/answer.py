@@ -41,6 +41,7 @@ ANSWERERS: dict[tuple[str, str], str | Callable] = {
     ("masked_lm", "mask_token_str"): "biasflow.scoring.fill_mask:answer_mask_token_str",
     ("masked_lm", "mask_top_k"): "biasflow.scoring.fill_mask:answer_mask_top_k",
     ("masked_lm", "multi_mask"): "biasflow.scoring.multi_mask:answer_multi_mask",
+    ("masked_lm", "first_mask_probability"): "biasflow.scoring.first_mask:answer_first_mask_probability",
     ("masked_lm", "blank_fill"): "biasflow.scoring.stereoset:answer_blank_fill",
     ("masked_lm", "next_sentence"): "biasflow.scoring.stereoset:answer_next_sentence",
     ("bert_nsp", "next_sentence"): "biasflow.scoring.stereoset:answer_next_sentence",

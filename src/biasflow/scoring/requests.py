@@ -155,6 +155,21 @@ class MultiMaskLogprobs(Request):
 
 
 @dataclass(frozen=True)
+class FirstMaskProbability(Request):
+    """P(the token of ``original`` at the first mask of ``text``), as Bartl et al. (2020)'s BEC-Pro code reads it
+    (``prob_with_prior``): ``text`` (``[MASK]`` placeholders) and ``original`` are encoded with special tokens; with
+    ``pad_to``, each is cut or padded to that many tokens with mask tokens that are attended to (the reference's
+    ``input_pipeline``: ``pad_sequences(value=mask_token_id)`` and an attention mask of ``id > 0``); the probability
+    (float32 softmax) is read at the first mask position of ``text``, for the token ``original`` has there.
+    Answer: ``position``, ``token_id``, ``prob``."""
+
+    kind: ClassVar[str] = "first_mask_probability"
+    text: str
+    original: str
+    pad_to: int | None = None
+
+
+@dataclass(frozen=True)
 class BlankFill(Request):
     """StereoSet intrasentence with a masked LM: the mean probability of ``word``'s pieces at the BLANK of
     ``context`` (``word_prefix_space``: the pieces of ``" " + word``). Answer: ``token_ids`` (the word's pieces),
