@@ -8,14 +8,13 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
 from scipy import stats
 
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.metrics import reddit_bias as rb
 from biasflow.registry import get_loader
 from biasflow.scoring.requests import PseudoLogLikelihood, TokenLogprobs
-from conftest import ROOT, mirrored_files
+from conftest import mirrored_files
 
 COUNTS = {"gender": 253, "race": 254, "religion1": 238, "religion2": 236, "orientation": 235}
 
@@ -173,10 +172,11 @@ def test_masked_pseudo_perplexity_masks_one_token_at_a_time(tiny_bert, items):
         assert ours == pytest.approx(math.exp(-total / (len(ids) - 2)), rel=1e-5)
 
 
-def test_config_states_the_options_defaults():
-    cfg = yaml.safe_load((ROOT / "conf" / "metric" / "reddit_bias.yaml").read_text())["reddit_bias"]
+def test_the_job_gets_the_options_defaults():
+    from biasflow.plan import compose
+
+    cfg = compose(["metric=[reddit_bias]"])["metric"]["reddit_bias"]  # the YAML binds the dataset; defaults filled
     defaults = rb.RedditBiasOptions()
-    assert {k: v for k, v in cfg.items() if k != "benchmark"} == {
-        "first_token": defaults.first_token, "outlier_sd": defaults.outlier_sd}
+    assert (cfg["first_token"], cfg["outlier_sd"]) == (defaults.first_token, defaults.outlier_sd)
     with pytest.raises(Exception, match="outlier_sd"):
         rb.options_of({"outlier_sd": -1})

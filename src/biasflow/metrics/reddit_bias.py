@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from biasflow.metrics._mode import mode_option
+from biasflow.metrics._mode import mode_option, run_mode
 from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import MetricBase
 from biasflow.scoring.answer import lookup
@@ -55,7 +55,7 @@ def options_of(cfg: Mapping[str, Any]) -> RedditBiasOptions:
 
 def first_token(cfg: Mapping[str, Any]) -> str:
     opts = options_of(cfg)
-    return mode_option({"first_token": opts.first_token, "_mode": cfg.get("_mode")}, "reddit_bias", "first_token",
+    return mode_option({"first_token": opts.first_token, "_mode": run_mode(cfg)}, "reddit_bias", "first_token",
                        parity="none", corrected="prefix", allowed=FIRST_TOKEN)
 
 
