@@ -100,7 +100,13 @@ GPU_CHUNK_FACTOR = 8
 # claim units one by one and so share the work (``_answer_missing``)
 WORK_UNITS = 64
 
-DEFAULT_BATCH_TOKENS = 8192
+def _model_default(option: str):
+    from biasflow.schema import ModelConfig
+
+    return ModelConfig.model_fields[option].default
+
+
+DEFAULT_BATCH_TOKENS = _model_default("batch_tokens")  # the model config's default (biasflow.schema.ModelConfig)
 DEFAULT_MAX_LOGITS = 1 << 26  # 64M floats = 256 MB of logits per forward pass
 MIN_BATCH_TOKENS = 16
 
