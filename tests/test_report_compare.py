@@ -372,3 +372,30 @@ def test_stereoset_pairs_are_tested_on_the_pro_choice_per_example(tmp_path):
     both = tests.loc["overall_ss"]
     assert both.discordant_a == np.sum((pro["A"] == 1) & (pro["B"] == 0))  # both tasks pooled
     assert tests.loc["overall_icat", "test"] == "paired bootstrap"
+
+
+def test_a_comparison_without_values_is_left_out(tmp_path):
+    """A metric one model has no value for (here B's items are all intrasentence, so B has no intersentence SS) is no
+    comparison: no row saying "significant: no" with empty numbers."""
+    from biasflow.report.compare import paired_rows, paired_tests
+
+    spec = get_metric("stereoset")
+    rng = np.random.default_rng(3)
+    n = 40
+    jobs, aggs, items = [], [], []
+    for model, tasks in (("A", ["intrasentence"] * 20 + ["intersentence"] * 20), ("B", ["intrasentence"] * 40)):
+        per = pd.DataFrame({"item_id": [f"ex{i}" for i in range(n)], "category": rng.choice(["gender", "race"], n),
+                            "task": tasks, "target": rng.choice(["t1", "t2"], n), "related": 2,
+                            "pro": rng.integers(0, 2, n)}).assign(model=model, config_hash=f"h{model}",
+                                                                 metric_family="stereoset")
+        agg = spec.aggregate(per, {}).assign(model=model, config_hash=f"h{model}", metric_family="stereoset")
+        items.append(per)
+        aggs.append(agg)
+        jobs.append({"metric": "stereoset", "cfg_hash": f"h{model}", "model_key": f"{model}-0",
+                     "benchmark": "stereoset", "model": {"name": model}, "metric_cfg": {}, "benchmark_cfg": {},
+                     "mode": "parity", "stats": {"n_boot": 5, "seed": 0, "level": 0.95}})
+    tests = paired_tests({"plan_hash": "x", "jobs": jobs}, pd.concat(aggs), pd.concat(items))
+    assert "intrasentence_ss" in set(tests["metric"]) and "intersentence_ss" not in set(tests["metric"])
+    assert tests["diff"].notna().all()
+    _, rows = paired_rows(tests)
+    assert all(row[-1] in ("yes", "no") for row in rows)

@@ -122,7 +122,11 @@ def paired_tests(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.DataFr
     times = key.map(key.value_counts())
     out.loc[(times > 1) & (times == settings), "setting"] = "(every setting)"
     out.loc[(times > 1) & (times < settings), "setting"] += " (and others)"
-    out = out[~key.duplicated(keep="first")].reset_index(drop=True)
+    out = out[~key.duplicated(keep="first")]
+    # a metric one of the two models has no value for (an undefined score) is no comparison: not a "no"
+    out = out[out["diff"].notna()].reset_index(drop=True)
+    if out.empty:
+        return pd.DataFrame(columns=PAIRED_COLUMNS)
     out["p_holm"] = holm(out["p_value"].to_numpy())
     out["significant"] = out["p_holm"] < (1.0 - level)
     return out[PAIRED_COLUMNS]
@@ -155,7 +159,8 @@ def paired_rows(tests: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
         bc = f"{int(r.discordant_a)} / {int(r.discordant_b)}" if not pd.isna(r.discordant_a) else ""
         rows.append([r.family] + ([r.setting] if with_setting else []) + [
             r.metric, f"{r.model_a} ({_fmt(r.value_a)})", f"{r.model_b} ({_fmt(r.value_b)})", diff,
-            str(r.n_items), r.test, bc, p_text(r.p_value), p_text(r.p_holm), "yes" if r.significant else "no"])
+            str(r.n_items), r.test, bc, p_text(r.p_value), p_text(r.p_holm),
+            "" if pd.isna(r.p_holm) else "yes" if r.significant else "no"])
     return head, rows
 
 
