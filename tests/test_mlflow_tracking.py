@@ -350,7 +350,8 @@ def test_runs_carry_mlflows_own_metadata_and_logging_again_changes_nothing(tmp_p
     parent = client.get_run(record["parent_run_id"])
     for run in [parent, *(client.get_run(r) for r in record["children"].values())]:
         tags = run.data.tags
-        assert tags["mlflow.source.name"] == command and tags["mlflow.source.type"] == "LOCAL"
+        assert tags["mlflow.source.name"] == "biasflow run" and tags["mlflow.source.type"] == "LOCAL"
+        assert tags["biasflow.command"] == command and command in tags["mlflow.note.content"]
         assert tags["mlflow.source.git.commit"] == head and "git.commit" not in tags
         assert run.info.status == "FINISHED"
     assert parent.data.tags["mlflow.note.content"].startswith("# report")
@@ -384,7 +385,7 @@ def test_runs_carry_mlflows_own_metadata_and_logging_again_changes_nothing(tmp_p
     # `biasflow log` later, from a shell: the runs keep the command that produced them
     monkeypatch.delenv("BIASFLOW_COMMAND")
     assert cli.main(["log", str(run_dir)]) == 0
-    assert client.get_run(record["parent_run_id"]).data.tags["mlflow.source.name"] == command
+    assert client.get_run(record["parent_run_id"]).data.tags["biasflow.command"] == command
 
 
 def test_sweep_runs_are_named_by_what_differs():

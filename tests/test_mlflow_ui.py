@@ -160,7 +160,8 @@ def test_team_server_on_postgresql(tmp_path, tiny_bert_dir, crows_csv, timings):
             logged = {k: v for k, v in metrics_of(child).items() if not k.endswith(("_ci_low", "_ci_high"))}
             assert logged == pytest.approx({f"{r.metric}.{r.category}": r.value for r in rows.itertuples()})
             tags, params = tags_of(child), params_of(child)
-            assert tags["mlflow.source.name"] == COMMAND and tags["mlflow.source.type"] == "LOCAL"
+            assert tags["mlflow.source.name"] == "biasflow run" and tags["mlflow.source.type"] == "LOCAL"
+            assert tags["biasflow.command"] == COMMAND
             assert params["model"] == "tiny_bert" and params["diff_threshold"] == str(job["metric_cfg"]
                                                                                       ["diff_threshold"])
             assert params["revision"] == tags["model.revision"]  # the weights digest of the local model folder

@@ -132,7 +132,7 @@ def test_snakemake_reparses_reuse_the_plan_until_an_input_changes(tmp_path, monk
     third, _ = wf.load_plan(config)
     assert len(calls) == 2 and third.jobs[0].metric_dir != first.jobs[0].metric_dir
     cfg = tmp_path / "conf" / "metric" / "stereoset.yaml"
-    cfg.write_text(cfg.read_text().replace("word_prefix_space: false", "word_prefix_space: true"))
+    cfg.write_text(cfg.read_text().replace("  benchmark: stereoset", "  benchmark: stereoset\n  word_prefix_space: true"))
     fourth, _ = wf.load_plan(config)
     assert len(calls) == 3 and fourth.jobs[0].metric_cfg["word_prefix_space"] is True
 
@@ -159,3 +159,21 @@ def test_a_100kb_override_plans_quickly():
     words = ",".join(f"word{i}" for i in range(11000))  # ~100 kB: 71 s before (Hydra parsed it three times)
     plan = build_plan(["metric=[cbs]", f"benchmark.cbs.targets=[{words}]"])
     assert len(plan.jobs[0].benchmark_cfg["targets"]) == 11000
+
+
+def test_local_checkpoints_are_named_after_their_folders(tmp_path):
+    """model=local_masked_lm without model.name: each checkpoint is named after its folder (results paths, report,
+    MLflow); two folders of one name get a short suffix; model.name wins."""
+    for folder in ("a/tinyA", "a/tinyB", "b/tinyA"):
+        (tmp_path / folder).mkdir(parents=True)
+    plan = build_plan(["model=local_masked_lm", f"model.path={tmp_path}/a/tinyA,{tmp_path}/a/tinyB",
+                       "metric=[crows_pairs]"], multirun=True)
+    assert sorted(j.model["name"] for j in plan.jobs) == ["tinyA", "tinyB"]
+    assert all(f"/metrics/{j.model['name']}-" in j.metric_dir for j in plan.jobs)
+    same = build_plan(["model=local_masked_lm", f"model.path={tmp_path}/a/tinyA,{tmp_path}/b/tinyA",
+                       "metric=[crows_pairs]"], multirun=True)
+    names = sorted(j.model["name"] for j in same.jobs)
+    assert len(set(names)) == 2 and all(n.startswith("tinyA-") and len(n) == len("tinyA-") + 4 for n in names)
+    mine = build_plan(["model=local_masked_lm", f"model.path={tmp_path}/a/tinyA", "model.name=mine",
+                       "metric=[crows_pairs]"])
+    assert mine.jobs[0].model["name"] == "mine"

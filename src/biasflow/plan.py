@@ -627,6 +627,33 @@ def without_secrets(cfg: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
+def display_name(model: dict[str, Any]) -> str | None:
+    """The name a model without ``model.name`` goes by: its local folder's name, else the last part of its hub id or
+    the server's name for it, made folder-safe; None when there is nothing to name it after."""
+    source = model.get("path") or model.get("hub_id") or model.get("served_model_name")
+    if not isinstance(source, str) or not source.strip("/"):
+        return None
+    base = source.rstrip("/").replace("\\", "/").split("/")[-1]
+    slug = re.sub(r"[^A-Za-z0-9._+-]+", "_", base).strip("._-+")[:120]
+    return slug or None
+
+
+def with_display_names(models: list[dict[str, Any]]) -> None:
+    """Give every model of a plan without ``model.name`` its ``display_name`` (in place), unique within the plan:
+    two different models that would share one (two checkpoints in folders of one name) get a short suffix, the
+    first hex of their fingerprints; the report's provenance lists each one's source."""
+    derived = [(m, display_name(m)) for m in models if not m.get("name")]
+    for model, name in derived:
+        if name is None:
+            raise ConfigError("model.name is not set and the model has no path, hub id or served name to be named "
+                              "after: set model.name=<name>")
+    fingerprints: dict[str, set[str]] = {}
+    for model, name in derived:
+        fingerprints.setdefault(name, set()).add(config_fingerprint(model))
+    for model, name in derived:
+        model["name"] = name if len(fingerprints[name]) == 1 else f"{name}-{config_fingerprint(model)[:4]}"
+
+
 def with_option_dumps(cfg: dict[str, Any]) -> dict[str, Any]:
     """The composed config validated (``schema.validate_job_config``: every problem at once) and, where a section has
     an options model (every metric, ``stats``, ``run``), replaced by the validated options with every default
@@ -673,9 +700,13 @@ def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
     tracking = paths = None
     benchmarks: dict[str, Any] = {}
     digests: dict[str, str] = {}  # path -> content digest, once per plan
+    composed = []
     for job_overrides in expand_sweep(overrides, multirun):
         reject_secret_overrides(job_overrides)
-        cfg = with_option_dumps(compose(job_overrides))
+        composed.append((job_overrides, compose(job_overrides)))
+    with_display_names([cfg["model"] for _, cfg in composed])
+    for job_overrides, cfg in composed:
+        cfg = with_option_dumps(cfg)
         cfg = with_ordered_options(without_secrets(cfg))
         sweep.append({"overrides": job_overrides, "config": cfg})
         tracking = tracking or cfg.get("tracking", {})

@@ -170,7 +170,7 @@ class ModelResources(Strict):
 
 
 class ModelConfig(Strict):
-    name: Slug
+    name: Optional[Slug] = None  # null: the folder's name, the hub id's last part or the served name (plan.py)
     kind: ModelKind
     hub_id: Optional[str] = None
     path: Optional[str] = None

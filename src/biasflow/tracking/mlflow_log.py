@@ -11,8 +11,8 @@ What the MLflow UI shows and where it comes from:
 * the experiment is tagged ``mlflow.experimentKind = custom_model_development`` (model training, not GenAI). The
   MLflow 3.17 UI also keeps a browser-wide GenAI / Model training switch; ``ui_path`` is the link that opens the runs
   table whatever the switch says;
-* Source: ``mlflow.source.name`` is the command that produced the results (``biasflow run ...``, or the Snakemake
-  command line), ``mlflow.source.git.commit`` / ``.branch`` the project's checkout;
+* Source: ``mlflow.source.name`` is the entry point that produced the results (``biasflow run`` or ``snakemake``),
+  the whole command line in the tag ``biasflow.command`` and in the description, ``mlflow.source.git.commit`` / ``.branch`` the project's checkout;
 * Created / Duration: a child run starts when its job's scoring started and ends when its metric stage finished
   (``score_meta.json``, ``metric_meta.json``); the parent spans its children. These are the times
   of the first computation: logging the same results again (another checkout of a team) does not move them;
@@ -106,7 +106,21 @@ def git_tags() -> dict[str, str]:
 def source_tags(command: str) -> dict[str, str]:
     from mlflow.utils.mlflow_tags import MLFLOW_SOURCE_NAME, MLFLOW_SOURCE_TYPE
 
-    return {MLFLOW_SOURCE_NAME: command, MLFLOW_SOURCE_TYPE: "LOCAL", **git_tags()}
+    return {MLFLOW_SOURCE_NAME: entry_point(command), MLFLOW_SOURCE_TYPE: "LOCAL", COMMAND_TAG: command,
+            **git_tags()}
+
+
+COMMAND_TAG = "biasflow.command"  # the whole command that produced the results
+
+
+def entry_point(command: str) -> str:
+    """What the Source column shows: the program and its subcommand (``biasflow run``, ``snakemake``); the UI shows
+    only the text after a source's last '/', so a whole command line with paths in it read as a stray fragment."""
+    words = command.split()
+    if not words:
+        return command
+    head = words[0].rsplit("/", 1)[-1]
+    return f"{head} {words[1]}" if head == "biasflow" and len(words) > 1 else head
 
 
 def creation_tags() -> dict[str, str]:
@@ -304,15 +318,17 @@ def _clip(text: str, whole: str) -> str:
     return text[:NOTE_CHARS].rsplit("\n", 1)[0] + f"\n\n*... cut here: the whole text is the artifact {whole}.*\n"
 
 
-def parent_note(plan: Mapping[str, Any], run_dir: Path) -> str:
+def parent_note(plan: Mapping[str, Any], run_dir: Path, command: str | None = None) -> str:
     report = run_dir / "report.md"
     text = report.read_text(errors="replace") if report.exists() else f"# biasflow run {plan['plan_hash']}\n"
     # the report's images are files of the run folder; in MLflow they are artifacts of this run
     text = re.sub(r"!\[[^\]]*\]\((plots/[^)]+)\)", r"*(plot: artifact `\1`)*", text)
+    if command:  # the Source column shows only the entry point
+        text = f"{text.rstrip()}\n\nCommand: `{command}`\n"
     return _clip(text, "report.md")
 
 
-def job_note(job: Mapping[str, Any], agg: pd.DataFrame) -> str:
+def job_note(job: Mapping[str, Any], agg: pd.DataFrame, command: str | None = None) -> str:
     from biasflow.registry import get_metric
     from biasflow.report.tables import markdown_table
 
@@ -326,6 +342,8 @@ def job_note(job: Mapping[str, Any], agg: pd.DataFrame) -> str:
         facts.append(f"benchmark `{job['benchmark']}`")
     facts.append(f"config `{job['cfg_hash']}`")
     lines.append(", ".join(facts) + ".")
+    if command:
+        lines.append(f"Command: `{command}`.")
     options = {k: v for k, v in (job.get("metric_cfg") or {}).items() if isinstance(v, (str, int, float))}
     if options:
         lines.append("Options: " + ", ".join(f"`{k}={v}`" for k, v in options.items()) + ".")
@@ -510,7 +528,8 @@ def _log_plan(plan: Mapping[str, Any], run_dir: Path, real_uri: str, redactor: R
                                           f"and tags.`biasflow.role` = 'parent'")
     command = source_command()
     if command is None:  # `biasflow log`: the runs keep the command that produced them
-        known = client.get_run(parent_id).data.tags.get(MLFLOW_SOURCE_NAME) if parent_id else None
+        tags = client.get_run(parent_id).data.tags if parent_id else {}
+        known = tags.get(COMMAND_TAG) or tags.get(MLFLOW_SOURCE_NAME)
         command = known or f"biasflow log {run_dir}"
     common_tags = {**source_tags(command), **package_versions()}
     times = {job_id(job): job_times(Path(job["metric_dir"])) for job in plan["jobs"]}
@@ -531,7 +550,7 @@ def _log_plan(plan: Mapping[str, Any], run_dir: Path, real_uri: str, redactor: R
     with _finishing(client, parent_id, lambda: max(ends) if ends else kept):
         _log_batch(client, parent_id, params=redactor.config(plan_params(plan)),
                    tags={**redactor.config({**common_tags, **invocation_tags(plan)}),
-                         MLFLOW_RUN_NOTE: redactor(parent_note(plan, run_dir))})
+                         MLFLOW_RUN_NOTE: redactor(parent_note(plan, run_dir, command))})
         _log_files(client, parent_id, [run_dir / name for name in ("aggregate.csv", "aggregate.parquet",
                                                                     "per_item.parquet", "report.md", "plan.json",
                                                                     "comparison.csv", *RUN_REPORT_FILES)
@@ -574,7 +593,7 @@ def _log_plan(plan: Mapping[str, Any], run_dir: Path, real_uri: str, redactor: R
             with _finishing(client, child_id, end):
                 _log_batch(client, child_id, params=redactor.config(params),
                            tags={**redactor.config({k: str(v) for k, v in tags.items()}),
-                                 MLFLOW_RUN_NOTE: redactor(job_note(job, agg))},
+                                 MLFLOW_RUN_NOTE: redactor(job_note(job, agg, command))},
                            metrics=job_metrics(agg), timestamp=end)
                 _log_datasets(client, child_id, datasets, redactor)
                 # the tables, the resolved config, and what a metric writes beside them (LM Challenge logs, pages)
