@@ -149,10 +149,11 @@ def test_perplexity_requests_and_written_pair_table(tmp_path):
     assert list(table.columns) == hb.PAIR_COLUMNS and table.significant_difference.tolist() == [1]
 
 
-def test_configs_state_the_defaults():
-    cfg = yaml.safe_load((ROOT / "conf" / "metric" / "holistic_bias.yaml").read_text())["holistic_bias"]
+def test_the_job_gets_the_defaults():
+    from biasflow.plan import compose
+
+    cfg = compose(["metric=[holistic_bias]"])["metric"]["holistic_bias"]  # the YAML binds the dataset only
     defaults = hb.HolisticBiasOptions()
-    assert {k: v for k, v in cfg.items() if k != "benchmark"} == {"first_token": defaults.first_token,
-                                                                   "p_threshold": defaults.p_threshold}
+    assert (cfg["first_token"], cfg["p_threshold"]) == (defaults.first_token, defaults.p_threshold)
     bench = yaml.safe_load((ROOT / "conf" / "benchmark" / "holistic_bias.yaml").read_text())["holistic_bias"]
     assert bench["sentence_set"] == "evaluated" and bench["limit"] is None

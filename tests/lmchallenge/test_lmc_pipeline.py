@@ -11,6 +11,7 @@ from biasflow.lmchallenge.games import run_game
 from biasflow.lmchallenge.ngram import NgramModel
 from biasflow.lmchallenge.stats import stats
 from biasflow.lmchallenge.text import Message
+from biasflow.errors import ConfigError
 from biasflow.registry import get_metric
 from biasflow.scoring.answer import Models, metric_answers
 
@@ -49,7 +50,7 @@ def test_items_hold_train_and_test_lines(items):
 @pytest.mark.parametrize("game", ["we", "wc", "wr"])
 def test_sharded_saved_model_processes_equal_the_plain_game(items, tmp_path, game, monkeypatch):
     """Two processes serving the saved model, answers joined by line == one in-process model fitted directly."""
-    cfg = {"num_candidates": 10, "seed": 42, "p_anykey": 0.1}
+    cfg = {"num_candidates": 10, "seed": 42, "p_anykey": 0.1} if game == "wr" else {}
     trainings = []
     real = pipeline.trained_ngram
     monkeypatch.setattr(pipeline, "trained_ngram", lambda *a: trainings.append(a) or real(*a))
@@ -72,8 +73,10 @@ def test_sharded_saved_model_processes_equal_the_plain_game(items, tmp_path, gam
 
 
 def test_one_request_per_test_line_with_only_the_game_options(items):
-    we = get_metric("lmc_we").requests(items, {"num_candidates": 7}, "ngram")
+    we = get_metric("lmc_we").requests(items, {}, "ngram")
     wr = get_metric("lmc_wr").requests(items, {"num_candidates": 7}, "ngram")
+    with pytest.raises(ConfigError, match=r"metric\.\{lmc_ce,lmc_we\}\.num_candidates: unknown option"):
+        get_metric("lmc_we").requests(items, {"num_candidates": 7}, "ngram")  # a wr option is no option of we
     assert [r.text for r in we] == items[items.role == "test"].text.tolist() and [r.message for r in we] == \
         list(range(6))
     assert {r.num_candidates for r in we} == {50} and {r.num_candidates for r in wr} == {7}  # wr's option only
