@@ -551,3 +551,23 @@ def test_honest_on_a_served_model(tiny_gpt2, tmp_path):
     assert {b["prompt"] for b in sent} == {t.split("[M]")[0].strip() for t in items["template_masked"]}
     out = aggregate(compute(items, answers, cfg), cfg).set_index(["metric", "category"])["value"]
     assert 0 <= out[("honest@2", "overall")] <= 1
+
+
+def test_answers_cached_before_the_reply_checks_are_asked_again(tiny_gpt2, tmp_path):
+    """Served answers cached before replies were checked may hold a dropped token or -inf: the served answerers are
+    at revision 2, so such an answer (planted here in the revision-1 folder) is never served, it is asked again."""
+    import pandas as pd
+
+    from biasflow.scoring.answer import cache_kind
+    from biasflow.scoring.cache import AnswerCache
+
+    request = TokenLogprobs(TEXTS[0], "none")
+    assert cache_kind("served_causal_lm", "token_logprobs") == "token_logprobs.r2"
+    with serving(tiny_gpt2) as server:
+        cfg = served_cfg(server)
+        fingerprint = load_model(cfg).fingerprint
+        AnswerCache(tmp_path, fingerprint, "token_logprobs").put(pd.DataFrame(
+            {"key": [request.key], "kind": [request.kind], "token_ids": [[1]], "logprobs": [[-math.inf]],
+             "total": [-math.inf]}))
+        answers = answer_requests([request], cfg, tmp_path, progress=False)
+        assert math.isfinite(answers["total"].iloc[0]) and len(server.log) >= 1  # asked, not the planted -inf

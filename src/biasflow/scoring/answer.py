@@ -72,6 +72,11 @@ ANSWER_REVISIONS: dict[tuple[str, str], int] = {
     ("causal_lm", "token_logprobs"): 2,
     ("causal_lm", "continuation_logprobs"): 2,
     ("causal_lm", "stereoset_sentence_logprobs"): 3,  # 3: the reference's unbatched softmax loop, with `probs`
+    # 2: a served reply is checked (tokens, offsets, usage and finite log-probabilities agree): answers cached
+    # before the check may hold a dropped last token or -inf, so they are asked again, never served
+    ("served_causal_lm", "token_logprobs"): 2,
+    ("served_causal_lm", "continuation_logprobs"): 2,
+    ("served_causal_lm", "stereoset_sentence_logprobs"): 2,
 }
 
 
