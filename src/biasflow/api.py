@@ -167,18 +167,19 @@ def evaluate(metric: str, responses: pd.DataFrame | str | Path, *overrides: str,
     path = _responses_file(responses, results_dir / "api")
     the_plan = build_plan([f"metric=[{metric}]", "+generator=responses_file", f"generator.path={path}",
                            f"generator.name={name}", *overrides])
+    from biasflow.workflow import Lookups
+
+    lookups = Lookups(the_plan, the_plan.path)
     resources = the_plan.paths["resources"]
     cache = the_plan.paths["cache"]
     for job in the_plan.jobs:
         if (Path(job.metric_dir) / "aggregate.parquet").exists():
             continue  # computed before (by this call, another, or biasflow run): the same folder
         if job.items_path and not Path(job.items_path).exists():
-            raw = {}
-            for key, spec in (job.benchmark_cfg.get("files") or {}).items():
-                dest = f"{resources}/datasets/{job.benchmark}/{spec['filename']}"
+            raw = lookups.raw_files(job.benchmark, job.benchmark_cfg)  # where the download rule puts them
+            for key, dest in raw.items():
                 if not Path(dest).exists():
-                    stages.download_file(spec["sources"], dest, f"{resources}/wheels")
-                raw[key] = dest
+                    stages.download_file(job.benchmark_cfg["files"][key]["sources"], dest, f"{resources}/wheels")
             stages.prepare(job.benchmark, job.benchmark_cfg, raw, job.items_path)
         scores = job.scores_path()
         if not Path(scores).exists():

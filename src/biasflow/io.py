@@ -146,3 +146,24 @@ def read_text_utf8(path: str | os.PathLike, what: str = "file") -> str:
         raise DataFormatError(
             f"{what} {path} is not UTF-8: byte 0x{data[exc.start]:02x} at offset {exc.start} (line {line}) cannot "
             f"be decoded. Save it as UTF-8 (a latin-1 file: iconv -f latin1 -t UTF-8)") from None
+
+
+def read_tsv_rows(path: str | os.PathLike, what: str, check_header=None) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """(header, [(line number, fields)]) of a UTF-8 tab-separated file whose first line is its header (CRLF or LF;
+    blank lines skipped). ``check_header(header)`` raises for a wrong header before any row is read; a row with
+    another field count than the header is an error naming the file and line."""
+    from biasflow.errors import DataFormatError
+
+    lines = read_text_utf8(path, what).splitlines()
+    header = lines[0].split("\t") if lines else []
+    if check_header is not None:
+        check_header(header)
+    rows = []
+    for n, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        if len(fields) != len(header):
+            raise DataFormatError(f"{path}, line {n}: expected {len(header)} tab-separated fields, got {len(fields)}")
+        rows.append((n, fields))
+    return header, rows

@@ -32,7 +32,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from biasflow.errors import ConfigError, DataFormatError
-from biasflow.io import read_text_utf8
+from biasflow.io import read_tsv_rows
 from biasflow.registry import register_loader
 from biasflow.score_kinds import MASK_PLACEHOLDER
 
@@ -44,21 +44,16 @@ PERSON, PROFESSION = "<person subject>", "<profession>"
 
 def read_bec_pro(path: str | Path) -> pd.DataFrame:
     """The rows of a BEC-Pro TSV (first column the row index), checked (errors name the file and line)."""
-    lines = read_text_utf8(path, "BEC-Pro file").splitlines()
-    if not lines:
-        raise DataFormatError(f"{path}: empty file")
-    header = lines[0].split("\t")
-    missing = [c for c in COLUMNS if c not in header]
-    if header[:1] != [""] or missing:
-        raise DataFormatError(f"{path}: expected a header of an unnamed index column and {COLUMNS} "
-                              f"(+ Profession_EN in German), found {header}")
+    def check(header: list[str]) -> None:
+        if not header:
+            raise DataFormatError(f"{path}: empty file")
+        if header[:1] != [""] or [c for c in COLUMNS if c not in header]:
+            raise DataFormatError(f"{path}: expected a header of an unnamed index column and {COLUMNS} "
+                                  f"(+ Profession_EN in German), found {header}")
+
+    header, lines = read_tsv_rows(path, "BEC-Pro file", check)
     rows = []
-    for n, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        fields = line.split("\t")
-        if len(fields) != len(header):
-            raise DataFormatError(f"{path}, line {n}: expected {len(header)} tab-separated fields, got {len(fields)}")
+    for n, fields in lines:
         rec = dict(zip(header, fields))
         try:
             rec["row"] = int(rec.pop(""))

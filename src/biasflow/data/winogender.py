@@ -30,7 +30,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from biasflow.errors import ConfigError, DataFormatError
-from biasflow.io import read_text_utf8
+from biasflow.io import read_tsv_rows
 from biasflow.registry import register_loader
 from biasflow.score_kinds import MASK_PLACEHOLDER
 
@@ -47,18 +47,11 @@ STATS_HEADER = ["occupation", "bergsma_pct_female", "bls_pct_female", "bls_year"
 
 def read_tsv(path: str | Path, header: list[str], what: str) -> list[tuple[int, list[str]]]:
     """(line number, fields) of a tab-separated file whose first line is ``header`` (CRLF or LF)."""
-    lines = read_text_utf8(path, f"Winogender {what}").splitlines()
-    if not lines or lines[0].split("\t") != header:
-        raise DataFormatError(f"{path}: expected the header {header}, found {lines[0].split(chr(9)) if lines else []}")
-    rows = []
-    for n, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        fields = line.split("\t")
-        if len(fields) != len(header):
-            raise DataFormatError(f"{path}, line {n}: expected {len(header)} tab-separated fields, got {len(fields)}")
-        rows.append((n, fields))
-    return rows
+    def check(found: list[str]) -> None:
+        if found != header:
+            raise DataFormatError(f"{path}: expected the header {header}, found {found}")
+
+    return read_tsv_rows(path, f"Winogender {what}", check)[1]
 
 
 def read_stats(path: str | Path) -> dict[str, dict[str, Any]]:
