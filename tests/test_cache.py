@@ -43,12 +43,20 @@ class FakeModel:
         return pd.DataFrame({"total": [float(len(r.text)) for r in requests]})
 
 
+def fake_kind(answer_pll):
+    """Model kind ``fake``, answering PLL requests with ``answer_pll`` (declared as any model kind is)."""
+    from biasflow.model_kinds import ModelKindSpec, Resources
+
+    return ModelKindSpec(name="fake", factory=FakeModel, answers={"pll": answer_pll}, module=__name__,
+                         resources=Resources(mem_mb=1000, cpus=1, runtime_min=1, gpu_capable=False))
+
+
 @pytest.fixture
 def fake_model(monkeypatch):
-    from biasflow.scoring import answer
+    from biasflow import model_kinds
 
     model = FakeModel()
-    monkeypatch.setitem(answer.ANSWERERS, ("fake", "pll"), model.answer)
+    monkeypatch.setitem(model_kinds.KINDS, "fake", fake_kind(model.answer))
     return model
 
 
@@ -78,7 +86,7 @@ def test_interrupted_answering_keeps_finished_chunks(tmp_path, fake_model):
 
 
 def test_out_of_memory_halves_the_token_budget_and_answers_again(tmp_path, monkeypatch):
-    from biasflow.scoring import answer
+    from biasflow import model_kinds
 
     budgets = []
 
@@ -88,11 +96,11 @@ def test_out_of_memory_halves_the_token_budget_and_answers_again(tmp_path, monke
             raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return pd.DataFrame({"total": [1.0] * len(requests)})
 
-    monkeypatch.setitem(answer.ANSWERERS, ("fake", "pll"), answer_pll)
+    monkeypatch.setitem(model_kinds.KINDS, "fake", fake_kind(answer_pll))
     out = answer_requests([PseudoLogLikelihood("a")], {"kind": "fake", "batch_tokens": 4096}, tmp_path,
                           model=FakeModel())
     assert budgets == [4096, 2048, 1024] and list(out.total) == [1.0]
-    monkeypatch.setitem(answer.ANSWERERS, ("fake", "pll"), lambda m, r, b: (_ for _ in ()).throw(ValueError("bad")))
+    monkeypatch.setitem(model_kinds.KINDS, "fake", fake_kind(lambda m, r, b: (_ for _ in ()).throw(ValueError("bad"))))
     with pytest.raises(ValueError, match="bad"):  # anything else is not retried
         answer_requests([PseudoLogLikelihood("b")], {"kind": "fake"}, tmp_path, model=FakeModel())
 
@@ -337,11 +345,11 @@ def _slow_pll(model, requests, budget):
 
 
 def _ask_slowly(args):
-    from biasflow.scoring import answer
+    from biasflow.model_kinds import KINDS
 
     root, texts, log, ready_dir, jobs = args
     os.environ["BIASFLOW_TEST_ANSWERED"] = log
-    answer.ANSWERERS[("fake", "pll")] = _slow_pll
+    KINDS["fake"] = fake_kind(_slow_pll)  # in a fresh process; the test's own process sets it back
     # start together, as two score jobs that Snakemake launched side by side
     open(os.path.join(ready_dir, str(os.getpid())), "w").close()
     while len(os.listdir(ready_dir)) < jobs:
@@ -370,7 +378,7 @@ def test_two_jobs_asking_the_same_questions_share_the_work(tmp_path):
     assert len({pid for pid, _ in answered}) == 2  # by both jobs, not one while the other waited
 
 
-def test_a_job_killed_while_answering_leaves_its_work_to_the_next(tmp_path):
+def test_a_job_killed_while_answering_leaves_its_work_to_the_next(tmp_path, monkeypatch):
     """kill -9 of a job that holds claims: the claims die with it, and another job computes what it had not
     written (its finished chunks are kept)."""
     texts = [f"sentence {i}" for i in range(24)]
@@ -390,6 +398,9 @@ def test_a_job_killed_while_answering_leaves_its_work_to_the_next(tmp_path):
         done_before = AnswerCache(tmp_path / "cache", "fake-fp", "pll").keys()
         assert 0 < len(done_before) < len(texts)
         os.environ["BIASFLOW_TEST_SLEEP"] = "0"
+        from biasflow import model_kinds
+
+        monkeypatch.setitem(model_kinds.KINDS, "fake", fake_kind(_slow_pll))  # removed after the test
         shutil.rmtree(ready)
         ready.mkdir()
         assert _ask_slowly((str(tmp_path / "cache"), texts, str(log), str(ready), 1)) == [float(len(t)) for t in texts]

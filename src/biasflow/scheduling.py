@@ -19,19 +19,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-# Per model kind: what a typical model of the kind needs to score a benchmark. Kinds that never run on a GPU
-# (vector tables, n-gram models, external processes) ask for none even when model.device says cuda.
-KIND_DEFAULTS: dict[str, dict[str, Any]] = {
-    "masked_lm": {"mem_mb": 8000, "cpus": 4, "runtime_min": 120, "gpu_capable": True},
-    "bert_nsp": {"mem_mb": 8000, "cpus": 4, "runtime_min": 120, "gpu_capable": True},
-    "causal_lm": {"mem_mb": 16000, "cpus": 4, "runtime_min": 240, "gpu_capable": True},
-    "sentence_encoder": {"mem_mb": 4000, "cpus": 2, "runtime_min": 60, "gpu_capable": True},
-    "word_vectors": {"mem_mb": 4000, "cpus": 1, "runtime_min": 30, "gpu_capable": False},
-    "ngram": {"mem_mb": 4000, "cpus": 1, "runtime_min": 60, "gpu_capable": False},
-    "lmc_process": {"mem_mb": 4000, "cpus": 1, "runtime_min": 120, "gpu_capable": False},
-    # the GPUs are the server's (vLLM on its own nodes); the job only sends HTTP requests
-    "served_causal_lm": {"mem_mb": 2000, "cpus": 1, "runtime_min": 240, "gpu_capable": False},
-}
+from biasflow import model_kinds
+
+# Per model kind: what a typical model of the kind needs to score a benchmark, as each kind declares it
+# (``biasflow.model_kinds``: ``ModelKindSpec.resources``; read-only, derived). Kinds that never run on a GPU (vector
+# tables, n-gram models, external processes, HTTP clients) ask for none even when model.device says cuda.
+KIND_DEFAULTS = model_kinds.KIND_DEFAULTS
+# what a config of no declared kind would get (the plan refuses such a config; a hand-made one may still ask)
 FALLBACK = {"mem_mb": 8000, "cpus": 2, "runtime_min": 120, "gpu_capable": False}
 RETRY_GROWTH = 2.0  # per attempt, for memory and time limit
 RETRY_CAP = 4       # the default cap: at most this many times the first request

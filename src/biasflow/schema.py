@@ -5,7 +5,8 @@ option fails in seconds with its full name and what is allowed (``metric.crows_p
 one of 'pll', 'fill_mask'``) instead of after an hour of scoring, or silently. Unknown keys are errors too (a
 misspelled ``+metric.crows_pairs.diff_treshold=0.1`` would otherwise be ignored).
 
-A new metric gives its options model as ``MetricSpec.options`` (built-in ones are listed in ``METRIC_OPTIONS``); a new model kind to ``ModelConfig.kind``.
+A new metric gives its options model as ``MetricSpec.options`` (built-in ones are listed in ``METRIC_OPTIONS``); a
+new model kind is declared in ``biasflow.model_kinds``.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Annotated, Any, Literal, Mapping, Optional, Union, get_args, 
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
+from biasflow import model_kinds
 from biasflow.errors import ConfigError
 
 # A name that becomes a path component (model names, file names): no separators, no "..", no leading dot.
@@ -150,8 +152,14 @@ class TrackingConfig(Strict):
 
 
 # ------------------------------------------------------------------------------------------------ models
-ModelKind = Literal["masked_lm", "causal_lm", "bert_nsp", "word_vectors", "sentence_encoder", "ngram", "lmc_process",
-                    "served_causal_lm"]
+def _known_model_kind(value: str) -> str:
+    if value not in model_kinds.KINDS:
+        raise ValueError(f"not a known model kind; known: {', '.join(model_kinds.known())}")
+    return value
+
+
+# a declared model kind (biasflow.model_kinds: every kind registered there, built-in or added, checked when validating)
+ModelKind = Annotated[str, AfterValidator(_known_model_kind)]
 DType = Literal["float32", "fp32", "bfloat16", "bf16", "float16", "fp16"]
 
 

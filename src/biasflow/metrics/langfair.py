@@ -333,11 +333,12 @@ def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> li
 
 
 def classifier_model(clf: Mapping[str, Any]) -> dict[str, Any]:
-    """The model config of ``classifier.model`` (a hub id or a local folder): it answers the Classification
+    """The model config of ``classifier.model`` (a hub id or a local folder; ``clf``: the filled ``classifier``
+    options): a model of kind ``text_classifier`` (declared in ``biasflow.model_kinds``) answers the Classification
     requests in the score stage."""
     source = str(clf["model"])
     where = "path" if Path(source).expanduser().exists() else "hub_id"
-    return {"name": source, "kind": "text_classifier", where: source, "batch_size": int(clf.get("batch_size") or 32)}
+    return {"name": source, "kind": "text_classifier", where: source, "batch_size": int(clf["batch_size"])}
 
 
 def responses(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:

@@ -1,39 +1,29 @@
 """Model adapters, chosen by ``model.kind`` in the config.
 
-Each adapter module registers its kind with ``register_model_kind``; ``load_model(cfg)`` imports every module
-of this package once and builds the adapter. Adapters expose at least ``name``, ``kind``, ``fingerprint``
-(a string that changes whenever the model's outputs could change: id, resolved revision, dtype, weights hash for
-local paths) and ``provenance()`` (a dict logged as MLflow tags).
+Each kind is declared once in ``biasflow.model_kinds`` (``ModelKindSpec``), with its adapter factory as
+``"module:function"``; ``load_model(cfg)`` imports that one module and builds the adapter. Adapters expose at least
+``name``, ``kind``, ``fingerprint`` (a string that changes whenever the model's outputs could change: id, resolved
+revision, dtype, weights hash for local paths) and ``provenance()`` (a dict logged as MLflow tags).
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from typing import Any, Callable, Mapping
 
+from biasflow import model_kinds
 from biasflow.errors import ConfigError
 
-MODEL_KINDS: dict[str, Callable[[Mapping[str, Any]], Any]] = {}
+
+def _factories() -> dict[str, str | Callable[[Mapping[str, Any]], Any]]:
+    return {name: spec.factory for name, spec in model_kinds.KINDS.items()}
 
 
-def register_model_kind(kind: str):
-    def deco(factory):
-        MODEL_KINDS[kind] = factory
-        return factory
-
-    return deco
-
-
-def _discover() -> None:
-    pkg = importlib.import_module(__name__)
-    for info in pkgutil.iter_modules(pkg.__path__):
-        if not info.name.startswith("_"):
-            importlib.import_module(f"{__name__}.{info.name}")
+# model kind -> its adapter factory ("module:function", or the callable), derived from biasflow.model_kinds
+MODEL_KINDS = model_kinds.View(_factories, "model kind -> its adapter factory (biasflow.model_kinds)")
 
 
 def load_model(cfg: Mapping[str, Any]):
-    _discover()
     kind = cfg.get("kind")
-    if kind not in MODEL_KINDS:
-        raise ConfigError(f"model.kind={kind!r} is not a known model kind; known: {sorted(MODEL_KINDS)}")
-    return MODEL_KINDS[kind](cfg)
+    spec = model_kinds.KINDS.get(kind) if isinstance(kind, str) else None
+    if spec is None:
+        raise ConfigError(f"model.kind={model_kinds.unknown_kind_message(kind)}")
+    return model_kinds.resolve(spec.factory)(cfg)

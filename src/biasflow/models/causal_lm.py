@@ -10,12 +10,10 @@ from typing import Any, Mapping
 
 from transformers import AutoModelForCausalLM
 
-from biasflow.models import register_model_kind
 from biasflow.models.hf import HFAdapter
 from biasflow.models.onednn import use_onednn_linears, want_onednn
 
 
-@register_model_kind("causal_lm")
 class CausalLM(HFAdapter):
     auto_class = AutoModelForCausalLM
     kind = "causal_lm"

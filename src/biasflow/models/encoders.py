@@ -29,7 +29,6 @@ import numpy as np
 import torch
 
 from biasflow.errors import ConfigError, ModelLoadError
-from biasflow.models import register_model_kind
 from biasflow.models.fingerprint import package_folder
 from biasflow.models.hf import load_pretrained
 
@@ -63,7 +62,6 @@ def read_sbert_config(folder: Path | None) -> dict[str, Any]:
     return out
 
 
-@register_model_kind("sentence_encoder")
 class SentenceEncoder:
     kind = "sentence_encoder"
 

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
+from biasflow import model_kinds
 from biasflow.errors import ModelLoadError
 from biasflow.io import stable_hash
 
@@ -28,9 +29,12 @@ SCORING_KEYS = ("kind", "hub_id", "path", "package", "revision", "dtype", "lower
 PROCESS_KEYS = ("order", "level", "command", "predictions", "generator", "model_id", "base_url", "extra_body",
                 "use_chat_template", "generate_kwargs", "served_model_name", "bos_text")
 
-# Keys that say where a model runs, not what it computes: a served causal LM is named by the server's model name and
-# its pinned revision, so moving the server to another node keeps its results and cached answers.
-LOCATION_KEYS = {"served_causal_lm": ("base_url",)}
+# Keys that say where a model runs, not what it computes (a served causal LM is named by the server's model name and
+# its pinned revision, so moving the server to another node keeps its results and cached answers): per model kind,
+# as declared (``biasflow.model_kinds``: ``ModelKindSpec.location_keys``)
+LOCATION_KEYS = model_kinds.View(
+    lambda: {k: s.location_keys for k, s in model_kinds.KINDS.items() if s.location_keys},
+    "model kind -> config keys that say where it runs")
 
 
 def config_fingerprint(cfg: Mapping[str, Any]) -> str:
@@ -77,8 +81,10 @@ def package_folder(package: str | None) -> str | None:
 
 
 # Model kinds loaded from a Hugging Face folder or hub id, whose fingerprint and provenance follow from the config,
-# the files and the transformers version (the model class): see ``load_identity``.
-HF_KINDS = ("masked_lm", "causal_lm", "bert_nsp", "sentence_encoder", "text_classifier")
+# the files and the transformers version (the model class): see ``load_identity``. Declared per kind
+# (``biasflow.model_kinds``: ``ModelKindSpec.hf_files``).
+HF_KINDS = model_kinds.View(lambda: {k: s for k, s in model_kinds.KINDS.items() if s.hf_files},
+                            "model kinds loaded from a Hugging Face folder or hub id")
 # Raise when the fingerprint or provenance of one of HF_KINDS is computed differently: remembered fingerprints
 # (scoring.answer.Models) of the old formula are then never used.
 IDENTITY_FORMAT = 1

@@ -15,13 +15,11 @@ from typing import Any, Mapping
 
 from biasflow.errors import ConfigError
 from biasflow.io import stable_hash
-from biasflow.models import register_model_kind
 from biasflow.models.fingerprint import config_fingerprint
 
 BACKENDS = ("openai_compatible", "responses_file")
 
 
-@register_model_kind("generator")
 class Generator:
     kind = "generator"
 

@@ -19,7 +19,6 @@ from typing import Any, Mapping, Sequence
 
 from biasflow.errors import ConfigError
 from biasflow.io import stable_hash
-from biasflow.models import register_model_kind
 from biasflow.models.fingerprint import config_fingerprint
 
 
@@ -64,7 +63,3 @@ class ProtocolModel:
         if self.kind == "lmc_process":
             out["model.command"] = redact_text(str(self.cfg["command"]))
         return out
-
-
-register_model_kind("ngram")(ProtocolModel)
-register_model_kind("lmc_process")(ProtocolModel)

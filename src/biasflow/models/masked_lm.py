@@ -22,7 +22,6 @@ import torch
 from transformers import AutoModelForMaskedLM
 
 from biasflow.io import stable_hash
-from biasflow.models import register_model_kind
 from biasflow.models.batch_invariant import batch_invariant
 from biasflow.models.hf import HFAdapter, config_fingerprint
 from biasflow.models.onednn import OneDNNLinear, use_onednn_linears, want_onednn
@@ -48,7 +47,6 @@ def _mlm_head(model) -> tuple[torch.nn.Module, torch.nn.Module] | None:
     return None
 
 
-@register_model_kind("masked_lm")
 class MaskedLM(HFAdapter):
     auto_class = AutoModelForMaskedLM
     kind = "masked_lm"

@@ -11,7 +11,6 @@ from typing import Any, Mapping
 from transformers import AutoModelForNextSentencePrediction
 
 from biasflow.errors import ModelLoadError
-from biasflow.models import register_model_kind
 from biasflow.models.hf import HFAdapter
 
 NSP_HEAD_KEYS = ("cls.seq_relationship.weight", "cls.seq_relationship.bias")
@@ -32,7 +31,6 @@ class _CheckedNSP:
         return model
 
 
-@register_model_kind("bert_nsp")
 class BertNSP(HFAdapter):
     auto_class = _CheckedNSP
     kind = "bert_nsp"

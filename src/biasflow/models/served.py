@@ -64,7 +64,6 @@ import pandas as pd
 
 from biasflow.errors import ConfigError, ServedModelError
 from biasflow.io import stable_hash
-from biasflow.models import register_model_kind
 from biasflow.models.fingerprint import config_fingerprint
 from biasflow.openai_http import OpenAIHTTPClient, RateLimiter, html_summary, looks_like_html
 from biasflow.score_kinds import FIRST_TOKEN_MODES
@@ -200,7 +199,6 @@ def checked_echo(data: Any, prompt: str, fail: Callable[[str], Exception], *, al
     return Echo([str(t) for t in tokens], ([None] if n else []) + [float(v) for v in logprobs[1:n]])
 
 
-@register_model_kind("served_causal_lm")
 class ServedCausalLM(OpenAIHTTPClient):
     kind = "served_causal_lm"
     timeout_option = "model.timeout_s"

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from transformers import AutoModelForSequenceClassification
 
-from biasflow.models import register_model_kind
 from biasflow.models.hf import HFAdapter
 
 
-@register_model_kind("text_classifier")
 class TextClassifier(HFAdapter):
     auto_class = AutoModelForSequenceClassification
     kind = "text_classifier"

