@@ -28,6 +28,7 @@ from biasflow.errors import ConfigError
 from biasflow.generation.config import job_model as generation_job_model
 from biasflow.generation.config import with_generation_options
 from biasflow.io import stable_hash, write_json, write_text_if_changed
+from biasflow.model_kinds import accepts as accepts_kind
 from biasflow.models.fingerprint import config_fingerprint
 from biasflow.ordered import is_ordered_list, ordered_items
 from biasflow.schema import validate_job_config, validate_model_config
@@ -724,7 +725,7 @@ def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
             model = cfg["model"]
             generated_by = generation_job_model(cfg, name, mcfg)  # text from +generator: filed under its model
             reason = (spec.model_check(model) if generated_by is None and spec.model_check
-                      and model.get("kind") in spec.model_kinds else None)
+                      and accepts_kind(spec.model_kinds, model.get("kind")) else None)
             if reason:
                 msg = f"metric {name} skipped for model {model.get('name')}: {reason}"
                 log.warning(msg)
@@ -732,7 +733,7 @@ def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
                 continue
             if generated_by is not None:
                 model = generated_by
-            elif model.get("kind") not in spec.model_kinds:
+            elif not accepts_kind(spec.model_kinds, model.get("kind")):  # listed, or declared like a listed kind
                 fallback = mcfg.get("default_model")
                 if not fallback:
                     msg = (f"metric {name} skipped for model {model.get('name')}: it needs a model of kind "
