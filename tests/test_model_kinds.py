@@ -1,0 +1,190 @@
+"""A model kind is declared once (biasflow.model_kinds) and every table that knows model kinds is derived from it."""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import pytest
+
+from biasflow import model_kinds
+from biasflow.model_kinds import Answer, ModelKindSpec, Resources, register_model_kind
+
+SMALL = Resources(mem_mb=1000, cpus=1, runtime_min=10, gpu_capable=False)
+
+
+@pytest.fixture
+def kinds(monkeypatch):
+    """The registry, restored after the test (kinds a test registers disappear)."""
+    monkeypatch.setattr(model_kinds, "KINDS", dict(model_kinds.KINDS))
+    return model_kinds.KINDS
+
+
+def request_kinds() -> set[str]:
+    from biasflow.scoring import requests
+
+    return {cls.kind for cls in vars(requests).values()
+            if inspect.isclass(cls) and issubclass(cls, requests.Request) and cls.kind}
+
+
+def test_every_table_of_model_kinds_is_derived_from_the_declarations():
+    from pydantic import TypeAdapter
+
+    from biasflow import scheduling, schema
+    from biasflow.models import MODEL_KINDS, fingerprint
+    from biasflow.scoring import answer
+
+    declared = set(model_kinds.KINDS)
+    assert {"masked_lm", "causal_lm", "bert_nsp", "word_vectors", "sentence_encoder", "ngram", "lmc_process",
+            "served_causal_lm", "generator", "text_classifier"} <= declared
+    # the schema takes every declared kind and nothing else
+    adapter = TypeAdapter(schema.ModelKind)
+    assert all(adapter.validate_python(kind) == kind for kind in declared)
+    with pytest.raises(Exception, match="not a known model kind"):
+        adapter.validate_python("nope")
+    # a factory, scheduling defaults, and answerers of real request kinds for every kind
+    assert set(MODEL_KINDS) == declared == set(scheduling.KIND_DEFAULTS)
+    assert {kind for kind, _ in answer.ANSWERERS} == declared
+    assert {request for _, request in answer.ANSWERERS} <= request_kinds()
+    assert set(answer.ANSWER_REVISIONS) <= set(answer.ANSWERERS) and set(answer.LOAD_AS) <= set(answer.ANSWERERS)
+    assert set(answer.LOAD_AS.values()) <= declared
+    assert set(fingerprint.HF_KINDS) <= declared and set(fingerprint.LOCATION_KEYS) <= declared
+    for kind, spec in model_kinds.KINDS.items():
+        assert set(scheduling.KIND_DEFAULTS[kind]) == {"mem_mb", "cpus", "runtime_min", "gpu_capable"}
+        assert spec.like is None or spec.like in declared
+
+
+def test_every_declared_factory_and_answerer_imports():
+    """The strings name real callables (the declaration itself imports none of them)."""
+    for kind, spec in model_kinds.KINDS.items():
+        factory = model_kinds.resolve(spec.factory)
+        assert callable(factory), kind
+        if inspect.isclass(factory) and hasattr(factory, "kind") and isinstance(factory.kind, str):
+            assert factory.kind == kind or kind in ("ngram", "lmc_process"), f"{kind}: {factory} says {factory.kind}"
+        for request, ans in spec.answers.items():
+            assert callable(model_kinds.resolve(ans.target)), f"{kind} answering {request}: {ans.target}"
+
+
+def test_every_metric_names_declared_model_kinds():
+    from biasflow.registry import METRICS, load_all
+
+    load_all()
+    unknown = {f"{name}: {kind}" for name, spec in METRICS.items() for kind in spec.model_kinds
+               if kind not in model_kinds.KINDS}
+    assert not unknown
+
+
+def test_the_tables_keep_their_numbers():
+    """Answer cache folders, answerer revisions and fingerprints follow from the declarations as they did from
+    the four lists they replace."""
+    from biasflow.models.fingerprint import config_fingerprint
+    from biasflow.scheduling import score_resources
+    from biasflow.scoring.answer import ANSWER_REVISIONS, LOAD_AS, cache_kind
+
+    assert dict(ANSWER_REVISIONS) == {
+        ("causal_lm", "token_logprobs"): 2, ("causal_lm", "continuation_logprobs"): 2,
+        ("causal_lm", "stereoset_sentence_logprobs"): 3, ("served_causal_lm", "token_logprobs"): 2,
+        ("served_causal_lm", "continuation_logprobs"): 2, ("served_causal_lm", "stereoset_sentence_logprobs"): 2}
+    assert dict(LOAD_AS) == {("masked_lm", "next_sentence"): "bert_nsp"}
+    assert cache_kind("causal_lm", "token_logprobs") == "token_logprobs.r2" and cache_kind("masked_lm", "pll") == "pll"
+    # the values the code gave before the kinds were declared in one place (the server's address is where it runs,
+    # not what it computes: not in the fingerprint)
+    served = {"name": "s", "kind": "served_causal_lm", "served_model_name": "m", "revision": "r"}
+    assert config_fingerprint(served) == config_fingerprint(dict(served, base_url="http://x:1/v1")) \
+        == "e40fdbb3ce9cb673"
+    assert config_fingerprint({"kind": "causal_lm", "hub_id": "gpt2"}) == "da1c3fe5addaf9dd"
+    assert config_fingerprint({"kind": "ngram", "order": 3, "level": "word"}) == "195e07bed432d565"
+    assert score_resources({"kind": "causal_lm", "device": "cuda"}) == {"mem_mb": 16000, "gpus": 1, "cpus": 4,
+                                                                         "runtime_min": 240}
+    assert score_resources({"kind": "word_vectors", "device": "cuda"})["gpus"] == 0
+
+
+def test_a_second_model_kind_under_a_taken_name_is_refused_naming_both_modules(kinds):
+    taken = ModelKindSpec(name="causal_lm", factory="my_project.models:Other", answers={}, resources=SMALL)
+    with pytest.raises(ValueError, match="model kind 'causal_lm' is registered twice: by biasflow.model_kinds and "
+                                         "by my_project.kinds; give one of them another name"):
+        register_model_kind(taken, module="my_project.kinds")
+    # from this module: the caller's name is the declaring module
+    with pytest.raises(ValueError, match=f"by biasflow.model_kinds and by {__name__}"):
+        register_model_kind(taken)
+    mine = ModelKindSpec(name="mine", factory="my_project.models:Mine", answers={"pll": "my_project.models:pll"},
+                         resources=SMALL)
+    assert register_model_kind(mine).module == __name__
+    assert register_model_kind(mine).module == __name__  # the same declaration again (a re-import): fine
+    with pytest.raises(ValueError, match=f"model kind 'mine' is registered twice: twice in {__name__}, differently"):
+        register_model_kind(dataclasses.replace(mine, factory="my_project.models:Changed"))
+    with pytest.raises(ValueError, match=f"model kind 'mine' is registered twice: by {__name__} and by other.mod"):
+        register_model_kind(mine, module="other.mod")
+
+
+def test_a_registered_kind_appears_in_every_derived_table(kinds):
+    from biasflow import scheduling
+    from biasflow.models import MODEL_KINDS
+    from biasflow.schema import validate_model_config
+    from biasflow.scoring.answer import ANSWERERS, can_answer, cache_kind
+
+    def answer_pll(model, requests, budget):
+        raise AssertionError("not called here")
+
+    register_model_kind(ModelKindSpec(
+        name="toy", factory="my_project.models:Toy", like="masked_lm", resources=SMALL,
+        answers={"pll": Answer(answer_pll, revision=3)}))
+    assert ANSWERERS[("toy", "pll")] is answer_pll and can_answer("toy", "pll")
+    assert not can_answer("toy", "token_logprobs")
+    assert cache_kind("toy", "pll") == "pll.r3"
+    assert MODEL_KINDS["toy"] == "my_project.models:Toy"
+    assert scheduling.score_resources({"kind": "toy", "device": "cuda"}) == {"mem_mb": 1000, "gpus": 0, "cpus": 1,
+                                                                              "runtime_min": 10}
+    validate_model_config({"name": "t", "kind": "toy"})  # the schema takes it
+    # a metric written for masked_lm takes a kind declared like it
+    assert model_kinds.accepts(("masked_lm",), "toy") and not model_kinds.accepts(("causal_lm",), "toy")
+    assert not model_kinds.accepts(("masked_lm",), "nope")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"name": "has space"}, "model kind name 'has space'"),
+    ({"factory": "no_colon"}, "model kind 'k': factory='no_colon' must be 'package.module:function'"),
+    ({"answers": {"pll": "nope"}}, r"model kind 'k': answers\['pll'\]: target='nope' must be"),
+    ({"resources": {"mem_mb": 0, "cpus": 1, "runtime_min": 1, "gpu_capable": False}},
+     "resources.mem_mb=0 must be a positive integer"),
+    ({"like": "k"}, "like='k' must name another model kind"),
+])
+def test_a_declaration_that_cannot_work_is_refused_naming_the_field(change, message):
+    base = {"name": "k", "factory": "m:f", "answers": {}, "resources": SMALL}
+    with pytest.raises(ValueError, match=message):
+        ModelKindSpec(**{**base, **change})
+
+
+def test_an_answerer_revision_below_one_is_refused():
+    with pytest.raises(ValueError, match="revision=0 must be an integer >= 1"):
+        Answer("m:f", revision=0)
+
+
+def test_a_declaration_naming_an_undeclared_kind_is_refused(kinds):
+    with pytest.raises(ValueError, match="model kind 'k' refers to model kind 'causal', which is not registered; "
+                                         "known: bert_nsp, causal_lm, "):
+        register_model_kind(ModelKindSpec(name="k", factory="m:f", answers={}, resources=SMALL, like="causal"))
+    with pytest.raises(TypeError, match="register_model_kind takes a ModelKindSpec"):
+        register_model_kind("k")  # the old decorator form
+
+
+def test_an_unknown_kind_in_a_config_is_one_line_listing_the_known_kinds(tmp_path):
+    from biasflow.errors import ConfigError
+    from biasflow.models import load_model
+    from biasflow.plan import build_plan
+
+    known = ", ".join(sorted(model_kinds.KINDS))
+    with pytest.raises(ConfigError) as err:
+        build_plan(["metric=[crows_pairs]", "model.kind=masked_llm", f"paths.results={tmp_path}"])
+    lines = [line.strip() for line in str(err.value).splitlines() if "model.kind" in line]
+    assert lines == [f"model.kind='masked_llm': not a known model kind; known: {known}"]
+    with pytest.raises(ConfigError, match=f"^model.kind='masked_llm' is not a known model kind; known: {known}$"):
+        load_model({"kind": "masked_llm"})
+
+
+def test_langfairs_classifier_config_is_of_a_declared_kind():
+    from biasflow.metrics.langfair import classifier_model
+    from biasflow.schema import Classifier
+
+    cfg = classifier_model(Classifier(model="org/stereotype-classifier").model_dump())
+    assert cfg["kind"] == "text_classifier" in model_kinds.KINDS and cfg["batch_size"] == 32
+    assert model_kinds.KIND_DEFAULTS["text_classifier"]["gpu_capable"]
