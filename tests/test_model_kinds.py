@@ -110,7 +110,7 @@ def test_a_second_model_kind_under_a_taken_name_is_refused_naming_both_modules(k
                          resources=SMALL)
     assert register_model_kind(mine).module == __name__
     assert register_model_kind(mine).module == __name__  # the same declaration again (a re-import): fine
-    with pytest.raises(ValueError, match=f"model kind 'mine' is registered twice: twice in {__name__}, differently"):
+    with pytest.raises(ValueError, match=f"model kind 'mine' is registered twice in {__name__}, differently"):
         register_model_kind(dataclasses.replace(mine, factory="my_project.models:Changed"))
     with pytest.raises(ValueError, match=f"model kind 'mine' is registered twice: by {__name__} and by other.mod"):
         register_model_kind(mine, module="other.mod")

@@ -144,9 +144,12 @@ def register_model_kind(spec: ModelKindSpec, module: str | None = None) -> Model
                         "resources=Resources(...)), see docs/adding_a_model_kind.md")
     module = module or spec.module or sys._getframe(1).f_globals.get("__name__", "?")
     old = KINDS.get(spec.name)
-    if old is not None and (old.module != module or old != spec):
-        where = f"by {old.module} and by {module}" if old.module != module else f"twice in {module}, differently"
-        raise ValueError(f"model kind {spec.name!r} is registered twice: {where}; give one of them another name")
+    if old is not None and old.module != module:
+        raise ValueError(f"model kind {spec.name!r} is registered twice: by {old.module} and by {module}; give one "
+                         f"of them another name")
+    if old is not None and old != spec:
+        raise ValueError(f"model kind {spec.name!r} is registered twice in {module}, differently; keep one of the "
+                         f"declarations")
     for other in ([spec.like] if spec.like else []) + [a.load_as for a in spec.answers.values() if a.load_as]:
         if other not in KINDS and other != spec.name:
             raise ValueError(f"model kind {spec.name!r} refers to model kind {other!r}, which is not registered; "
@@ -162,14 +165,6 @@ def known() -> list[str]:
 
 def unknown_kind_message(kind: Any) -> str:
     return f"{kind!r} is not a known model kind; known: {', '.join(known())}"
-
-
-def get(kind: Any) -> ModelKindSpec:
-    """The declaration of ``kind``; a ValueError listing the known kinds if there is none."""
-    spec = KINDS.get(kind) if isinstance(kind, str) else None
-    if spec is None:
-        raise ValueError(unknown_kind_message(kind))
-    return spec
 
 
 def accepts(model_kinds: tuple[str, ...] | list[str], kind: Any) -> bool:
@@ -313,7 +308,5 @@ register_model_kind(ModelKindSpec(
     answers={"classification": "biasflow.scoring.classification:answer_classification"},
     resources=Resources(mem_mb=8000, cpus=2, runtime_min=120, gpu_capable=True)))
 
-BUILTIN_KINDS: tuple[str, ...] = tuple(KINDS)
-
-__all__ = ["ModelKindSpec", "Answer", "Resources", "register_model_kind", "KINDS", "BUILTIN_KINDS", "accepts",
-           "get", "known", "resolve", "ANSWERERS", "ANSWER_REVISIONS", "LOAD_AS", "KIND_DEFAULTS"]
+__all__ = ["ModelKindSpec", "Answer", "Resources", "register_model_kind", "KINDS", "accepts", "known",
+           "resolve", "ANSWERERS", "ANSWER_REVISIONS", "LOAD_AS", "KIND_DEFAULTS"]
