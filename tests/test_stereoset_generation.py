@@ -223,6 +223,25 @@ def test_the_jobs_own_causal_lm_generates(tiny_gpt2, dev_items, tmp_path):
     assert not any(k[0].startswith(("intersentence", "overall")) for k in got)  # one task: no pooled rows
 
 
+def test_a_served_model_generates_through_its_completions_endpoint(tiny_gpt2, dev_items, tmp_path):
+    """model=served_llm without a generator: the prompts go to the server's /completions (greedy, max_tokens 8),
+    one request per example; the random model's continuations name no option and are counted unparsed."""
+    from biasflow.scoring.answer import metric_answers
+    from served_server import CompletionsServer
+
+    items = dev_items[dev_items.task == "intrasentence"].head(9)
+    cfg = {"benchmark": "stereoset", "tasks": ["intrasentence"]}
+    with CompletionsServer(tiny_gpt2) as server:
+        served = {"name": server.served_name, "kind": "served_causal_lm", "base_url": server.base_url,
+                  "revision": "test", "max_retries": 0, "backoff_s": 0.0}
+        answers = metric_answers("stereoset_mc", items, cfg, served, tmp_path, progress=False)
+        prompts = [b["prompt"] for b in server.log]
+    assert sorted(prompts) == sorted(examples(items, options_of(cfg)).prompt)
+    assert {b.get("max_tokens") for b in server.log} == {8} and {b.get("temperature") for b in server.log} == {0.0}
+    per_item = SPEC.compute(items, answers, cfg)
+    assert len(per_item) == 3 and per_item.answer_status.eq("unparsed").all()
+
+
 # ----------------------------------------------------------------------------------------------- chat server
 def chat_reply(body: dict) -> str:
     """A letter for most prompts, an unparseable reply for every 5th (by a stable hash of the prompt)."""
