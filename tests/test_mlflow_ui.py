@@ -45,14 +45,14 @@ def make_project(work: Path, tiny_bert_dir: Path, crows_csv: Path) -> Path:
     return work
 
 
-def run_pipeline(work: Path, overrides: list[str], env: dict[str, str], before_logging=lambda: None
-                 ) -> tuple[Path, dict]:
+def run_pipeline(work: Path, overrides: list[str], env: dict[str, str], before_logging=lambda: None,
+                 command: str = COMMAND) -> tuple[Path, dict]:
     """Every stage of ``biasflow run -m overrides`` in ``work``, as the Snakefile chains them; returns the run folder
-    (relative to ``work``) and what the MLflow stage recorded."""
+    (relative to ``work``) and what the MLflow stage recorded (``command``: the command line it was run by)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(work)
         mp.delenv("BIASFLOW_CONF", raising=False)
-        mp.setenv("BIASFLOW_COMMAND", COMMAND)
+        mp.setenv("BIASFLOW_COMMAND", command)
         for key, value in env.items():
             mp.setenv(key, value)
         plan = build_plan(overrides, multirun=True)

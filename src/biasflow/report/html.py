@@ -15,7 +15,11 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from biasflow.report.sweep import model_labels, summary_line
 from biasflow.secrets import redact_text
+
+ALIKE_NOTE = ("Models named alike (folders or hub ids of one name, or one model.name given to different models): "
+              "what tells them apart.")
 
 DEMO_WARNING = ("Demo model. At least one model here was built by the pipeline for an offline demonstration; its "
                 "numbers are not those of any published model.")
@@ -47,13 +51,21 @@ class Figure:
 
 
 @dataclass
-class Section:
-    """A per (family, model, setting) block: headline table, per-category table, bar plot."""
+class Part:
+    """One setting of a sweep within a section (``title`` names family, model and setting; '' when the family's
+    jobs have one setting): per-category table, bar plot."""
     title: str
-    head: tuple[list[str], list[list[str]]]
     by_category: tuple[list[str], list[list[str]]] | None = None
     by_category_title: str = ""
     figure: Figure | None = None
+
+
+@dataclass
+class Section:
+    """A per (family, model) block: the headline table (a row per setting and metric), then each setting's part."""
+    title: str
+    head: tuple[list[str], list[list[str]]]
+    parts: list[Part] = field(default_factory=list)
 
 
 @dataclass
@@ -68,6 +80,8 @@ class HtmlReport:
     paper: list[Any] = field(default_factory=list)  # report.paper.PaperTable
     published_note: str = ""
     sections: list[Section] = field(default_factory=list)
+    summary: str = ""  # jobs, every model by its name in this report, metrics
+    alike: tuple[list[str], list[list[str]]] = ([], [])  # what tells apart the models named alike
     files: list[str] = field(default_factory=list)
     unfinished: list[Any] = field(default_factory=list)  # progress.JobState of jobs that did not finish
 
@@ -146,10 +160,11 @@ def provenance(plan: Mapping[str, Any]) -> dict[str, Any]:
 
     models: dict[str, dict[str, str]] = {}
     datasets: dict[str, dict[str, str]] = {}
+    names = model_labels(list(plan["jobs"]))
     for job in plan["jobs"]:
         m = job["model"]
         entry = models.setdefault(job["model_key"], {
-            "model": m["name"], "kind": str(m.get("kind", "")),
+            "model": names[job["model_key"]], "kind": str(m.get("kind", "")),
             "source": str(m.get("hub_id") or m.get("path") or m.get("model_id") or ""),
             "revision": str(m.get("revision") or ""), "demo": "yes" if m.get("demo") else "no"})
         meta = Path(job["metric_dir"]) / "score_meta.json"
@@ -203,14 +218,13 @@ def render(report: HtmlReport) -> str:
     plan = report.plan
     images: list[Path] = []
     demo = any(j["model"].get("demo") for j in plan["jobs"])
-    models = sorted({j["model"]["name"] for j in plan["jobs"]})
-    families = sorted({j["metric"] for j in plan["jobs"]})
     nav = [("leaderboard", "Leaderboard", bool(report.leaderboard)), ("paired", "Paired tests", bool(report.paired)),
            ("curves", "Threshold curves", bool(report.curves)), ("paper", "Published tables", bool(report.paper)),
            ("details", "Per metric", bool(report.sections)), ("provenance", "Provenance", True)]
     body = [f"<h1>biasflow run <code>{escape(plan['plan_hash'])}</code></h1>",
-            f'<p class="meta">{len(plan["jobs"])} jobs · models: {escape(", ".join(models))} · metrics: '
-            f"{escape(', '.join(families))}</p>"]
+            f'<p class="meta">{escape(report.summary or summary_line(plan))}</p>']
+    if report.alike[1]:
+        body.append(f'<p class="legend">{escape(ALIKE_NOTE)}</p>' + table(*report.alike))
     if demo:
         body.append(f'<div class="warning" role="alert"><strong>⚠ {escape(DEMO_WARNING.split(". ", 1)[0])}.'
                     f"</strong> {escape(DEMO_WARNING.split('. ', 1)[1])}</div>")
@@ -238,10 +252,13 @@ def render(report: HtmlReport) -> str:
         body.append('<h2 id="details">Per metric and model</h2>')
         for s in report.sections:
             block = [f"<h3>{escape(s.title)}</h3>", table(*s.head)]
-            if s.by_category:
-                block.append(f'<p class="legend">{escape(s.by_category_title)}</p>' + table(*s.by_category))
-            if s.figure:
-                block.append(figure(s.figure, images))
+            for part in s.parts:
+                if part.title:
+                    block.append(f"<h4>{escape(part.title)}</h4>")
+                if part.by_category:
+                    block.append(f'<p class="legend">{escape(part.by_category_title)}</p>' + table(*part.by_category))
+                if part.figure:
+                    block.append(figure(part.figure, images))
             body.append("\n".join(block))
     body.append('<h2 id="provenance">Provenance</h2>' + _provenance_html(provenance(plan), report.files))
     title = f"biasflow run {plan['plan_hash']}"

@@ -32,6 +32,54 @@ def model_labels(jobs: list[Mapping[str, Any]]) -> dict[str, str]:
             for j in jobs}
 
 
+def _named_after(model: Mapping[str, Any]) -> str:
+    """What a model's name is derived from: the last part of its folder, hub id or served name (``tinyA`` for
+    ``/data/run1/tinyA``), else its configured name."""
+    source = model.get("path") or model.get("hub_id") or model.get("served_model_name") or model.get("model_id")
+    if isinstance(source, str) and source.strip("/"):
+        return source.rstrip("/").replace("\\", "/").split("/")[-1]
+    return str(model.get("name", ""))
+
+
+def alike_models(jobs: list[Mapping[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """What tells apart the models of a run that are named alike: two checkpoints in folders of one name
+    (``tinyA-1a2b``, ``tinyA-3c4d``), or two models given one ``model.name``. Returns a table: ``model``,
+    ``named after``, then each model setting whose values differ within such a group (``path``, ...); no rows
+    when every model's name is its own."""
+    labels = model_labels(list(jobs))
+    models: dict[str, Mapping[str, Any]] = {}
+    for j in jobs:
+        models.setdefault(j["model_key"], j["model"])
+    groups: dict[tuple[str, str], set[str]] = {}
+    for key, m in models.items():
+        groups.setdefault(("after", _named_after(m)), set()).add(key)
+        groups.setdefault(("name", str(m.get("name", ""))), set()).add(key)
+    alike = {frozenset(keys) for keys in groups.values() if len(keys) > 1}
+    rows: dict[str, dict[str, Any]] = {}
+    differing: list[str] = []
+    for keys in sorted(alike, key=lambda ks: sorted(labels[k] for k in ks)):
+        flat = {k: flatten_mapping({key: value for key, value in models[k].items() if key != "name"}) for k in keys}
+        for option in sorted({o for f in flat.values() for o in f}):
+            if len({_frozen(f.get(option)) for f in flat.values()}) > 1 and option not in differing:
+                differing.append(option)
+        for k in keys:
+            rows[k] = flat[k]
+    if not rows:
+        return [], []
+    head = ["model", "named after"] + differing
+    body = [[labels[k], _named_after(models[k])] + ["" if rows[k].get(o) is None else str(rows[k].get(o))
+                                                   for o in differing]
+            for k in sorted(rows, key=lambda k: labels[k])]
+    return head, body
+
+
+def summary_line(plan: Mapping[str, Any]) -> str:
+    """``4 jobs · models: tinyA, tinyB · metrics: crows_pairs``: every model by the name the report gives it."""
+    models = sorted(set(model_labels(list(plan["jobs"])).values()))
+    families = sorted({j["metric"] for j in plan["jobs"]})
+    return f"{len(plan['jobs'])} jobs · models: {', '.join(models)} · metrics: {', '.join(families)}"
+
+
 def short_option(key: str, keys: list[str]) -> str:
     """``metric.diff_threshold`` -> ``diff_threshold`` unless another varied option ends the same way."""
     last = key.rsplit(".", 1)[-1]

@@ -11,6 +11,7 @@ import pandas as pd
 from biasflow.io import atomic_path, write_parquet, write_text
 from biasflow.report.categories import category_labels, label, sort_by_category
 from biasflow.report.published import compare, job_splits
+from biasflow.report.sweep import alike_models, job_table, model_labels, summary_line
 from biasflow.report.unfinished import UNFINISHED_HEAD, unfinished_rows
 
 log = logging.getLogger(__name__)
@@ -125,6 +126,30 @@ def family_labels(plan: Mapping[str, Any], family: str, per_item: pd.DataFrame) 
     return labels
 
 
+def setting_order(options: Mapping[str, Any]) -> tuple:
+    """Sort key of a sweep setting: its options by name, numbers by value (0.05 before 0.1, 9 before 10)."""
+    return tuple((k, 0, float(v), "") if isinstance(v, (int, float)) and not isinstance(v, bool)
+                 else (k, 1, 0.0, str(v)) for k, v in sorted(options.items()))
+
+
+def section_title(family: str, model: str) -> str:
+    """The heading of a metric family's results for one model (``crows_pairs / tinyA``)."""
+    return f"{family} / {model}"
+
+
+def setting_title(family: str, model: str, setting: str) -> str:
+    """The heading of one setting of a sweep within a model's section (``crows_pairs — tinyA (diff_threshold=0.05)``):
+    it names the metric, the model and the setting, so no two headings of a report are alike."""
+    return f"{family} — {model} ({setting})"
+
+
+def plain_table(head: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table of text cells (``|`` escaped)."""
+    cell = lambda v: str(v).replace("|", "\\|")  # noqa: E731
+    return ("| " + " | ".join(map(cell, head)) + " |\n|" + "---|" * len(head) + "\n"
+            + "".join("| " + " | ".join(map(cell, r)) + " |\n" for r in rows))
+
+
 def write_table(df: pd.DataFrame, path: Path) -> None:
     with atomic_path(path, suffix=path.suffix) as tmp:
         df.to_csv(tmp, index=False)
@@ -137,7 +162,6 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
     from biasflow.registry import get_metric
     from biasflow.report import compare as cmp
     from biasflow.report import html, leaderboard as lb, paper
-    from biasflow.report.sweep import job_table
 
     out.mkdir(parents=True, exist_ok=True)
     if agg.empty:  # no job finished (a partial run): the same columns, no rows
@@ -153,6 +177,11 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
     written: list[str] = ["aggregate.csv", "aggregate.parquet", "per_item.parquet"]
     report = html.HtmlReport(plan=plan)
     lines = [f"# biasflow run {plan['plan_hash']}\n"]
+    report.summary = summary_line(plan)
+    lines.append(report.summary + "\n")
+    report.alike = alike_models(plan["jobs"])
+    if report.alike[1]:
+        lines += [html.ALIKE_NOTE + "\n", plain_table(*report.alike)]
     if any(j["model"].get("demo") for j in plan["jobs"]):
         lines.append(f"> **{html.DEMO_WARNING.split('. ', 1)[0]}.** {html.DEMO_WARNING.split('. ', 1)[1]}\n")
     if unfinished:
@@ -217,41 +246,54 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
             lines.append(paper.paper_markdown(tables))
 
     jobs = job_table(plan).set_index("config_hash")
-    for (model, family), df in agg.groupby(["model", "metric_family"], sort=True):
+    names = model_labels(plan["jobs"])
+    if "model_key" not in agg:
+        agg = agg.assign(model_key=agg["model"])
+    agg = agg.assign(_label=[names.get(k, m) for k, m in zip(agg["model_key"], agg["model"])])
+    groups = sorted(agg.groupby(["metric_family", "_label"], sort=False), key=lambda g: (g[0][0], g[0][1]))
+    for (family, model), df in groups:
         spec = get_metric(family)
         labels = family_labels(plan, family, per_item)
-        lines.append(f"\n## {family} / {model}\n")
+        group = section_title(family, model)
+        lines.append(f"\n## {group}\n")
         hashes = list(pd.unique(df["config_hash"]))
         settings = {h: (jobs.at[h, "setting"] if h in jobs.index else "") for h in hashes}
-        head = df[df.category == "overall"]
+        if len(hashes) > 1:  # settings in the order the sweep's options sort
+            hashes.sort(key=lambda h: (setting_order(jobs.at[h, "options"]) if h in jobs.index else (), h))
+        head = df[df.category == "overall"].assign(model=model)
         if len(hashes) > 1:
             head = head.assign(setting=head["config_hash"].map(settings))
+            head = head.set_index("config_hash").loc[hashes].reset_index()
         cols = COLUMNS[:2] + (["setting"] if len(hashes) > 1 else []) + COLUMNS[2:]
         lines.append(markdown_table(head, cols))
+        section = html.Section(group, _text_rows(head, (["setting"] if len(hashes) > 1 else [])
+                                                 + ["metric", "value", "ci_low", "ci_high", "n"]))
+        report.sections.append(section)
         for h in hashes:
             setting = settings[h]
-            title = f"{family} / {model}" + (f" ({setting})" if setting else "")
-            section = html.Section(title, _text_rows(head[head.config_hash == h], ["metric", "value", "ci_low",
-                                                                                 "ci_high", "n"]))
-            report.sections.append(section)
+            part = html.Part(setting_title(family, model, setting) if len(hashes) > 1 else "")
+            if part.title:
+                lines.append(f"\n### {part.title}\n")
+                section.parts.append(part)
             if not spec.plot_metric:
                 continue
             one = df[df.config_hash == h]
             by_cat = sort_by_category(one[(one.metric == spec.plot_metric) & (one.category != "overall")])
             if not by_cat.empty:
                 by_cat = by_cat.assign(category=[label(c, labels) for c in by_cat.category])
-                lines.append(f"\n{spec.plot_metric} by category" + (f" ({setting})" if len(hashes) > 1 else "")
-                             + ":\n")
+                lines.append(f"\n{spec.plot_metric} by category:\n")
                 lines.append(markdown_table(by_cat, ["category", "value", "ci_low", "ci_high", "n"]))
-                section.by_category = _text_rows(by_cat, ["category", "value", "ci_low", "ci_high", "n"])
-                section.by_category_title = f"{spec.plot_metric} by category"
+                part.by_category = _text_rows(by_cat, ["category", "value", "ci_low", "ci_high", "n"])
+                part.by_category_title = f"{spec.plot_metric} by category"
             suffix = f"__{h}" if len(hashes) > 1 else ""
             png = out / "plots" / f"{model}__{family}__{spec.plot_metric}{suffix}.png"
-            bar_plot(one, spec.plot_metric, f"{family}: {spec.plot_metric} by category ({model})", png,
-                     reference=spec.plot_reference, labels=labels)
+            caption = f"{family}: {spec.plot_metric} by category ({model}" + (f", {setting}" if setting else "") + ")"
+            bar_plot(one, spec.plot_metric, caption, png, reference=spec.plot_reference, labels=labels)
             if png.exists():
-                lines.append(f"\n![{family} {model}](plots/{png.name})\n")
-                section.figure = html.Figure(f"{family}: {spec.plot_metric} by category ({title})", png)
+                lines.append(f"\n![{caption}](plots/{png.name})\n")
+                part.figure = html.Figure(caption, png)
+            if not part.title and (part.by_category or part.figure):
+                section.parts.append(part)
     from biasflow.report.timing import write_stage_times
 
     lines += write_stage_times(plan, out)
