@@ -169,8 +169,10 @@ def test_report_in_headless_chromium_offline(sweep, tmp_path):
     assert len(shown["headings"]) == len(set(shown["headings"])), shown["headings"]
     assert [h for h in shown["headings"] if " — " in h] == setting_headings()
     # a bar plot per model and threshold (and the threshold curve where a metric moves with it), every one decoded
-    plots = 4 + (sweep["run"] / "curves.csv").exists()
-    assert len(shown["images"]) == plots and plots == len(list((sweep["run"] / "plots").glob("*.png")))
+    plots = len(list((sweep["run"] / "plots").glob("*.png")))
+    assert len(shown["images"]) == plots, shown["images"]
+    bars = {f"crows_pairs: metric_score by category ({m}, diff_threshold={t})" for m in MODELS for t in THRESHOLDS}
+    assert bars <= {img["alt"] for img in shown["images"]}
     assert all(img["complete"] and img["width"] > 0 for img in shown["images"]), shown["images"]
     screenshot = tmp_path / "report.png"
     subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -278,8 +280,13 @@ def test_mlflow_compare_shows_models_metrics_and_differing_params(sweep, browser
     assert names == [f"{m}/crows_pairs diff_threshold={THRESHOLDS[0]}" for m in MODELS]
     url = (f"{mlflow_ui}/#/compare-runs?runs={urllib.parse.quote(json.dumps(runs))}"
            f"&experiments={urllib.parse.quote(json.dumps([record['experiment_id']]))}")
-    page = browser.text(url, ["Comparing 2 Runs", "Run Name:", "Show diff only", *names], timeout=120)
+    def plotted(text: str) -> str:  # the parallel-coordinates plot's axes and ticks
+        return text.split("Parallel Coordinates Plot", 1)[-1].split("Run details", 1)[0]
+
+    page = browser.text(url, lambda text: all(n in text for n in ["Comparing 2 Runs", "Show diff only", *names])
+                        and all(f"\n{m}\n" in plotted(text) for m in MODELS), timeout=120)
     assert all(name in page for name in names), page[:3000]
+    assert "\nmodel\n" in plotted(page) and all(f"\n{m}\n" in plotted(page) for m in MODELS), page[:3000]
     screenshot(browser, tmp_path / "compare-top.png")  # the run names and the parallel-coordinates plot
 
     # the run names, whole, one column per run
