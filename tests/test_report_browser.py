@@ -111,7 +111,8 @@ def test_report_tells_apart_two_checkpoints_in_folders_of_one_name(tmp_path, tin
     names = {j["model"]["path"]: j["model"]["name"] for j in plan["jobs"]}
     assert len(set(names.values())) == 2 and all(re.fullmatch(r"tinyA-[0-9a-f]{4}", n) for n in names.values())
     md, doc = (run / "report.md").read_text(), htmlmod.unescape((run / "report.html").read_text())
-    assert f"models: {', '.join(sorted(names.values()))}" in md and f"models: {', '.join(sorted(names.values()))}" in doc
+    summary = f"2 jobs · models: {', '.join(sorted(names.values()))} · metrics: crows_pairs"
+    assert summary in md and summary in doc
     for path, name in names.items():
         assert f"| {name} | tinyA | {path} |" in md  # name, what it is named after, its path
         assert f"<td>{name}</td><td>tinyA</td><td>{path}</td>" in doc
@@ -232,7 +233,8 @@ SECTION = """(title => [...document.querySelectorAll('.du-bois-light-collapse-it
 SHOWN_TABLE = SECTION + """('Parameters').querySelector('table')"""
 TABLE_ROWS = """(table => [...table.rows].map(r => ({name: r.cells[0].innerText.trim(),
   diff: r.classList.contains('diff-row'), values: [...r.cells].slice(1).map(c => c.innerText.trim()),
-  cut: [...r.querySelectorAll('span')].some(s => s.scrollWidth > s.clientWidth + 1)})))"""
+  cut: [...r.querySelectorAll('td, td *')].some(s => s.scrollWidth > s.clientWidth + 1),
+  texts: r.querySelectorAll('td *').length})))"""  # cut: some cell's text wider than its box
 METRIC_ROW = """(name => {
   const [names, values] = """ + SECTION + """('Metrics').querySelectorAll('.ReactVirtualized__Grid');
   values.scrollIntoView({block: 'center'});
@@ -293,7 +295,8 @@ def test_mlflow_compare_shows_models_metrics_and_differing_params(sweep, browser
 
     # the run names, whole, one column per run
     details = evaluate(browser, TABLE_ROWS + "(document.querySelector('table.mlflow-compare-table'))")
-    assert next(r for r in details if r["name"] == "Run Name:")["values"] == names
+    run_name = next(r for r in details if r["name"] == "Run Name:")
+    assert run_name["values"] == names and not run_name["cut"] and run_name["texts"] >= 2, run_name
 
     # Parameters, "Show diff only": exactly the params that differ, each with both runs' values, none cut off
     differ = sorted(k for k in logged[0].params if logged[0].params[k] != logged[1].params.get(k))
@@ -303,7 +306,8 @@ def test_mlflow_compare_shows_models_metrics_and_differing_params(sweep, browser
     rows = evaluate(browser, TABLE_ROWS + "(" + SHOWN_TABLE + ")")
     assert sorted(r["name"] for r in rows) == differ, rows
     for row in rows:
-        assert row["values"] == [d.params[row["name"]] for d in logged] and not row["cut"], row
+        assert row["values"] == [d.params[row["name"]] for d in logged] and row["diff"], row
+        assert not row["cut"] and row["texts"] >= 2, row  # shown whole, not cut off with an ellipsis
     assert next(r for r in rows if r["name"] == "model")["values"] == list(MODELS)
     evaluate(browser, SECTION + "('Parameters').scrollIntoView({block: 'start'})")
     screenshot(browser, tmp_path / "compare-params.png")
