@@ -1,8 +1,9 @@
 """What people see of a two-checkpoint sweep, in a real browser (issue 25): the run report, and MLflow's compare view.
 
 One sweep (``model=local_masked_lm "model.path=DIR/tinyA,DIR/tinyB"`` x two CrowS-Pairs diff thresholds, 20 pairs,
-tiny BERTs built here) runs once through the real stages, logging to the project's MLflow store; one ``mlflow ui``
-and one headless Chromium serve every browser test of this module. Chromium comes from Debian
+tiny BERTs built here) runs once through the real stages, logging to the project's MLflow store, for every test of
+this module. Its report.html is opened offline by ``chromium --headless --dump-dom``; MLflow's compare page by one
+headless Chromium (DevTools) on one ``mlflow ui`` over that store. Chromium comes from Debian
 (``apt-get install chromium``; .ci/run installs it in CI); without it the browser tests skip with that hint.
 """
 from __future__ import annotations
