@@ -4,5 +4,5 @@ from pathlib import Path
 from biasflow.stages import aggregate_run, start_stage
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-start_stage(sm.log[0])
-aggregate_run(sm.input.plan, str(Path(sm.output.table).parent))
+start_stage(sm.log[0], sm)
+aggregate_run(sm.input.plan, str(Path(sm.output.report_md).parent))

@@ -4,5 +4,5 @@ from pathlib import Path
 from biasflow.stages import metric, start_stage
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-start_stage(sm.log[0])
+start_stage(sm.log[0], sm)
 metric(sm.params.job, sm.input.get("items_file"), sm.input.scores, str(Path(sm.output.aggregate).parent))

@@ -2,6 +2,6 @@
 from biasflow.stages import score, start_stage, set_threads
 
 sm = snakemake  # noqa: F821 (injected by Snakemake)
-start_stage(sm.log[0])
+start_stage(sm.log[0], sm)
 set_threads(sm.threads)
 score(sm.params.job, sm.input.get("items_file"), sm.output[0], sm.params.cache_dir)

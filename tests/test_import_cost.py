@@ -33,6 +33,7 @@ SCRIPT = textwrap.dedent("""
     scores = tmp / "scores.parquet"
     pd.read_parquet(tmp / "scores_in.parquet").to_parquet(scores)
     stages.metric(job.params(), str(tmp / "items.parquet"), str(scores), job.metric_dir)
+    stages.write_plan(lookups.staged_plan, lookups.plan_path)
     stages.aggregate_run(lookups.plan_path, plan.run_dir)
     job_params_and_tags(json.loads(Path(lookups.plan_path).read_text())["jobs"][0])
     print(json.dumps(sorted(m for m in HEAVY if m in sys.modules)))

@@ -81,7 +81,8 @@ def test_every_rule_writes_a_benchmark_record():
 
     text = "\n".join(p.read_text() for p in sorted((ROOT / "workflow" / "rules").glob("*.smk")))
     rules = re.findall(r"^rule (\w+):", text, flags=re.M)
-    assert set(rules) == {"download", "prepare", "score", "metric", "build_demo_model", "aggregate", "log_mlflow"}
+    assert set(rules) == {"plan", "download", "prepare", "score", "metric", "build_demo_model", "aggregate",
+                          "log_mlflow"}
     for rule in rules:
         body = text.split(f"rule {rule}:", 1)[1].split("\nrule ", 1)[0]
         assert f'benchmark_file(RESULTS, "{rule}",' in body, rule

@@ -193,7 +193,7 @@ def test_causal_lm_export_equals_the_reference_gpt2_loop_to_the_bit(tmp_path, cp
            "export_predictions": str(out)}
     answers = metric_answers("stereoset", items, cfg, adapter.cfg, tmp_path / "cache", model=adapter,
                              progress=False)
-    assert SPEC.export(items, answers, cfg) == [str(out)]
+    assert SPEC.export(items, answers, cfg, "export_predictions") == str(out)
     exported = {e["id"]: e["score"] for e in json.loads(out.read_text())["intrasentence"]}
     if cpu_linear == "default":
         expected = reference_gpt2_predictions(model_dir, gold)

@@ -209,8 +209,9 @@ def test_predictions_with_unknown_ids_lists_them(tmp_path):
 
 
 def test_stages_export_predictions_with_the_params_the_pipeline_passes(tmp_path):
-    """The score stage gets only the score options (export_predictions is not one of them); the metric stage,
-    which has the full config, writes the file, readable by others."""
+    """The score stage gets only the score options (export_predictions is not one of them); the export stage (a
+    rule of its own, whose output is the file), which has the full config, writes the file, readable by others;
+    the metric stage does not."""
     import os
     import stat
 
@@ -233,6 +234,9 @@ def test_stages_export_predictions_with_the_params_the_pipeline_passes(tmp_path)
         stages.score(job.score_params(SPEC.score_keys), str(items_path), str(scores_path), str(tmp_path / "cache"))
         assert not out.exists()
         stages.metric(job.params(), str(items_path), str(scores_path), str(tmp_path / "metric"))
+        assert not out.exists()
+        assert job.exports == {} and Job(**{**vars(job), "exports": {"export_predictions": str(out)}}).exports
+        stages.export(job.params(), "export_predictions", str(items_path), str(scores_path), str(out))
     finally:
         os.umask(old_mask)
     assert json.loads(out.read_text()) == json.loads(given.read_text())

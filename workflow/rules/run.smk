@@ -1,31 +1,42 @@
-# Run level: one table across every job of the plan (a sweep included), then MLflow.
+# Run level: the plan in the run folder, one table and report across every job of the plan (a sweep included),
+# then MLflow. Every file these stages write is a declared output (biasflow.report.RUN_FILES), every file they read a
+# declared input: deleting any of them and running again rebuilds it.
+
+rule plan:
+    input:
+        W.staged_plan,
+    output:
+        W.plan_path,
+    log:
+        f"{RESULTS}/logs/plan/{PLAN.plan_hash}.log",
+    benchmark:
+        benchmark_file(RESULTS, "plan", PLAN.plan_hash)
+    script:
+        "../../scripts/plan.py"
+
 
 rule aggregate:
     input:
-        plan=W.plan_path,
-        aggregates=W.metric_aggregates(),
+        **W.run_inputs(),
     output:
-        table=RESULTS + "/runs/{plan_hash}/aggregate.parquet",
-        csv=RESULTS + "/runs/{plan_hash}/aggregate.csv",
-        per_item=RESULTS + "/runs/{plan_hash}/per_item.parquet",
-        report=RESULTS + "/runs/{plan_hash}/report.md",
+        **W.run_files(),
+        plots=directory(f"{PLAN.run_dir}/plots"),
     log:
-        RESULTS + "/logs/aggregate/{plan_hash}.log",
+        f"{RESULTS}/logs/aggregate/{PLAN.plan_hash}.log",
     benchmark:
-        benchmark_file(RESULTS, "aggregate", "{plan_hash}")
+        benchmark_file(RESULTS, "aggregate", PLAN.plan_hash)
     script:
         "../../scripts/aggregate.py"
 
 
 rule log_mlflow:
     input:
-        plan=W.plan_path,
-        table=RESULTS + "/runs/{plan_hash}/aggregate.parquet",
+        **W.mlflow_inputs(),
     output:
-        RESULTS + "/runs/{plan_hash}/mlflow.json",
+        f"{PLAN.run_dir}/mlflow.json",
     log:
-        RESULTS + "/logs/mlflow/{plan_hash}.log",
+        f"{RESULTS}/logs/mlflow/{PLAN.plan_hash}.log",
     benchmark:
-        benchmark_file(RESULTS, "log_mlflow", "{plan_hash}")
+        benchmark_file(RESULTS, "log_mlflow", PLAN.plan_hash)
     script:
         "../../scripts/log_mlflow.py"

@@ -174,4 +174,5 @@ SPEC = register_metric(MetricSpec(
     plot_metric="likelihood_bias",
     plot_reference=None,
     write_extras=write_pair_tests,
+    extra_outputs=("pair_tests.csv",),
 ))

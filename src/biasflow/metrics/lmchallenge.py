@@ -87,4 +87,5 @@ for _game, _headline in GAME_METRICS.items():
         requests=_requests(_game), compute=_compute(_game), aggregate=_aggregate,
         score_keys=GAME_OPTIONS[_game],
         headline=_headline, plot_metric=None, plot_reference=None, bootstrap=False,
-        model_check=_model_check(_game), write_extras=_extras(_game)))
+        model_check=_model_check(_game), write_extras=_extras(_game),
+        extra_outputs=(f"{_game}.log", "stats.json", f"{_game}.html")))

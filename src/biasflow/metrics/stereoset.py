@@ -209,14 +209,12 @@ def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) 
     return count_examples(items, sentence_scores(items, answers, cfg), cfg)
 
 
-def export(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> list[str]:
+def export(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any], option: str) -> str:
     """``export_predictions``: the sentence scores in the format of the official ``code/evaluation.py``
     (``{"intrasentence": [{"id", "score"}], "intersentence": [...]}``, one entry per sentence id)."""
-    path = cfg["export_predictions"]
-    if not path:
-        return []
+    path = cfg[option]
     write_predictions(sentence_scores(items, answers, cfg), Path(path))
-    return [str(path)]
+    return str(path)
 
 
 def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
@@ -326,6 +324,7 @@ SPEC = register_metric(MetricSpec(
               "intrasentence_ss"),
     plot_metric="intrasentence_ss",
     export=export,
+    export_options=("export_predictions",),
     bootstrap_statistic=bootstrap_statistic,
 ))
 

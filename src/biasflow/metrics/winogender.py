@@ -381,13 +381,15 @@ SPEC = register_metric(MetricSpec(
     name="winogender", benchmark="winogender", model_kinds=("masked_lm", "causal_lm", "served_causal_lm"),
     requests=preference_requests, compute=compute_preference, aggregate=aggregate_preference, options=Options,
     headline=("r_bls", "female_minus_male", "majority_pct"), plot_metric="female_minus_male", plot_reference=0.0,
-    bootstrap_statistic=preference_replicates, write_extras=write_preference_occupations))
+    bootstrap_statistic=preference_replicates, write_extras=write_preference_occupations,
+    extra_outputs=("occupations.csv",)))
 
 MC_SPEC = register_metric(MetricSpec(
     name="winogender_mc", benchmark="winogender", model_kinds=CAUSAL_KINDS,
     requests=mc_requests, compute=compute_mc, aggregate=aggregate_mc, options=MCOptions,
     score_keys=("prompt", "choice_prefix"), headline=("acc", "r_bls", "pair_disagreement_pct"), plot_metric="acc",
-    plot_reference=None, bootstrap_statistic=mc_replicates, write_extras=write_mc_occupations))
+    plot_reference=None, bootstrap_statistic=mc_replicates, write_extras=write_mc_occupations,
+    extra_outputs=("occupations.csv",)))
 
 __all__ = ["pearson", "occupation_correlations", "preference_requests", "compute_preference",
            "aggregate_preference", "mc_requests", "compute_mc", "aggregate_mc", "occupation_resolution_gap",

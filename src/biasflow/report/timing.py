@@ -18,7 +18,7 @@ import pandas as pd
 # the rules whose jobs the run report accounts for, in pipeline order (aggregate writes the report itself, and
 # log_mlflow runs after it: their files are read by benchmarks/pipeline_stages.py)
 REPORTED_RULES = ("download", "build_demo_model", "prepare", "score", "metric")
-RULES = (*REPORTED_RULES, "aggregate", "log_mlflow")
+RULES = ("plan", *REPORTED_RULES, "export", "aggregate", "log_mlflow")
 COLUMNS = ["rule", "job", "wall_s", "cpu_s", "max_rss_mb", "finished"]
 
 

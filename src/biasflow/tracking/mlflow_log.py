@@ -44,6 +44,7 @@ from biasflow.errors import TrackingError
 from biasflow.io import flatten_mapping
 from biasflow.provenance import package_versions, source_command
 from biasflow.secrets import redact_uri
+from biasflow.report.empty import is_placeholder
 from biasflow.tracking.store import Redactor, connect_uri, mlflow_env, open_store, safe_artifacts
 
 log = logging.getLogger(__name__)
@@ -554,16 +555,17 @@ def _log_plan(plan: Mapping[str, Any], run_dir: Path, real_uri: str, redactor: R
         _log_files(client, parent_id, [run_dir / name for name in ("aggregate.csv", "aggregate.parquet",
                                                                     "per_item.parquet", "report.md", "plan.json",
                                                                     "comparison.csv", *RUN_REPORT_FILES)
-                                       if (run_dir / name).exists()], redactor)
+                                       if (run_dir / name).exists() and not is_placeholder(run_dir / name)],
+                   redactor)
         tables = {"aggregate": pd.read_parquet(run_dir / "aggregate.parquet")} \
             if (run_dir / "aggregate.parquet").exists() else {}
-        if (run_dir / "comparison.csv").exists():
+        if (run_dir / "comparison.csv").exists() and not is_placeholder(run_dir / "comparison.csv"):
             tables["comparison"] = pd.read_csv(run_dir / "comparison.csv")
         _log_tables(client, parent_id, tables, redactor)
         plots = run_dir / "plots"
         if plots.is_dir():
-            _log_files(client, parent_id, sorted(p for p in plots.iterdir() if p.is_file()), redactor,
-                       artifact_path="plots")
+            _log_files(client, parent_id, sorted(p for p in plots.iterdir() if p.is_file()
+                                                 and not p.name.startswith(".")), redactor, artifact_path="plots")
         for job in plan["jobs"]:
             if job["metric_dir"] in skip:
                 continue
