@@ -271,7 +271,10 @@ def job_params_and_tags(job: Mapping[str, Any]) -> tuple[dict[str, str], dict[st
 
     model = job["model"]
     hashed = {k: v for k, v in model.items() if k == "name" or k in SCORING_KEYS or k in PROCESS_KEYS}
-    params = flatten({"model": hashed, "metric": job["metric_cfg"], "benchmark": job.get("benchmark_cfg") or {},
+    # a dataset's files (URLs and checksums, a long JSON list per file) are the run's dataset inputs and its
+    # dataset.<file>.sha256 tags; as params they would push the ones that differ out of MLflow's compare view
+    bench = {k: v for k, v in (job.get("benchmark_cfg") or {}).items() if k != "files"}
+    params = flatten({"model": hashed, "metric": job["metric_cfg"], "benchmark": bench,
                       "stats": job["stats"], "mode": job["mode"], "config_hash": job["cfg_hash"]})
     params.update(compare_params(job, params))
     settings = flatten({"model": {k: v for k, v in model.items() if k not in hashed}})
