@@ -183,7 +183,7 @@ def test_an_unknown_kind_in_a_config_is_one_line_listing_the_known_kinds(tmp_pat
 
 def test_langfairs_classifier_config_is_of_a_declared_kind():
     from biasflow.metrics.langfair import classifier_model
-    from biasflow.schema import Classifier
+    from biasflow.metrics.langfair import Classifier
 
     cfg = classifier_model(Classifier(model="org/stereotype-classifier").model_dump())
     assert cfg["kind"] == "text_classifier" in model_kinds.KINDS and cfg["batch_size"] == 32

@@ -67,8 +67,9 @@ class MetricSpec:
     # every bootstrap replicate at once: (per_item, cfg, stats.bootstrap.Resamples) -> {(metric, category): values
     # per replicate}, the same numbers as ``aggregate`` on each resampled table (None: use that generic path)
     bootstrap_statistic: Callable[[pd.DataFrame, Mapping[str, Any], Any], Mapping | None] | None = None
-    # the metric's options as a pydantic model (a ``schema.MetricBase`` subclass): checked for every job at plan
-    # time; a built-in metric may list its model in ``schema.METRIC_OPTIONS`` instead
+    # the metric's options as a pydantic model (a ``schema.MetricBase`` subclass defined in the metric's module):
+    # every option's type, range and default, checked for every job at plan time. Required: ``register_metric``
+    # refuses a spec without it (None is only the unset value, so the error can name the module)
     options: type | None = None
     # (answers, cfg) -> None, in the score stage before it writes its answers: raises when they are unusable (more
     # failed generations than allowed), so the stage fails and a re-run asks the failed requests again
@@ -167,14 +168,13 @@ def register_metric(spec: MetricSpec) -> MetricSpec:
     """Register ``spec`` under its name; its callables then read its options with every default filled in."""
     old = METRICS.get(spec.name)
     _refuse_taken("metric", spec.name, old.compute.__module__ if old else None, spec.compute.__module__)
-    options = spec.options
-    if options is None:
-        from biasflow.schema import METRIC_OPTIONS
+    from biasflow.schema import MetricBase
 
-        options = METRIC_OPTIONS.get(spec.name)
-    if options is None:
+    options = spec.options
+    if not (isinstance(options, type) and issubclass(options, MetricBase)):
         raise ValueError(f"metric {spec.name!r} ({spec.compute.__module__}) has no options model: give "
-                         f"MetricSpec(options=...), a biasflow.schema.MetricBase subclass")
+                         f"MetricSpec(options=...), a biasflow.schema.MetricBase subclass defined in "
+                         f"{spec.compute.__module__} (got {options!r})")
     if bool(spec.write_extras) != bool(spec.extra_outputs):
         raise ValueError(f"metric {spec.name!r} ({spec.compute.__module__}): write_extras and extra_outputs go "
                          f"together (the files it writes are the metric rule's declared outputs)")

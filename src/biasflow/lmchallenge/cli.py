@@ -131,9 +131,11 @@ def _console(color: str):
 
 
 def _wr_defaults():
-    from biasflow.schema import LMChallengeWR
+    """The options of the pipeline's metric ``lmc_wr``, defaults filled (its options model, in
+    biasflow.metrics.lmchallenge)."""
+    from biasflow.registry import metric_options
 
-    return LMChallengeWR()
+    return metric_options("lmc_wr")()
 
 
 def build_parser() -> argparse.ArgumentParser:

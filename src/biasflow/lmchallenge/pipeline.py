@@ -39,24 +39,21 @@ def training_text(lines: Sequence[str]) -> str:
 
 def game_requests(game: str, items: pd.DataFrame, cfg: Mapping[str, Any]) -> list[LMChallengeLine]:
     """One request per test line of ``items``, in order; only the options of ``game`` are set (the others keep
-    their defaults, so they never split the cache)."""
+    their defaults, so they never split the cache). ``cfg`` is the metric's filled options (the ``lmc_<game>``
+    options model in biasflow.metrics.lmchallenge holds the defaults)."""
     train_lines = tuple(items.loc[items["role"] == "train", "text"])
     digest = sha256_bytes(training_text(train_lines).encode())
     options: dict[str, Any] = {}
     if game == "wc":
-        options["next_word_only"] = bool(cfg.get("next_word_only", False))
-    if game == "wr":  # the metric's options model holds the defaults
-        from biasflow.schema import LMChallengeWR
-
-        wr = LMChallengeWR.model_validate({k: cfg[k] for k in ("num_candidates", "seed", "p_anykey")
-                                           if cfg.get(k) is not None})
-        options.update(num_candidates=wr.num_candidates, seed=wr.seed, p_anykey=wr.p_anykey)
+        options["next_word_only"] = bool(cfg["next_word_only"])
+    if game == "wr":
+        options.update(num_candidates=cfg["num_candidates"], seed=cfg["seed"], p_anykey=cfg["p_anykey"])
     test = items.loc[items["role"] == "test", "text"]
     return [LMChallengeLine(game=game, text=str(text), message=i, train=digest, training_lines=train_lines, **options)
             for i, text in enumerate(test)]
 
 
-def reranking(train_lines: Sequence[str], num_candidates: int = 50, seed: int = 42, p_anykey: float = 0.1):
+def reranking(train_lines: Sequence[str], num_candidates: int, seed: int, p_anykey: float):
     """The ``wr`` settings; candidates are the alphabetic words of the training text."""
     import re
 

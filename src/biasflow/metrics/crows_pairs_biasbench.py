@@ -26,10 +26,15 @@ import numpy as np
 import pandas as pd
 
 from biasflow.metrics.crows_pairs import aggregate_pll, judge, pair_texts, pll_replicates, sent_order
-from biasflow import schema
+from biasflow.schema import MetricBase
 from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.scoring.requests import PseudoLogLikelihood
 from biasflow.stats.bootstrap import Resamples
+
+
+class CrowsPairsBiasBench(MetricBase):
+    """The options of ``metric.crows_pairs_biasbench``: none beyond every metric's."""
+
 
 SCORE_DIGITS = 3
 
@@ -99,9 +104,9 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resam
     return out
 
 
-options_in_module(globals(), schema.CrowsPairsBiasBench)
+options_in_module(globals(), CrowsPairsBiasBench)
 SPEC = register_metric(MetricSpec(
-    name="crows_pairs_biasbench",
+    name="crows_pairs_biasbench", options=CrowsPairsBiasBench,
     benchmark="crows_pairs",
     model_kinds=("masked_lm",),
     requests=requests,

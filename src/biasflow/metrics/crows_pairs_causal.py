@@ -17,19 +17,31 @@ as not stereotypical).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping, Optional
 
 import numpy as np
 import pandas as pd
 
 from biasflow.errors import ConfigError
 from biasflow.metrics.crows_pairs import aggregate_pll, judge, pair_texts, pll_replicates, sent_order
-from biasflow import schema
+from biasflow.schema import MetricBase, NonNegativeInt
 from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.score_kinds import FIRST_TOKEN_MODES
 from biasflow.scoring.answer import lookup
 from biasflow.scoring.requests import TokenLogprobs
 from biasflow.stats.bootstrap import Resamples
+
+
+class CrowsPairsCausal(MetricBase):
+    """The options of ``metric.crows_pairs_causal``."""
+
+    # sum = total log-likelihood | mean = mean per token (= geometric-mean probability)
+    aggregation: Literal["sum", "mean"] = "sum"
+    # how token 0 is conditioned (a score key): prefix = after one BOS (EOS without a BOS; lm-evaluation-harness);
+    # separate = token 0 from a pass on BOS alone (bias-bench); none = token 0 not scored
+    first_token: Literal["prefix", "separate", "none"] = "prefix"
+    round: Optional[NonNegativeInt] = None  # decimals to round each sentence score to before comparing
+
 
 AGGREGATIONS = ("sum", "mean")
 
@@ -109,9 +121,9 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resam
     return out
 
 
-options_in_module(globals(), schema.CrowsPairsCausal)
+options_in_module(globals(), CrowsPairsCausal)
 SPEC = register_metric(MetricSpec(
-    name="crows_pairs_causal",
+    name="crows_pairs_causal", options=CrowsPairsCausal,
     benchmark="crows_pairs",
     model_kinds=("causal_lm", "served_causal_lm"),  # served: TokenLogprobs answered over HTTP (models/served.py)
     requests=requests,

@@ -11,14 +11,27 @@ HELM's defaults: gender = its 20 female / 20 male words, race = the most common 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence, Union
 
 import pandas as pd
+from pydantic import Field
 
 from biasflow.metrics._generated import check_generations, generation_grid, with_responses
 from biasflow.metrics.langfair import (group_counts_to_tvd, group_lists, response_rows, stereotypical_associations,
                                        word_list, word_tokenize)
+from biasflow.schema import Generating, GenerationSettings
 from biasflow.scoring.requests import Generation
+
+
+class HelmRepresentation(Generating):
+    """The options of ``metric.helm_representation``."""
+
+    generation: GenerationSettings = Field(default_factory=lambda: GenerationSettings(max_tokens=64))
+    demographics: dict[str, Union[str, dict[str, list[str]]]] = Field(
+        default_factory=lambda: {"gender": "helm_gender", "race": "helm_race"})
+    targets: dict[str, Union[str, list[str]]] = Field(
+        default_factory=lambda: {"adjective": "adjectives", "profession": "professions"})
+
 
 HELM_CATEGORIES = {"gender": "helm_gender", "race": "helm_race"}
 
@@ -67,13 +80,13 @@ def _aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def _register() -> None:
-    from biasflow import schema
     from biasflow.registry import MetricSpec, options_in_module, register_metric
 
-    options_in_module(globals(), schema.HelmRepresentation)
+    options_in_module(globals(), HelmRepresentation)
 
     register_metric(MetricSpec(
-        name=METRIC, benchmark="bold", model_kinds=("causal_lm", "served_causal_lm", "generator"), requests=requests,
+        name=METRIC, options=HelmRepresentation, benchmark="bold",
+        model_kinds=("causal_lm", "served_causal_lm", "generator"), requests=requests,
         compute=_compute, aggregate=_aggregate, check_answers=check_generations(METRIC),
         score_keys=("generator", "generation"), headline=("representation_gender", "representation_race")))
 

@@ -24,18 +24,42 @@ import re
 import string
 import unicodedata
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Optional, Sequence
 
 import pandas as pd
+from pydantic import Field
 
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.generation.answer import read_responses_file
 from biasflow.metrics._generated import check_generations, generation_grid, generator_settings, responses_path
 from biasflow.metrics._mode import mode_option
-from biasflow import schema
+from biasflow.schema import Generating, GenerationSettings, PositiveInt, Slug, Source, Strict
 from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.scoring.answer import lookup
 from biasflow.scoring.requests import Generation, MaskTopK
+
+
+class HonestLexicon(Strict):
+    filename: Slug = "hurtlex_EN.tsv"
+    level: Literal["conservative", "inclusive"] = "conservative"
+    path: Optional[str] = None  # a local lexicon file (TSV: lemma, category, level) instead of the packaged one
+    # true = HurtLex 1.2 EN shipped in biasflow (src/biasflow/resources/honest/; licence CC BY-NC-SA 4.0,
+    # attribution in its README.md); false = download `filename` from `sources`
+    packaged: bool = True
+    sources: list[Source] = Field(default_factory=lambda: [Source(
+        url="https://raw.githubusercontent.com/MilaNLProc/hurtlex/master/lexica/EN/1.2/hurtlex_EN.tsv",
+        sha256="a734820a63c87994781d182692e6dc7ec262c402016971a7fa31946ced0d470c")])  # HurtLex 1.2, commit f80012db
+
+
+class Honest(Generating):
+    """The options of ``metric.honest``."""
+
+    k: list[PositiveInt] = Field([1, 5, 20], min_length=1)  # one fill-mask pass at the largest k
+    lexicon: HonestLexicon = Field(default_factory=HonestLexicon)
+    generation: GenerationSettings = Field(default_factory=lambda: GenerationSettings(max_tokens=8))  # causal LMs
+    # generated text: null = the honest package's whole-continuation rule under run.mode=parity, else first word
+    completion: Optional[Literal["continuation", "first_word"]] = None
+
 
 METRIC = "honest"
 MASK = "[M]"
@@ -294,9 +318,10 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["metric", "category", "value", "n"])
 
 
-options_in_module(globals(), schema.Honest)
+options_in_module(globals(), Honest)
 SPEC = register_metric(MetricSpec(
-    name=METRIC, benchmark="honest", model_kinds=("masked_lm", "causal_lm", "served_causal_lm", "generator"),
+    name=METRIC, options=Honest, benchmark="honest",
+    model_kinds=("masked_lm", "causal_lm", "served_causal_lm", "generator"),
     requests=requests, compute=compute, aggregate=aggregate, check_answers=check_generations(METRIC),
     score_keys=("k", "generation", "generator"),
     headline=("honest@1", "honest@5", "honest@20"), plot_metric="honest@20", plot_reference=None))

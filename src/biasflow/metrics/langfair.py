@@ -22,16 +22,41 @@ from collections import Counter
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Literal, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import pandas as pd
+from pydantic import Field
 
 from biasflow.errors import ConfigError
 from biasflow.ordered import ordered_items
 from biasflow.metrics._generated import check_generations, generation_grid, with_responses
+from biasflow.schema import Generating, GenerationSettings, PositiveInt, Probability, Strict
 from biasflow.scoring.answer import lookup
 from biasflow.scoring.requests import Classification, Generation
+
+
+class Classifier(Strict):
+    model: Optional[str] = None  # e.g. wu981526092/Sentence-Level-Stereotype-Detector (LangFair's default)
+    labels: dict[str, str] = Field(default_factory=lambda: {"gender": "stereotype_gender", "race": "stereotype_race"})
+    mode: Literal["parity", "probability"] = "parity"
+    threshold: Probability = 0.5
+    by_prompt: bool = True
+    batch_size: PositiveInt = 32
+
+
+class LangFairStereotype(Generating):
+    """The options of ``metric.langfair_stereotype``."""
+
+    # LangFair's demo: 25 responses per prompt
+    generation: GenerationSettings = Field(default_factory=lambda: GenerationSettings(
+        count=25, system_prompt="Play the role of a helpful assistant."))
+    groups: Union[str, dict[str, Union[list[str], str]], list[dict[str, Union[list[str], str]]]] = "langfair_gender"
+    targets: Union[str, list[str]] = "adjectives"
+    beta: float = Field(0.95, gt=0.0)
+    stop_words: Union[str, list[str], None] = None
+    classifier: Classifier = Field(default_factory=Classifier)
+
 
 # ----------------------------------------------------------------------------------------------- word lists
 WORDLIST_PACKAGE = "biasflow.resources.wordlists"
@@ -405,13 +430,13 @@ def _aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def _register() -> None:
-    from biasflow import schema
     from biasflow.registry import MetricSpec, options_in_module, register_metric
 
-    options_in_module(globals(), schema.LangFairStereotype)
+    options_in_module(globals(), LangFairStereotype)
 
     register_metric(MetricSpec(
-        name=METRIC, benchmark="langfair_prompts", model_kinds=("causal_lm", "served_causal_lm", "generator"),
+        name=METRIC, options=LangFairStereotype, benchmark="langfair_prompts",
+        model_kinds=("causal_lm", "served_causal_lm", "generator"),
         requests=requests, compute=_compute, aggregate=_aggregate, check_answers=check_generations(METRIC),
         followup_requests=followup_requests, score_keys=("generator", "generation", "classifier"),
         headline=("cooccurrence_bias", "stereotypical_associations"), plot_metric=None, ordered_options=("groups",)))

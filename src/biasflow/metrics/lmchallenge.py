@@ -10,13 +10,34 @@ No bootstrap: the statistics are the original tool's point values (their CI colu
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
 
 import numpy as np
 import pandas as pd
+from pydantic import Field
 
 from biasflow.lmchallenge import pipeline
 from biasflow.registry import MetricSpec, register_metric
+from biasflow.schema import MetricBase, Probability
+
+
+class LMChallengeGame(MetricBase):
+    """The options of ``metric.lmc_we`` and ``metric.lmc_ce``: none beyond every metric's."""
+
+
+class LMChallengeWC(LMChallengeGame):
+    """The options of ``metric.lmc_wc``."""
+
+    next_word_only: bool = False
+
+
+class LMChallengeWR(LMChallengeGame):
+    """The options of ``metric.lmc_wr`` (the LM Challenge command line takes its defaults from here too)."""
+
+    num_candidates: Annotated[int, Field(ge=2)] = 50
+    seed: int = 42
+    p_anykey: Probability = 0.1
+
 
 GAME_METRICS = {"wc": ("prediction.hit1", "prediction.mrr", "completion.characters"),
                 "we": ("entropy.mean", "entropy.hit"), "ce": ("entropy.mean", "entropy.hit"),
@@ -79,13 +100,15 @@ def _extras(game: str):
 
 # the options of each game that change what the model is asked (its metric config's keys)
 GAME_OPTIONS = {"wc": ("next_word_only",), "we": (), "ce": (), "wr": ("num_candidates", "seed", "p_anykey")}
+# each game's options model
+GAME_OPTIONS_MODELS = {"wc": LMChallengeWC, "we": LMChallengeGame, "ce": LMChallengeGame, "wr": LMChallengeWR}
 
 for _game, _headline in GAME_METRICS.items():
     register_metric(MetricSpec(
         name=f"lmc_{_game}", benchmark="lmchallenge_bold",
         model_kinds=("ngram", "lmc_process", "masked_lm", "causal_lm"),
         requests=_requests(_game), compute=_compute(_game), aggregate=_aggregate,
-        score_keys=GAME_OPTIONS[_game],
+        score_keys=GAME_OPTIONS[_game], options=GAME_OPTIONS_MODELS[_game],
         headline=_headline, plot_metric=None, plot_reference=None, bootstrap=False,
         model_check=_model_check(_game), write_extras=_extras(_game),
         extra_outputs=(f"{_game}.log", "stats.json", f"{_game}.html")))

@@ -23,17 +23,26 @@ Reported per template (category) and overall: ``mean_lpbs``, ``mean_abs_lpbs``, 
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from biasflow.data.templates import ATTRIBUTE, ATTRIBUTES, TARGET
 from biasflow.errors import ConfigError
-from biasflow import schema
+from biasflow.schema import MetricBase
 from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.score_kinds import MASK_PLACEHOLDER
 from biasflow.scoring.requests import MultiMaskLogprobs
+
+
+class MultiMask(MetricBase):
+    """The options of ``metric.lpbs``; CBS (metrics/cbs.py) takes them with the reference code's defaults."""
+
+    piece_product: Literal["reference", "aligned"] = "aligned"
+    target_positions: Literal["reference", "aligned"] = "aligned"
+    attribute_mask_count: Literal["singular", "filled"] = "filled"
+
 
 RULES = ("aligned", "reference")
 
@@ -151,9 +160,9 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
 
 
-options_in_module(globals(), schema.MultiMask)
+options_in_module(globals(), MultiMask)
 SPEC = register_metric(MetricSpec(
-    name="lpbs", benchmark="lpbs", model_kinds=("masked_lm",),
+    name="lpbs", options=MultiMask, benchmark="lpbs", model_kinds=("masked_lm",),
     requests=requests_for("targets_1,targets_2"), compute=compute, aggregate=aggregate,
     score_keys=("target_positions", "attribute_mask_count"), headline=("mean_lpbs", "mean_abs_lpbs"),
     plot_metric="mean_lpbs", plot_reference=0.0))

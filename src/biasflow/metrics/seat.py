@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 
 from biasflow.metrics import weat as W
-from biasflow import schema
 from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.scoring.requests import SentenceEmbedding
 
@@ -138,9 +137,9 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return W.aggregate(per_item, cfg)
 
 
-options_in_module(globals(), schema.Association)
+options_in_module(globals(), W.Association)
 register_metric(MetricSpec(
-    name="seat",
+    name="seat", options=W.Association,
     benchmark="weat",
     model_kinds=("sentence_encoder",),
     requests=requests,

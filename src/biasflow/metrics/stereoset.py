@@ -21,20 +21,34 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Literal, Mapping, Optional
 
 import numpy as np
 import pandas as pd
+from pydantic import Field
 
 from biasflow.data.stereoset import GOLD_LABELS, TASKS
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.io import write_json
-from biasflow import schema
+from biasflow.schema import MetricBase
 from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.scoring.answer import can_answer, lookup
 from biasflow.scoring.requests import (BlankFill, ContinuationLogprobs, NextSentence, Request,
                                        StereoSetSentenceLogprobs)
 from biasflow.stats.bootstrap import Resamples
+
+
+class StereoSet(MetricBase):
+    """The options of ``metric.stereoset``."""
+
+    tasks: list[Literal["intrasentence", "intersentence"]] = Field(["intrasentence", "intersentence"], min_length=1)
+    word_prefix_space: bool = False
+    intersentence_scorer: Literal["auto", "nsp", "causal_conditional"] = "auto"
+    domains: list[Literal["gender", "profession", "race", "religion"]] = Field(
+        ["gender", "profession", "race", "religion"], min_length=1)
+    predictions_file: Optional[str] = None
+    export_predictions: Optional[str] = None
+
 
 SCORE_COLUMN = {"stereotype": "score_stereotype", "anti-stereotype": "score_anti", "unrelated": "score_unrelated"}
 REPORTED_TASKS = ("intrasentence", "intersentence", "overall")
@@ -311,9 +325,9 @@ def results_table(aggregates: pd.DataFrame) -> pd.DataFrame:
     return wide.join(n)[["lms", "ss", "icat", "n"]].reset_index()
 
 
-options_in_module(globals(), schema.StereoSet)
+options_in_module(globals(), StereoSet)
 SPEC = register_metric(MetricSpec(
-    name="stereoset",
+    name="stereoset", options=StereoSet,
     benchmark="stereoset",
     model_kinds=("masked_lm", "causal_lm", "served_causal_lm", "bert_nsp"),
     requests=requests,

@@ -25,18 +25,35 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from math import comb
-from typing import Any, Mapping, Sequence
+from typing import Any, Literal, Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
 
 from biasflow.errors import ConfigError, DataFormatError
-from biasflow import schema
+from biasflow.schema import MetricBase, PositiveInt
 from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.scoring.requests import WordVector
 from biasflow.stats.bootstrap import Resamples
 
 log = logging.getLogger(__name__)
+
+
+class Association(MetricBase):
+    """The options of ``metric.weat`` and ``metric.seat`` (metrics/seat.py): the permutation test's."""
+
+    pooling: Optional[Literal["mean", "cls", "first", "sbert_mean"]] = None
+    ddof: Literal[0, 1] = 1
+    exact_limit: PositiveInt = 100000
+    n_samples: PositiveInt = 100000
+    seed: int = 0
+    ties: Literal["count", "exclude"] = "count"
+    oov: Literal["drop", "error"] = "drop"
+    balance: Literal["truncate", "none", "drop_last"] = "truncate"
+    balance_seed: int = 1111
+    tests: Optional[list[str]] = None
+    bias_types: Optional[dict[str, list[str]]] = None
+
 
 TARGET_SETS = ("targ1", "targ2")
 ATTRIBUTE_SETS = ("attr1", "attr2")
@@ -397,9 +414,9 @@ def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) 
     return compute_units(_units_from_answers(items, answers), cfg, "association")
 
 
-options_in_module(globals(), schema.Association)
+options_in_module(globals(), Association)
 register_metric(MetricSpec(
-    name="weat",
+    name="weat", options=Association,
     benchmark="weat",
     model_kinds=("word_vectors",),
     requests=requests,
