@@ -166,13 +166,27 @@ def score(params: Mapping[str, Any], items_path: str | None, out: str, cache_dir
     cfg = dict(params["metric_cfg"], _mode=params.get("mode", "parity"))
     model_cfg = params["model"]
     started, start = time.time(), time.perf_counter()
-    from biasflow.scoring.answer import Models, metric_answers  # torch only where a model is loaded
+    from biasflow.gpus import claim
 
-    models = Models(model_cfg)
-    scores = metric_answers(spec.name, items, cfg, model_cfg, Path(cache_dir), models=models)
-    write_parquet(scores, out)
-    write_json({"provenance": models.provenance(), "rows": len(scores), "seconds": time.perf_counter() - start,
-                "started": started, "finished": time.time()}, f"{out}.meta.json")
+    # a model that asks for a GPU gets a free one of its own (locked for the job's life), chosen before torch starts
+    # CUDA; None for one that asks for none (nothing touched)
+    gpu = claim(model_cfg)
+    try:
+        if gpu is not None:
+            log.info("GPU: %s", gpu.describe())
+        from biasflow.scoring.answer import Models, metric_answers  # torch only where a model is loaded
+
+        models = Models(model_cfg)
+        scores = metric_answers(spec.name, items, cfg, model_cfg, Path(cache_dir), models=models)
+        write_parquet(scores, out)
+        provenance, gpu_record = models.provenance(), {}
+        if gpu is not None:
+            provenance["gpu"], gpu_record = gpu.describe(), {"gpu": gpu.record()}
+        write_json({"provenance": provenance, "rows": len(scores), "seconds": time.perf_counter() - start,
+                    "started": started, "finished": time.time(), **gpu_record}, f"{out}.meta.json")
+    finally:
+        if gpu is not None:
+            gpu.release()
     log.info("scored %d rows in %.1fs -> %s", len(scores), time.perf_counter() - start, out)
     return scores
 
