@@ -101,3 +101,87 @@ def test_no_metric_falls_back_to_a_default_of_its_own():
 def test_every_metric_has_its_options_model():
     load_all()
     assert all(spec.options is not None for spec in METRICS.values())
+
+
+def test_a_metric_without_an_options_model_is_refused_naming_its_module(monkeypatch):
+    """``MetricSpec.options`` is required: there is no list of options models elsewhere to fall back on."""
+    import dataclasses
+
+    from biasflow import registry
+
+    load_all()
+    monkeypatch.setattr(registry, "METRICS", dict(registry.METRICS))
+    crows = registry.METRICS["crows_pairs"]
+    for options in (None, dict, crows.options.model_validate):
+        with pytest.raises(ValueError, match=r"metric 'crows_pairs' \(biasflow\.metrics\.crows_pairs\) has no "
+                                             r"options model: give MetricSpec\(options=\.\.\.\)"):
+            registry.register_metric(dataclasses.replace(crows, options=options))
+
+
+# what several metrics build on stays in biasflow.schema; every other option class is its metric module's
+SHARED_OPTION_CLASSES = {"MetricBase", "Generating", "GenerationSettings", "GeneratorConfig", "Source"}
+
+
+def _option_classes(model: type) -> set[type]:
+    """``model``, its bases and the models of its fields, nested ones too (pydantic's own bases left out)."""
+    from typing import get_args
+
+    from pydantic import BaseModel
+
+    from biasflow import schema
+
+    found: set[type] = set()
+    todo = [model]
+    while todo:
+        cls = todo.pop()
+        if cls in found or not (isinstance(cls, type) and issubclass(cls, BaseModel)) or cls is BaseModel:
+            continue
+        if cls.__module__ == schema.__name__ and cls.__name__ in ("Strict", "Open", "_TypedScalars"):
+            continue
+        found.add(cls)
+        todo += list(cls.__mro__[1:])
+        for field in cls.model_fields.values():
+            stack = [field.annotation]
+            while stack:
+                a = stack.pop()
+                todo.append(a)
+                stack += list(get_args(a))
+    return found
+
+
+def test_every_options_model_lives_in_its_metric_module():
+    """A metric's options model, and every option class only it uses, is defined in the module that registers the
+    metric (seat shares weat's): the one place to read and change a metric's options and their defaults."""
+    load_all()
+    users: dict[type, set[str]] = {}  # option class -> the modules of the metrics whose options use it
+    for spec in METRICS.values():
+        for cls in _option_classes(spec.options):
+            users.setdefault(cls, set()).add(spec.compute.__module__)
+    misplaced = sorted(f"{cls.__module__}.{cls.__name__} (used by {', '.join(sorted(modules))})"
+                       for cls, modules in users.items()
+                       if cls.__module__ not in modules
+                       and not (cls.__module__ == "biasflow.schema" and cls.__name__ in SHARED_OPTION_CLASSES))
+    assert misplaced == []
+    assert all(spec.options.__module__ == spec.compute.__module__ for name, spec in METRICS.items()
+               if name != "seat"), "a metric's options model is defined in its own module"
+    assert METRICS["seat"].options is METRICS["weat"].options  # the permutation test's options, in metrics/weat.py
+
+
+def test_the_schema_defines_no_metric_options():
+    """``biasflow.schema`` keeps the run, model, benchmark and generator sections and the shared option bases only."""
+    import inspect
+
+    from pydantic import BaseModel
+
+    from biasflow import schema
+
+    defined = {name for name, cls in vars(schema).items()
+               if inspect.isclass(cls) and issubclass(cls, BaseModel) and cls.__module__ == schema.__name__}
+    assert not hasattr(schema, "METRIC_OPTIONS")
+    assert {name for name in defined if issubclass(getattr(schema, name), schema.MetricBase)} \
+        <= SHARED_OPTION_CLASSES
+    reached = set().union(*(_option_classes(model) for model in (
+        schema.ModelConfig, schema.BenchmarkConfig, schema.GeneratorConfig, *schema.RUN_SECTIONS.values(),
+        schema.PathsConfig, schema.TrackingConfig)))
+    assert defined - {c.__name__ for c in reached} - SHARED_OPTION_CLASSES - {"Strict", "Open", "_TypedScalars"} \
+        == set(), "an option class of one metric: move it to that metric's module"
