@@ -8,7 +8,8 @@ changes a number, so none is in a cache key or a results folder name (``SCORING_
 Snakemake maps them as: ``mem_mb`` -> ``sbatch --mem``, ``gpu`` -> ``--gpus``, ``runtime`` (minutes) -> ``-t``,
 threads -> ``--cpus-per-task``; on one machine ``threads`` is at most half of ``--cores``
 (``workflow.Lookups.score_threads``: two scoring jobs share it), and ``gpu`` counts against a ``--resources gpu=N``
-limit (``workflow/profiles/gpu``).
+limit (``workflow/profiles/gpu``); a job that asks for a GPU then takes a free one of its own (``biasflow.gpus``:
+locked for the job's life, ``CUDA_VISIBLE_DEVICES`` set to it), or uses the GPUs SLURM gave it.
 
 A retry asks for more: Snakemake's ``attempt`` (1 for the first try, 2 for the retry of ``--retries 1``) multiplies
 memory and time limit by ``resources.retry_growth`` (default 2) per attempt, capped at ``resources.max_mem_mb`` and
