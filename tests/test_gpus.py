@@ -287,3 +287,37 @@ def test_on_a_gpu_the_job_sees_only_the_gpu_it_locked(tmp_path):
     expected = "1" if len(names) > 1 else "0"
     assert got["devices"] == [expected] and got["count"] == 1
     assert got["uuid"].removeprefix("GPU-") in names[expected], (got, names)
+
+
+@pytest.mark.slow
+def test_the_gpu_profile_gives_each_score_job_a_gpu(tmp_path, tiny_bert_dir, crows_csv):
+    """Through Snakemake with workflow/profiles/gpu and --resources gpu=2 on a box of two (faked) GPUs, with GPU 0
+    held by another job all along: both score jobs (two models that ask for a GPU) run on GPU 1, one after the
+    other, each recording it; the locks live in the run's workdir."""
+    from conftest import project_copy
+
+    project = project_copy(tmp_path / "p", {"crows_pairs/crows_pairs_anonymized.csv": crows_csv})
+    for name in ("tiny_a", "tiny_b"):
+        (project / "conf" / "model" / f"{name}.yaml").write_text(
+            f"name: {name}\nkind: masked_lm\npath: {tiny_bert_dir}\nlowercase: true\ndevice: cpu\n"
+            f"resources:\n  gpus: 1\n")
+    overrides = ["model=tiny_a,tiny_b", "metric=[crows_pairs]", "benchmark.crows_pairs.limit=4", "stats.n_boot=0",
+                 "tracking.enabled=false"]
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--directory", str(project),
+           "--profile", str(ROOT / "workflow" / "profiles" / "gpu"), "--cores", "2", "--resources", "gpu=2",
+           "--config", f"overrides={json.dumps(overrides)}", "multirun=true"]
+    env = job_env(BIASFLOW_CONF=str(project / "conf"), HF_HUB_OFFLINE="1", BIASFLOW_FAKE_GPU_COUNT="2")
+    held = gpus.claim(GPU_MODEL, workdir=project, env={"BIASFLOW_FAKE_GPU_COUNT": "2"})
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    finally:
+        held.release()
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    metas = sorted((project / "results" / "scores").glob("*/*.parquet.meta.json"))
+    assert [m.parent.name.rsplit("-", 1)[0] for m in metas] == ["tiny_a", "tiny_b"]
+    for meta in metas:
+        gpu = json.loads(meta.read_text())["gpu"]
+        assert (gpu["how"], gpu["devices"], gpu["CUDA_VISIBLE_DEVICES"]) == ("locked", ["1"], "1")
+        assert Path(gpu["locks"][0]).parent.parent == project.resolve() / ".snakemake" / "biasflow" / "gpus"
+    logs = sorted((project / "results" / "logs" / "score").glob("*/*.log"))
+    assert len(logs) == 2 and all("GPU: GPU 1: locked by this job" in p.read_text() for p in logs)

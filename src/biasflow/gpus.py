@@ -312,7 +312,7 @@ def claim(model_cfg: Mapping[str, Any], workdir: str | Path | None = None,
         if count < n:
             log.warning("%s asks for %d GPUs; this machine has %d (%s): using them all", what, n, count, counted_by)
             n = count
-    folder = Path(workdir or ".") / LOCK_DIR / re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())
+    folder = Path(workdir or ".").resolve() / LOCK_DIR / re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())
     devices, locks, handles, waited = _lock_some(candidates, n, folder, wait_s, what)
     out = Claim("locked", gpus_asked(model_cfg), devices=devices, visible=",".join(devices), locks=locks,
                 names={d: names[d] for d in devices if d in names}, waited_s=waited, counted_by=counted_by,
