@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -252,8 +253,10 @@ def test_the_score_stage_uses_and_records_its_gpu_and_cpu_jobs_are_unchanged(sco
     assert seen == {"torch": "1", "after": None}
     assert meta["gpu"]["how"] == "locked" and meta["gpu"]["devices"] == ["1"]
     assert meta["gpu"]["CUDA_VISIBLE_DEVICES"] == "1" and meta["gpu"]["locks"][0].endswith("/1.lock")
-    assert meta["provenance"]["gpu"].startswith("GPU 1: locked by this job")
-    assert "GPU: GPU 1: locked by this job" in log
+    host = socket.gethostname()
+    assert meta["provenance"]["gpu"] == f"GPU 1 on {host}, locked by this job (CUDA_VISIBLE_DEVICES=1)"
+    assert meta["gpu"]["host"] == host
+    assert f"GPU: GPU 1 on {host}, locked by this job (CUDA_VISIBLE_DEVICES=1); pid " in log
     assert (score_dir / "s.parquet").read_bytes() == cpu_scores  # the same numbers
 
 
@@ -320,4 +323,5 @@ def test_the_gpu_profile_gives_each_score_job_a_gpu(tmp_path, tiny_bert_dir, cro
         assert (gpu["how"], gpu["devices"], gpu["CUDA_VISIBLE_DEVICES"]) == ("locked", ["1"], "1")
         assert Path(gpu["locks"][0]).parent.parent == project.resolve() / ".snakemake" / "biasflow" / "gpus"
     logs = sorted((project / "results" / "logs" / "score").glob("*/*.log"))
-    assert len(logs) == 2 and all("GPU: GPU 1: locked by this job" in p.read_text() for p in logs)
+    assert len(logs) == 2 and all(f"GPU: GPU 1 on {socket.gethostname()}, locked by this job" in p.read_text()
+                                  for p in logs)

@@ -81,6 +81,7 @@ class Claim:
     names: dict[str, str] = field(default_factory=dict)  # device -> nvidia-smi's name and UUID, where known
     waited_s: float = 0.0
     counted_by: str = ""  # how the GPUs were counted (locked and none_found only)
+    host: str = field(default_factory=socket.gethostname)
     note: str = ""
     _handles: list[Any] = field(default_factory=list, repr=False)
     _restore: dict[str, str | None] = field(default_factory=dict, repr=False)
@@ -89,7 +90,7 @@ class Claim:
     def record(self) -> dict[str, Any]:
         """For the score job's ``.meta.json``."""
         out: dict[str, Any] = {"how": self.how, "asked": self.asked, "devices": self.devices,
-                               "CUDA_VISIBLE_DEVICES": self.visible}
+                               "CUDA_VISIBLE_DEVICES": self.visible, "host": self.host}
         if self.names:
             out["names"] = self.names
         if self.locks:
@@ -102,14 +103,20 @@ class Claim:
         return out
 
     def describe(self) -> str:
-        """One line for the log and the provenance (``gpu`` in the report's model table and MLflow's tags)."""
+        """One line for the provenance (``gpu``: the report's model table and MLflow's tags): which GPU, where."""
         gpus = ", ".join(f"GPU {d}" + (f" ({self.names[d]})" if d in self.names else "") for d in self.devices)
         if self.how == "locked":
-            return (f"{gpus}: locked by this job (pid {os.getpid()}) after {self.waited_s:.1f}s; "
-                    f"CUDA_VISIBLE_DEVICES={self.visible}")
+            return f"{gpus} on {self.host}, locked by this job (CUDA_VISIBLE_DEVICES={self.visible})"
         if self.how == "given":
-            return f"{gpus or 'the GPUs'} given by the scheduler (CUDA_VISIBLE_DEVICES={self.visible}): none locked"
+            where = f"{gpus or 'the GPUs'} on {self.host}"
+            return f"{where}, given by the scheduler (CUDA_VISIBLE_DEVICES={self.visible}); none locked"
         return f"{self.how}: {self.note}"
+
+    def log_line(self) -> str:
+        """``describe()``, and for a locked GPU this process and how long it waited (for the job's log)."""
+        if self.how != "locked":
+            return self.describe()
+        return f"{self.describe()}; pid {os.getpid()}, after waiting {self.waited_s:.1f}s"
 
     def release(self) -> None:
         """Drop the locks and put back the environment (for a caller that goes on, e.g. ``biasflow.api``; a

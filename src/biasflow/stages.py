@@ -173,7 +173,7 @@ def score(params: Mapping[str, Any], items_path: str | None, out: str, cache_dir
     gpu = claim(model_cfg)
     try:
         if gpu is not None:
-            log.info("GPU: %s", gpu.describe())
+            log.info("GPU: %s", gpu.log_line())
         from biasflow.scoring.answer import Models, metric_answers  # torch only where a model is loaded
 
         models = Models(model_cfg)
