@@ -266,30 +266,54 @@ GPU_JOB = textwrap.dedent("""
     got = claim({"name": "m", "kind": "masked_lm", "device": "cuda"})
     import torch
     uuid = str(torch.cuda.get_device_properties(0).uuid)
-    print(json.dumps({"devices": got.devices, "names": got.names, "count": torch.cuda.device_count(),
-                      "uuid": uuid}))
+    print(json.dumps({"how": got.how, "devices": got.devices, "names": got.names,
+                      "count": torch.cuda.device_count(), "uuid": uuid}))
 """)
+
+
+def nvidia_smi_blocks() -> dict[str, str]:
+    """nvidia-smi -L's text per GPU index: its line and the indented lines of its MIG devices."""
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=60).stdout
+    blocks: dict[str, str] = {}
+    current = None
+    for line in out.splitlines():
+        if line.startswith("GPU "):
+            current = line.split(":", 1)[0].split()[1]
+            blocks[current] = line
+        elif current is not None:
+            blocks[current] += "\n" + line
+    return blocks
 
 
 @pytest.mark.gpu
 def test_on_a_gpu_the_job_sees_only_the_gpu_it_locked(tmp_path):
-    """On a real GPU box: with GPU 0 taken (when there are two or more), the job gets the next one, and torch sees
-    that GPU alone, the one nvidia-smi names (UUID)."""
+    """On a real GPU box: with the first GPU taken (when there are two or more), the job gets the next one, and
+    torch sees that GPU alone, the one nvidia-smi names (UUID). A CUDA_VISIBLE_DEVICES the machine sets is kept:
+    one GPU there is the scheduler's (used as given), several are chosen among."""
     names = gpus.nvidia_smi_gpus()
     if not names:
         pytest.skip("needs an NVIDIA GPU and nvidia-smi (nvidia-smi -L found none)")
-    held = gpus.claim(GPU_MODEL, workdir=tmp_path, env={}) if len(names) > 1 else None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    candidates = list(names) if visible is None else [v.strip() for v in visible.split(",") if v.strip()]
+    env = {k: v for k, v in job_env().items()}
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    held_env = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+    held = gpus.claim(GPU_MODEL, workdir=tmp_path, env=held_env) if len(candidates) > 1 else None
     try:
         proc = subprocess.run([sys.executable, "-c", GPU_JOB], cwd=tmp_path, capture_output=True, text=True,
-                              env=job_env(), timeout=300)
+                              env=env, timeout=300)
     finally:
         if held:
             held.release()
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    expected = "1" if len(names) > 1 else "0"
-    assert got["devices"] == [expected] and got["count"] == 1
-    assert got["uuid"].removeprefix("GPU-") in names[expected], (got, names)
+    expected = candidates[1] if len(candidates) > 1 else candidates[0]
+    assert got["how"] == ("given" if len(candidates) == 1 and visible is not None else "locked"), got
+    assert got["devices"] == [expected] and got["count"] == 1, got
+    if visible is None:  # indices are nvidia-smi's (CUDA_DEVICE_ORDER=PCI_BUS_ID): the UUID must be that GPU's
+        uuid = got["uuid"].removeprefix("GPU-").removeprefix("MIG-")
+        assert uuid in nvidia_smi_blocks()[expected], (got, names)
 
 
 @pytest.mark.slow
