@@ -113,6 +113,13 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def _tracking_enabled(plan) -> bool:
+    """``tracking.enabled`` of the plan (the schema's default where the config leaves it out)."""
+    from biasflow.schema import TrackingConfig, config_value
+
+    return bool(config_value(TrackingConfig, plan.tracking, "enabled"))
+
+
 def cmd_run(args, extra: list[str]) -> int:
     from biasflow.plan import build_plan
 
@@ -156,7 +163,7 @@ def cmd_run(args, extra: list[str]) -> int:
     if rc == 0 and not args.dry_run and report.exists():
         print(f"\nresults: {plan.run_dir}/report.md (tables: aggregate.csv, per_item.parquet, plots/)")
         uri = (plan.tracking or {}).get("uri")
-        if uri and (plan.tracking or {}).get("enabled", True):
+        if uri and _tracking_enabled(plan):
             record = workdir / plan.run_dir / "mlflow.json"
             page = json.loads(record.read_text()).get("ui", "") if record.exists() else ""
             if uri.startswith(("http://", "https://")):  # no user:***@: browsers refuse links with credentials
@@ -271,7 +278,7 @@ def report_partial(plan, plan_path: str, root: Path, resume: str = "the same com
         done = sum(s.state == "done" for s in states)
         print(f"\npartial results ({done} of {len(states)} jobs finished): {plan.run_dir}/report.md (the unfinished "
               f"jobs are listed at its top, with their state and cause). Resume with:\n  {resume}", file=sys.stderr)
-        if (plan.tracking or {}).get("enabled", True):
+        if _tracking_enabled(plan):
             try:
                 stages.log_mlflow(plan_path, plan.run_dir, None, partial=True)
             except BiasflowError as exc:

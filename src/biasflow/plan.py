@@ -769,7 +769,7 @@ def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
                     raise ConfigError(f"metric.{name}.benchmark={bench!r} has no config conf/benchmark/{bench}.yaml")
                 bcfg = cfg["benchmark"][bench]
             job = Job(metric=name, model=model, metric_cfg=mcfg, benchmark=bench, benchmark_cfg=bcfg,
-                      stats=cfg.get("stats", {}), mode=cfg.get("run", {}).get("mode", "parity"),
+                      stats=cfg["stats"], mode=cfg["run"]["mode"],  # filled in (with_option_dumps)
                       results=cfg["paths"]["results"], score_keys=tuple(spec.score_keys),
                       extra_outputs=tuple(spec.extra_outputs),
                       exports={o: str(mcfg[o]) for o in spec.export_options if mcfg.get(o)})

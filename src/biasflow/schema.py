@@ -361,6 +361,17 @@ def option_defaults(model: type[BaseModel]) -> dict[str, Any]:
     return out
 
 
+def config_value(model: type[BaseModel], cfg: Mapping[str, Any] | None, key: str) -> Any:
+    """``cfg[key]``, or the default ``model`` declares for it where ``cfg`` leaves it out (or gives None for an option
+    that takes no None). For sections that are not filled in: model configs (their fingerprint is the cache key, so
+    they stay as written) and the tracking section; code reads their defaults here instead of repeating them."""
+    field = model.model_fields[key]
+    value = (cfg or {}).get(key)
+    if value is None and (key not in (cfg or {}) or type(None) not in _scalar_kinds(field.annotation)):
+        return field.get_default(call_default_factory=True)
+    return value
+
+
 def filled_options(model: type[BaseModel], cfg: Mapping[str, Any]) -> dict[str, Any]:
     """``cfg`` validated by ``model`` with every default filled in: the options a metric reads (``cfg["key"]``,
     never a fallback of its own). Keys starting with ``_`` (``_mode``) pass through. A ``generator`` section stays as
@@ -452,4 +463,4 @@ def validate_model_config(model: Mapping[str, Any], option: str = "model") -> No
 
 
 __all__ = ["validate_job_config", "validate_model_config", "check_slug", "SLUG_PATTERN",
-           "option_defaults", "filled_options", "options_problems", "RUN_SECTIONS"]
+           "option_defaults", "filled_options", "config_value", "options_problems", "RUN_SECTIONS"]

@@ -8,6 +8,7 @@ from typing import Any, Mapping
 from biasflow.plan import Job, Plan, build_plan
 from biasflow.report import METRIC_FILES, RUN_FILES
 from biasflow.scheduling import score_resources
+from biasflow.schema import TrackingConfig, config_value
 
 # Snakemake priority of building a model and of downloading what it is built from: every job on that model waits
 # for it, so it goes before cheaper jobs that are ready (WEAT, SEAT) take the cores
@@ -117,7 +118,7 @@ class Lookups:
 
     # ---- targets
     def final_target(self) -> str:
-        name = "mlflow.json" if (self.plan.tracking or {}).get("enabled", True) else "aggregate.parquet"
+        name = "mlflow.json" if config_value(TrackingConfig, self.plan.tracking, "enabled") else "aggregate.parquet"
         return f"{self.plan.run_dir}/{name}"
 
     # ---- data

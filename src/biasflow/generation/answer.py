@@ -17,6 +17,7 @@ import pandas as pd
 
 from biasflow.errors import ConfigError, DataFormatError, GenerationError
 from biasflow.generation.backends import GenerationSettings, HFGenerateBackend, _row
+from biasflow.schema import GeneratorConfig, config_value
 from biasflow.scoring.requests import Generation
 from biasflow.secrets import redact_text
 
@@ -98,7 +99,7 @@ def generation_backend(adapter: Any):
         return backend
     cfg = getattr(adapter, "cfg", None) or {}
     # model.batch_size: prompts per generate call for greedy decoding (the same texts as one at a time)
-    return HFGenerateBackend(adapter, use_chat_template=cfg.get("use_chat_template", "auto"),
+    return HFGenerateBackend(adapter, use_chat_template=config_value(GeneratorConfig, cfg, "use_chat_template"),
                              generate_kwargs=cfg.get("generate_kwargs"), batch_size=int(cfg.get("batch_size") or 8))
 
 

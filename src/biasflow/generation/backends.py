@@ -48,9 +48,11 @@ class GenerationSettings:
 
     @classmethod
     def from_cfg(cls, cfg: Mapping[str, Any]) -> "GenerationSettings":
-        seed = cfg.get("seed", 0)
-        return cls(count=int(cfg.get("count", 1)), system_prompt=cfg.get("system_prompt") or None,
-                   temperature=float(cfg.get("temperature", 1.0)), max_tokens=int(cfg.get("max_tokens", 256)),
+        """The settings of a generator config whose defaults are filled in (``metrics._generated.generator_settings``:
+        the metric's filled ``generation`` options under the generator's own)."""
+        seed = cfg["seed"]
+        return cls(count=int(cfg["count"]), system_prompt=cfg["system_prompt"] or None,
+                   temperature=float(cfg["temperature"]), max_tokens=int(cfg["max_tokens"]),
                    seed=None if seed is None else int(seed))
 
     @classmethod

@@ -21,6 +21,7 @@ import pandas as pd
 from biasflow.io import atomic_path
 from biasflow.report.leaderboard import GOALS, goal, headline_metrics
 from biasflow.report.sweep import job_table, short_option
+from biasflow.schema import StatsConfig
 from biasflow.stats.paired import holm, mcnemar_exact, paired_bootstrap
 
 Outcome = Callable[[pd.DataFrame], pd.Series]
@@ -75,9 +76,8 @@ def paired_tests(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.DataFr
     from biasflow.registry import get_metric
 
     jobs = job_table(plan)
-    stats = dict(plan["jobs"][0].get("stats") or {}) if plan["jobs"] else {}
-    n_boot = int(stats.get("n_boot", 1000))
-    seed, level = int(stats.get("seed", 0)), float(stats.get("level", 0.95))
+    stats = StatsConfig.model_validate((plan["jobs"][0].get("stats") or {}) if plan["jobs"] else {})
+    n_boot, seed, level = stats.n_boot, stats.seed, stats.level
     overall = agg[agg["category"] == "overall"]
     frames = []
     for (family, _), group in jobs.groupby(["family", "setting_key"], sort=True):

@@ -45,6 +45,7 @@ from biasflow.io import flatten_mapping
 from biasflow.provenance import package_versions, source_command
 from biasflow.secrets import redact_uri
 from biasflow.report.empty import is_placeholder
+from biasflow.schema import TrackingConfig, config_value
 from biasflow.tracking.store import Redactor, connect_uri, mlflow_env, open_store, safe_artifacts
 
 log = logging.getLogger(__name__)
@@ -447,7 +448,7 @@ def _kept_end(client, run_id: str, computed: int | None) -> int | None:
 def _experiment(client, tracking: Mapping[str, Any]) -> str:
     from mlflow.exceptions import MlflowException
 
-    name = tracking.get("experiment", "biasflow")
+    name = config_value(TrackingConfig, tracking, "experiment")
     exp = client.get_experiment_by_name(name)
     if exp is None:
         loc = tracking.get("artifact_location")
@@ -480,7 +481,7 @@ def log_plan(plan: Mapping[str, Any], run_dir: Path, uri: str | None = None,
     Fails within seconds with a TrackingError naming the (redacted) store and where the results are when the store
     is unreachable or broken; nothing secret is written to MLflow, to the returned record or to the log."""
     tracking = plan.get("tracking") or {}
-    if not tracking.get("enabled", True) and uri is None:
+    if not config_value(TrackingConfig, tracking, "enabled") and uri is None:
         return {"logged": False}
     configured = uri or tracking["uri"]
     real_uri = connect_uri(configured)
