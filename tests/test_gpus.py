@@ -176,6 +176,10 @@ def test_gpus_are_counted_by_nvidia_smi_and_named(tmp_path):
         assert gpus.gpu_count({})[:2] == (2, "nvidia-smi -L")
         held = gpus.claim(GPU_MODEL, workdir=tmp_path, env={})
         got = gpus.claim(GPU_MODEL, workdir=tmp_path, env=env)
+        # a user's own device order is kept, and nvidia-smi's names (in PCI bus order) are then not recorded
+        own = {"CUDA_DEVICE_ORDER": "FASTEST_FIRST"}
+        with gpus.claim(GPU_MODEL, workdir=tmp_path / "other", env=own) as fastest:
+            assert fastest.devices == ["0"] and fastest.names == {} and own["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
     finally:
         os.environ["PATH"] = old_path
     try:
@@ -187,10 +191,6 @@ def test_gpus_are_counted_by_nvidia_smi_and_named(tmp_path):
     finally:
         got.release()
         held.release()
-    # a user's device order is kept
-    env = {"BIASFLOW_FAKE_GPU_COUNT": "1", "CUDA_DEVICE_ORDER": "FASTEST_FIRST"}
-    with gpus.claim(GPU_MODEL, workdir=tmp_path, env=env):
-        assert env["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
     with pytest.raises(ValueError, match="BIASFLOW_FAKE_GPU_COUNT='two'"):
         gpus.gpu_count({"BIASFLOW_FAKE_GPU_COUNT": "two"})
 

@@ -316,6 +316,8 @@ def claim(model_cfg: Mapping[str, Any], workdir: str | Path | None = None,
             return Claim("none_found", n, counted_by=counted_by,
                          note=f"no GPU found ({counted_by}): none chosen; a model on cuda fails to load")
         candidates = [str(i) for i in range(count)]
+        if env.get("CUDA_DEVICE_ORDER", "PCI_BUS_ID") != "PCI_BUS_ID":
+            names = {}  # the user's order numbers the GPUs as CUDA does, not as nvidia-smi does: no names
         if count < n:
             log.warning("%s asks for %d GPUs; this machine has %d (%s): using them all", what, n, count, counted_by)
             n = count
