@@ -77,7 +77,7 @@ date -u; command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.
 "$PY" -c "import torch, transformers; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available(), 'transformers', transformers.__version__)"
 
 echo "== gpu tests (tests/test_gpu.py -m gpu, device $DEVICE)"
-timeout 240 "$PY" -m pytest -q -m gpu tests/test_gpu.py -p no:cacheprovider -W ignore 2>&1 | tee "$OUT_DIR/gpu_tests.log" | grep -vE "Loading weights|LOAD REPORT|^Key|^---|UNEXPECTED|MISSING|^Notes|can be ignored|^$" | tail -60
+timeout 240 "$PY" -m pytest -q -m gpu tests/test_gpu.py tests/test_gpus.py -p no:cacheprovider -W ignore 2>&1 | tee "$OUT_DIR/gpu_tests.log" | grep -vE "Loading weights|LOAD REPORT|^Key|^---|UNEXPECTED|MISSING|^Notes|can be ignored|^$" | tail -60
 tests_rc=${PIPESTATUS[0]}
 summary=$(grep -E "passed|failed|error" "$OUT_DIR/gpu_tests.log" | tail -1)
 echo "gpu tests: rc=$tests_rc: $summary ($(( $(date +%s) - started )) s so far)"
