@@ -177,3 +177,31 @@ def test_local_checkpoints_are_named_after_their_folders(tmp_path):
     mine = build_plan(["model=local_masked_lm", f"model.path={tmp_path}/a/tinyA", "model.name=mine",
                        "metric=[crows_pairs]"])
     assert mine.jobs[0].model["name"] == "mine"
+
+
+def test_an_export_never_overwrites_what_the_plan_reads_or_keeps(tmp_path):
+    """metric.stereoset.export_predictions is its own rule's output, written where the user says: refused (naming
+    the option and why) where it would overwrite another job's export, a file the plan reads, or the pipeline's own
+    files, or where a folder is; a fresh path outside them is planned as an export rule."""
+    predictions = tmp_path / "given.json"
+    predictions.write_text("{}")
+    base = ["metric=[stereoset]", "model=bert_base_uncased", f"paths.results={tmp_path}/results",
+            f"paths.resources={tmp_path}/resources", f"paths.cache={tmp_path}/results/cache"]
+    out = tmp_path / "exports" / "predictions.json"
+    plan = build_plan([*base, f"metric.stereoset.export_predictions={out}"])
+    assert [j.exports for j in plan.jobs] == [{"export_predictions": str(out)}]
+    (tmp_path / "a_folder").mkdir()
+    bad = {
+        f"{tmp_path}/results/x.json": "inside paths.results",
+        f"{tmp_path}/resources/datasets/stereoset/dev.json": "inside paths.resources",
+        str(tmp_path / "a_folder"): "that is a folder",
+    }
+    for path, why in bad.items():
+        with pytest.raises(ConfigError, match=f"metric.stereoset.export_predictions={path}: .*{why}"):
+            build_plan([*base, f"metric.stereoset.export_predictions={path}"])
+    with pytest.raises(ConfigError, match="is the input metric.stereoset.predictions_file of this plan; exporting there"):
+        build_plan([*base, f"metric.stereoset.predictions_file={predictions}",
+                    f"metric.stereoset.export_predictions={predictions}"])
+    with pytest.raises(ConfigError, match="two jobs of this plan would write that file"):
+        build_plan(["model=bert_base_uncased,roberta_base", *base[:1], *base[2:],
+                    f"metric.stereoset.export_predictions={out}"], multirun=True)

@@ -698,16 +698,39 @@ def with_ordered_options(cfg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def refuse_shared_exports(jobs: Sequence[Job]) -> None:
-    """Each exported file is one rule's output: two jobs exporting to one path would overwrite each other."""
+def check_exports(jobs: Sequence[Job], paths: dict[str, Any], benchmarks: dict[str, Any]) -> None:
+    """An exported file is its own rule's output, written where the user said: refused where it would overwrite
+    something (a file another job of the plan exports, a file the plan reads: a dataset source, a predictions file,
+    a model) or land among the pipeline's own files (results, resources, the cache), or where a folder is."""
+    from urllib.parse import unquote, urlparse
+
+    norm = lambda p: os.path.normpath(os.path.abspath(str(p)))  # noqa: E731
+    read = {norm(f["path"]): f"the input {option}" for j in jobs for option, f in j.user_files.items()}
+    for bname, bcfg in benchmarks.items():
+        for key, spec in (bcfg.get("files") or {}).items():
+            for src in spec.get("sources") or []:
+                url = str(src.get("url", ""))
+                if url.startswith("file://"):
+                    read[norm(unquote(urlparse(url).path))] = f"the source of benchmark.{bname}.files.{key}"
+    managed = {norm(paths[k]): f"paths.{k}" for k in ("results", "resources", "cache") if paths.get(k)}
     seen: dict[str, Job] = {}
     for job in jobs:
         for option, path in job.exports.items():
-            first = seen.setdefault(os.path.normpath(path), job)
+            where, target = f"metric.{job.metric}.{option}={path}", norm(path)
+            first = seen.setdefault(target, job)
             if first is not job:
-                raise ConfigError(f"metric.{job.metric}.{option}={path}: two jobs of this plan would write that file "
-                                  f"({first.metric_dir} and {job.metric_dir}); give each sweep value its own path, "
-                                  f"e.g. one per model")
+                raise ConfigError(f"{where}: two jobs of this plan would write that file ({first.metric_dir} and "
+                                  f"{job.metric_dir}); give each sweep value its own path, e.g. one per model")
+            if target in read:
+                raise ConfigError(f"{where}: that file is {read[target]} of this plan; exporting there would "
+                                  f"overwrite it. Choose another path")
+            inside = [name for folder, name in managed.items()
+                      if target == folder or target.startswith(folder + os.sep)]
+            if inside:
+                raise ConfigError(f"{where}: that is inside {inside[0]} ({paths[inside[0].split('.')[1]]}), where "
+                                  f"the pipeline keeps its own files; export to a path outside it (e.g. exports/)")
+            if os.path.isdir(target):
+                raise ConfigError(f"{where}: that is a folder; give the file's path (e.g. {path}/predictions.json)")
 
 
 def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
@@ -778,7 +801,7 @@ def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
             job.sweep_overrides.append(job_overrides)
     if not jobs:
         raise ConfigError("the configuration selects no runnable job: " + "; ".join(skipped))
-    refuse_shared_exports(list(jobs.values()))
+    check_exports(list(jobs.values()), paths or {}, benchmarks)
     return Plan(jobs=list(jobs.values()), sweep=sweep, tracking=tracking or {}, paths=paths or {}, skipped=skipped,
                 benchmarks=canonical(benchmarks))
 
