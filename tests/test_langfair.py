@@ -262,7 +262,7 @@ def test_the_classifier_answers_in_the_score_stage_and_the_metric_stage_loads_no
     labels = {"gender": "stereotype_gender", "race": "stereotype_race"}
     cfg = {"generator": generator, "generation": {"count": 25},
            "classifier": {"model": str(tmp_path / "clf"), "labels": labels, "mode": "parity", "threshold": 0.5}}
-    params = {"metric": "langfair_stereotype", "metric_cfg": cfg,
+    params = {"metric": "langfair_stereotype", "metric_cfg": cfg, "mode": "parity",
               "model": {"name": "r", "kind": "generator", "generator": "responses_file", "path": str(tmp_path / "r.csv")}}
     pd.DataFrame({"item_id": ["0"], "prompt": ["p"]}).to_parquet(tmp_path / "items.parquet")
     answers = stages.score(params, str(tmp_path / "items.parquet"), str(tmp_path / "s.parquet"), str(tmp_path / "c"))

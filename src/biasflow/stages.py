@@ -163,7 +163,7 @@ def score(params: Mapping[str, Any], items_path: str | None, out: str, cache_dir
     spec = get_metric(params["metric"])
     items = pd.read_parquet(items_path) if items_path else pd.DataFrame()
     # run.mode reaches the metric as cfg["_mode"] (options that follow it: biasflow.metrics._mode)
-    cfg = dict(params["metric_cfg"], _mode=params.get("mode", "parity"))
+    cfg = dict(params["metric_cfg"], _mode=params["mode"])  # the plan fills run.mode in
     model_cfg = params["model"]
     started, start = time.time(), time.perf_counter()
     from biasflow.gpus import claim
