@@ -7,7 +7,9 @@ import inspect
 import pytest
 
 from biasflow import model_kinds
+from biasflow.errors import ConfigError
 from biasflow.model_kinds import Answer, ModelKindSpec, Resources, register_model_kind
+from conftest import ROOT
 
 SMALL = Resources(mem_mb=1000, cpus=1, runtime_min=10, gpu_capable=False)
 
@@ -188,3 +190,47 @@ def test_langfairs_classifier_config_is_of_a_declared_kind():
     cfg = classifier_model(Classifier(model="org/stereotype-classifier").model_dump())
     assert cfg["kind"] == "text_classifier" in model_kinds.KINDS and cfg["batch_size"] == 32
     assert model_kinds.KIND_DEFAULTS["text_classifier"]["gpu_capable"]
+
+
+# ------------------------------------------------------------------------------------------------ config options
+def test_a_model_option_the_kind_never_reads_is_refused_naming_the_kinds_that_do():
+    """model.pooling on a masked LM (or dtype on word vectors) was silently ignored: now a plan-time error naming the
+    option, its value, the kind and the kinds that read it."""
+    from biasflow.plan import build_plan
+
+    cases = {("model=bert_base_uncased", "+model.pooling=mean"):
+             "model.pooling='mean': kind masked_lm takes no option 'pooling' (an option of kind sentence_encoder)",
+             ("model=gpt2", "+model.build=demo_mlm"):
+             "model.build='demo_mlm': kind causal_lm takes no option 'build' (an option of kind masked_lm)",
+             ("model=glove_6b_50d", "metric=[weat]", "+model.dtype=bfloat16"):
+             "kind word_vectors takes no option 'dtype' (an option of kinds bert_nsp, causal_lm, masked_lm, "}
+    for overrides, message in cases.items():
+        with pytest.raises(ConfigError) as err:
+            build_plan(list(overrides))
+        assert message in str(err.value), str(err.value)
+    # what every kind reads is accepted (the configs of conf/model/ set most of it)
+    build_plan(["model=bert_base_uncased", "+model.threads=2", "+model.cpu_linear=default",
+                "+model.attn_implementation=eager"])
+    build_plan(["model=gpt2", "metric=[crows_pairs_causal]", "+model.batch_size=4"])
+
+
+def test_every_model_config_of_the_project_sets_only_its_kinds_options():
+    import yaml
+
+    from biasflow.schema import validate_model_config
+
+    for path in sorted((ROOT / "conf" / "model").glob("*.yaml")):
+        validate_model_config(yaml.safe_load(path.read_text()), f"conf/model/{path.name}")
+
+
+def test_every_kind_option_is_a_model_config_field_and_every_field_is_read_by_some_kind():
+    from biasflow import model_kinds
+    from biasflow.schema import ModelConfig
+
+    fields = set(ModelConfig.model_fields)
+    declared = {k: set(spec.options) for k, spec in model_kinds.KINDS.items() if spec.options is not None}
+    assert set(model_kinds.COMMON_OPTIONS) <= fields
+    for kind, options in declared.items():
+        assert options <= fields, (kind, options - fields)
+    read_by_some = set(model_kinds.COMMON_OPTIONS).union(*declared.values())
+    assert fields - read_by_some == set()

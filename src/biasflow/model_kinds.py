@@ -99,6 +99,9 @@ class ModelKindSpec:
     like: str | None = None
     hf_files: bool = False
     location_keys: tuple[str, ...] = ()
+    # the model-config keys (schema.ModelConfig fields) this kind reads beyond COMMON_OPTIONS; a config of the kind
+    # that sets another is refused at plan time (a key the adapter never reads would be silently ignored). None: any
+    options: tuple[str, ...] | None = None
     module: str | None = field(default=None, compare=False)
 
     def __post_init__(self):
@@ -129,6 +132,8 @@ class ModelKindSpec:
         object.__setattr__(self, "answers", answers)
         object.__setattr__(self, "resources", resources)
         object.__setattr__(self, "location_keys", tuple(self.location_keys))
+        if self.options is not None:
+            object.__setattr__(self, "options", tuple(self.options))
 
 
 # name -> declaration: the one registry of model kinds
@@ -165,6 +170,22 @@ def known() -> list[str]:
 
 def unknown_kind_message(kind: Any) -> str:
     return f"{kind!r} is not a known model kind; known: {', '.join(known())}"
+
+
+# model-config keys every kind takes: its name and kind, where it runs, what its score jobs ask the scheduler for,
+# and the token budget of a scoring chunk (scoring.answer.Budget, halved on out-of-memory for every kind)
+COMMON_OPTIONS = ("name", "kind", "device", "resources", "batch_tokens")
+
+
+def foreign_options(kind: Any, given: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The keys of a model config ``given`` (those set, not None) that its kind does not read, each with the kinds
+    that do: ``{}`` when every key is the kind's (or the kind declares no option list)."""
+    spec = KINDS.get(kind) if isinstance(kind, str) else None
+    if spec is None or spec.options is None:
+        return {}
+    own = set(COMMON_OPTIONS) | set(spec.options)
+    return {key: sorted(k.name for k in KINDS.values() if k.options and key in k.options)
+            for key, value in given.items() if value is not None and key not in own}
 
 
 def accepts(model_kinds: tuple[str, ...] | list[str], kind: Any) -> bool:
@@ -239,13 +260,19 @@ KIND_DEFAULTS = View(_resources, "model kind -> its scheduling defaults (mem_mb,
 # dropped last token or -inf, so they are asked again, never served)
 _LMC = "biasflow.lmchallenge.pipeline:answer_lmc_line"
 _GENERATION = "biasflow.generation.answer:answer_generation"
+# what a model loaded from a Hugging Face folder or hub id reads (models/hf.py, masked_lm.py: threads and the CPU's
+# oneDNN linears; generation: batch_size prompts; LM Challenge: predictions per position)
+_HF = ("hub_id", "path", "revision", "lowercase", "dtype", "attn_implementation", "cpu_linear", "threads",
+       "batch_size", "max_length", "predictions")
 
 register_model_kind(ModelKindSpec(
-    name="bert_nsp", factory="biasflow.models.nsp:BertNSP", hf_files=True,
+    name="bert_nsp", factory="biasflow.models.nsp:BertNSP", hf_files=True, options=_HF,
     answers={"next_sentence": "biasflow.scoring.stereoset:answer_next_sentence"},
     resources=Resources(mem_mb=8000, cpus=4, runtime_min=120, gpu_capable=True)))
 register_model_kind(ModelKindSpec(
+    # the demo model (build, train, demo) is a masked LM the workflow builds (models/demo.py)
     name="masked_lm", factory="biasflow.models.masked_lm:MaskedLM", hf_files=True,
+    options=(*_HF, "build", "train", "demo"),
     answers={
         "pll": "biasflow.scoring.masked:answer_pll",
         "unmasked_logprobs": "biasflow.scoring.unmasked:answer_unmasked_logprobs",
@@ -262,7 +289,7 @@ register_model_kind(ModelKindSpec(
     },
     resources=Resources(mem_mb=8000, cpus=4, runtime_min=120, gpu_capable=True)))
 register_model_kind(ModelKindSpec(
-    name="causal_lm", factory="biasflow.models.causal_lm:CausalLM", hf_files=True,
+    name="causal_lm", factory="biasflow.models.causal_lm:CausalLM", hf_files=True, options=_HF,
     answers={
         "token_logprobs": Answer("biasflow.scoring.causal:answer_token_logprobs", revision=2),
         "stereoset_sentence_logprobs": Answer("biasflow.scoring.stereoset:answer_sentence_logprobs", revision=3),
@@ -275,6 +302,9 @@ register_model_kind(ModelKindSpec(
     # a causal LM behind an OpenAI-compatible server (docs/served_models.md); the GPUs are the server's (vLLM on its
     # own nodes), the job only sends HTTP requests; base_url says where it runs, not what it computes
     name="served_causal_lm", factory="biasflow.models.served:ServedCausalLM", location_keys=("base_url",),
+    options=("base_url", "served_model_name", "api_key_env", "api_key_file", "bos_text", "concurrency",
+             "requests_per_second", "timeout_s", "max_retries", "backoff_s", "max_backoff_s", "lowercase", "revision",
+             "batch_size"),
     answers={
         "token_logprobs": Answer("biasflow.models.served:answer_token_logprobs", revision=2),
         "continuation_logprobs": Answer("biasflow.models.served:answer_continuation_logprobs", revision=2),
@@ -285,18 +315,23 @@ register_model_kind(ModelKindSpec(
     resources=Resources(mem_mb=2000, cpus=1, runtime_min=240, gpu_capable=False)))
 register_model_kind(ModelKindSpec(
     name="sentence_encoder", factory="biasflow.models.encoders:SentenceEncoder", hf_files=True,
+    options=("hub_id", "path", "revision", "package", "lowercase", "dtype", "batch_size", "max_length", "pooling",
+             "threads"),
     answers={"sentence_embedding": "biasflow.scoring.embeddings:answer_sentence_embedding"},
     resources=Resources(mem_mb=4000, cpus=2, runtime_min=60, gpu_capable=True)))
 register_model_kind(ModelKindSpec(
     name="word_vectors", factory="biasflow.models.vectors:load_word_vectors",
+    options=("path", "package", "format", "header", "lowercase"),
     answers={"word_vector": "biasflow.models.vectors:answer_word_vector"},
     resources=Resources(mem_mb=4000, cpus=1, runtime_min=30, gpu_capable=False)))
 register_model_kind(ModelKindSpec(
     # LM Challenge protocol models: biasflow's n-gram model, or any program speaking the line protocol
     name="ngram", factory="biasflow.models.lmc_process:ProtocolModel", answers={"lmc_line": _LMC},
+    options=("order", "level", "predictions", "shards", "timeout_s"),
     resources=Resources(mem_mb=4000, cpus=1, runtime_min=60, gpu_capable=False)))
 register_model_kind(ModelKindSpec(
     name="lmc_process", factory="biasflow.models.lmc_process:ProtocolModel", answers={"lmc_line": _LMC},
+    options=("command", "shards", "timeout_s", "predictions"),
     resources=Resources(mem_mb=4000, cpus=1, runtime_min=120, gpu_capable=False)))
 register_model_kind(ModelKindSpec(
     # generated text from an OpenAI-compatible chat endpoint or a responses file (generation.config.generator_model)
@@ -304,9 +339,10 @@ register_model_kind(ModelKindSpec(
     resources=Resources(mem_mb=8000, cpus=2, runtime_min=120, gpu_capable=False)))
 register_model_kind(ModelKindSpec(
     # a sequence classifier scoring generated text (LangFair's stereotype classifier: metrics/langfair.py)
-    name="text_classifier", factory="biasflow.models.text_classifier:TextClassifier", hf_files=True,
+    name="text_classifier", factory="biasflow.models.text_classifier:TextClassifier", hf_files=True, options=_HF,
     answers={"classification": "biasflow.scoring.classification:answer_classification"},
     resources=Resources(mem_mb=8000, cpus=2, runtime_min=120, gpu_capable=True)))
 
 __all__ = ["ModelKindSpec", "Answer", "Resources", "register_model_kind", "KINDS", "accepts", "known",
+           "COMMON_OPTIONS", "foreign_options",
            "resolve", "ANSWERERS", "ANSWER_REVISIONS", "LOAD_AS", "KIND_DEFAULTS"]

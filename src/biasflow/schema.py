@@ -234,6 +234,22 @@ class ModelConfig(Strict):
         return v
 
     @model_validator(mode="after")
+    def _kind_options(self):
+        """A key the kind's adapter never reads would be silently ignored (model_kinds: each kind's ``options``)."""
+        given = {k: getattr(self, k) for k in self.model_fields_set}
+        foreign = model_kinds.foreign_options(self.kind, given)
+        if foreign:
+            key, kinds = next(iter(sorted(foreign.items())))
+            value = given[key]
+            where = (f"an option of kind{'s' if len(kinds) > 1 else ''} {', '.join(kinds)}" if kinds
+                     else "an option of no model kind")
+            raise ValueError(f"model.{key}={value!r}: kind {self.kind} takes no option {key!r} ({where}); it would be "
+                             f"ignored. Remove it, or set the kind that reads it"
+                             + (f" (and {len(foreign) - 1} more: {', '.join(sorted(foreign)[1:])})"
+                                if len(foreign) > 1 else ""))
+        return self
+
+    @model_validator(mode="after")
     def _served(self):
         if self.kind == "served_causal_lm" and not self.base_url:
             raise ValueError("model.kind=served_causal_lm needs model.base_url (the server's API root, e.g. "
