@@ -44,7 +44,7 @@ METRIC_JOB = textwrap.dedent("""
     tmp = sys.argv[1]
     start_stage(tmp + "/metric.log")
     params = {"metric": "crows_pairs", "model": {"name": "x"}, "metric_cfg": {"variants": ["pll"]},
-              "benchmark": "crows_pairs", "stats": {"n_boot": 0}, "model_key": "x", "cfg_hash": "y"}
+              "benchmark": "crows_pairs", "stats": {"n_boot": 0}, "model_key": "x", "cfg_hash": "y", "mode": "parity"}
     metric(params, tmp + "/items.parquet", tmp + "/scores.parquet", tmp + "/out")
     print(json.dumps(sorted(m for m in HEAVY if m in sys.modules)))
 """).replace("HEAVY", repr(HEAVY))
@@ -63,12 +63,14 @@ def write_job_inputs(tmp: Path) -> None:
              ("d", "stereo", "race-color")]
     items = pd.DataFrame([{"item_id": i, "direction": d, "category": c, "sent_more": f"m{i}", "sent_less": f"l{i}"}
                           for i, d, c in pairs])
-    rows = []
-    for i, _, _ in pairs:
-        for text, middle in ((f"m{i}", 6), (f"l{i}", 8)):
-            lp = [nan, -1.0, -float(middle) / 4, -2.0, nan]
-            rows.append({"key": text, "kind": "pll", "text": text, "token_ids": [101, 5, middle, 7, 102],
-                         "logprobs": lp, "total": float(np.nansum(lp))})
+    from biasflow.registry import get_metric
+
+    rows = []  # the answers to the metric's own PLL requests (their keys are what the metric looks up)
+    for request in get_metric("crows_pairs").requests(items, {"variants": ["pll"]}, "masked_lm"):
+        middle = 6 if request.text.startswith("m") else 8
+        lp = [nan, -1.0, -float(middle) / 4, -2.0, nan]
+        rows.append({"key": request.key, "kind": "pll", "text": request.text, "token_ids": [101, 5, middle, 7, 102],
+                     "logprobs": lp, "total": float(np.nansum(lp))})
     items.to_parquet(tmp / "items.parquet")
     pd.DataFrame(rows).to_parquet(tmp / "scores.parquet")
 

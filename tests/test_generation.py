@@ -203,7 +203,7 @@ def langfair_score(tmp_path, generator, items, **metric):
 
     items_path = tmp_path / "items.parquet"
     items.assign(item_id=[str(i) for i in range(len(items))]).to_parquet(items_path)
-    params = {"metric": "langfair_stereotype", "model": generator_model(generator),
+    params = {"metric": "langfair_stereotype", "model": generator_model(generator), "mode": "parity",
               "metric_cfg": {"generator": generator, **metric}}
     return stages.score(params, str(items_path), str(tmp_path / "scores.parquet"), str(tmp_path / "cache"))
 

@@ -226,7 +226,7 @@ def score_dir(tmp_path: Path) -> Path:
 
 def test_the_score_stage_uses_and_records_its_gpu_and_cpu_jobs_are_unchanged(score_dir, tiny_bert_dir):
     model = {"name": "tiny", "kind": "masked_lm", "path": str(tiny_bert_dir), "lowercase": True, "device": "cpu"}
-    params = {"metric": "crows_pairs", "metric_cfg": {}, "model": model}
+    params = {"metric": "crows_pairs", "metric_cfg": {}, "model": model, "mode": "parity"}
     env = job_env(BIASFLOW_FAKE_GPU_COUNT="2")
 
     def run_stage(p: dict) -> tuple[dict, dict, str]:

@@ -398,3 +398,18 @@ def test_sweep_runs_are_named_by_what_differs():
     assert child_run_names(jobs) == {"bert-1/crows_pairs/a1": "bert/crows_pairs diff_threshold=0.05",
                                      "bert-1/crows_pairs/b2": "bert/crows_pairs diff_threshold=0.1",
                                      "bert-1/seat/c3": "bert/seat"}
+
+
+def test_a_relative_sqlite_store_is_the_current_folders(tmp_path, monkeypatch):
+    """MLflow keeps one store per URI for the life of a process: the relative default sqlite:///results/mlflow.db,
+    used from a second project folder in the same Python session (a notebook, the test suite), logged into the first
+    folder's database. The URI connected to is absolute, from the folder the run is logged from."""
+    from biasflow.tracking.store import connect_uri
+
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        monkeypatch.chdir(tmp_path / name)
+        assert connect_uri("sqlite:///results/mlflow.db") == f"sqlite:///{tmp_path / name}/results/mlflow.db"
+    assert connect_uri("sqlite:////abs/mlflow.db") == "sqlite:////abs/mlflow.db"
+    assert connect_uri("sqlite:///x.db?timeout=5") == f"sqlite:///{tmp_path / 'b'}/x.db?timeout=5"
+    assert connect_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"

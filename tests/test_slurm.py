@@ -37,7 +37,7 @@ SCORE_RUNTIME_MIN = 7
 SWEEP = ["metric=[crows_pairs,winobias]", f"model={','.join(MODELS)}", "benchmark.crows_pairs.limit=20",
          "benchmark.winobias.limit=20", "stats.n_boot=20", "metric.crows_pairs.filter_threshold=0.0",
          "metric.crows_pairs.diff_threshold=0.05,0.1,0.2", "metric.winobias.diff_threshold=0.01,0.05,0.2"]
-LOCAL_RULES = {"all", "aggregate", "log_mlflow"}
+LOCAL_RULES = {"all", "plan", "aggregate", "log_mlflow"}
 
 
 def _require_slurm() -> None:

@@ -36,8 +36,17 @@ _DB_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 
 
 def connect_uri(configured: str) -> str:
-    """The URI to connect with for a configured (possibly redacted) tracking URI."""
-    return tracking_uri(configured) or configured
+    """The URI to connect with for a configured (possibly redacted) tracking URI. A relative sqlite path
+    (``sqlite:///results/mlflow.db``) is made absolute from the current folder: MLflow keeps one store per URI for
+    the life of the process, so a relative URI used again from another folder (a notebook, a second project in one
+    Python session) would log into the first folder's database."""
+    uri = tracking_uri(configured) or configured
+    prefix = "sqlite:///"
+    if isinstance(uri, str) and uri.startswith(prefix) and not uri[len(prefix):].startswith("/") \
+            and uri[len(prefix):] not in ("", ":memory:"):
+        path, sep, query = uri[len(prefix):].partition("?")
+        uri = prefix + os.path.abspath(path) + sep + query
+    return uri
 
 
 def uri_secrets(uri: str) -> list[str]:
