@@ -41,7 +41,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Literal, Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -67,10 +67,12 @@ METRICS_OUT = ("bbq_accuracy", "bbq_accuracy_ambig", "bbq_accuracy_disambig", "b
                "bbq_unparsed_pct")
 
 
-class BBQGeneration(GenerationOptions):
-    """The generation settings of BBQ's generation mode: greedy, one short answer. They win over the sampling
-    settings of the generator config (``+generator=...`` supplies the endpoint: model, URL, key, concurrency)."""
+class OneChoiceGeneration(GenerationOptions):
+    """Generation settings of a multiple-choice benchmark answered by generation: greedy, one short reply (the
+    choice). They win over the sampling settings of the generator config (``+generator=...`` supplies the endpoint:
+    model, URL, key, concurrency). ``asker``: the benchmark's name in the error for a second reply."""
 
+    asker: ClassVar[str] = "this benchmark"
     temperature: float = Field(0.0, ge=0.0)
     max_tokens: int = Field(8, ge=1)
 
@@ -78,8 +80,14 @@ class BBQGeneration(GenerationOptions):
     @classmethod
     def _one_reply(cls, v: int) -> int:
         if v != 1:
-            raise ValueError("BBQ asks one reply per example (the choice); use temperature 0 for a stable one")
+            raise ValueError(f"{cls.asker} asks one reply per example (the choice); use temperature 0 for a stable one")
         return v
+
+
+class BBQGeneration(OneChoiceGeneration):
+    """The generation settings of BBQ's generation mode."""
+
+    asker: ClassVar[str] = "BBQ"
 
 
 class BBQOptions(Generating):

@@ -28,7 +28,7 @@ with ``metric stereoset``'s (docs/stereoset.md, "Generation mode").
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, ClassVar, Literal, Mapping
 
 import numpy as np
 import pandas as pd
@@ -36,9 +36,9 @@ from pydantic import Field, field_validator
 
 from biasflow.data.stereoset import GOLD_LABELS, TASKS
 from biasflow.errors import DataFormatError
-from biasflow.metrics.bbq import parse_choice
+from biasflow.metrics.bbq import OneChoiceGeneration, parse_choice
 from biasflow.registry import MetricSpec, register_metric
-from biasflow.schema import Generating, GenerationSettings
+from biasflow.schema import Generating
 from biasflow.scoring.answer import lookup
 from biasflow.scoring.requests import Generation
 
@@ -55,19 +55,10 @@ DEFAULT_INTERSENTENCE_PROMPT = ("The following is a multiple choice question.\n\
                                 "Context: {context}\nA. {A}\nB. {B}\nC. {C}\nAnswer:")
 
 
-class StereoSetMCGeneration(GenerationSettings):
-    """Greedy, one short reply per example; these win over the generator config's sampling settings (the generator
-    config supplies the endpoint: model, URL, key, concurrency)."""
+class StereoSetMCGeneration(OneChoiceGeneration):
+    """Greedy, one short reply per example (as BBQ's generation mode)."""
 
-    temperature: float = Field(0.0, ge=0.0)
-    max_tokens: int = Field(8, ge=1)
-
-    @field_validator("count")
-    @classmethod
-    def _one_reply(cls, v: int) -> int:
-        if v != 1:
-            raise ValueError("stereoset_mc asks one reply per example (the choice); use temperature 0")
-        return v
+    asker: ClassVar[str] = "stereoset_mc"
 
 
 def _placeholders(v: str) -> str:
