@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, mirrored_files, project_copy, snakemake_job_stats
-from test_stereoset_export import small_stereoset
+from test_stereoset_export import with_tiny_bert_and_small_stereoset
 
 pytestmark = pytest.mark.slow
 
@@ -55,35 +55,10 @@ def snakemake(project: Path, overrides, extra=(), env_extra=None, strace_to: Pat
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory, crows_csv):
-    import hashlib
-
-    import torch
-    import yaml
-    from transformers import AutoTokenizer, BertConfig, BertForPreTraining
-
-    from conftest import minilm_vocab_dir
-
-    work = project_copy(tmp_path_factory.mktemp("dag-project"),
-                        {"crows_pairs/crows_pairs_anonymized.csv": crows_csv,
-                         **{f"winogender/{p.name}": p for p in mirrored_files("winogender", "winogender").values()}})
-    model_dir = work / "tiny-bert-pretraining"
-    tok = AutoTokenizer.from_pretrained(minilm_vocab_dir())
-    torch.manual_seed(0)
-    BertForPreTraining(BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                  intermediate_size=64, max_position_embeddings=128)).save_pretrained(model_dir)
-    tok.save_pretrained(model_dir)
-    (work / "conf" / "model" / "tiny_bert_pt.yaml").write_text(
-        f"name: tiny_bert_pt\nkind: masked_lm\npath: {model_dir}\nlowercase: true\ndtype: float32\ndevice: cpu\n"
-        f"batch_tokens: 2048\n")
-    gold = work / "gold" / "stereoset_dev.json"
-    gold.parent.mkdir(parents=True)
-    gold.write_text(json.dumps(small_stereoset()))
-    bench = work / "conf" / "benchmark" / "stereoset.yaml"
-    doc = yaml.safe_load(bench.read_text())
-    doc["stereoset"]["files"]["dev"]["sources"] = [
-        {"url": gold.resolve().as_uri(), "sha256": hashlib.sha256(gold.read_bytes()).hexdigest()}]
-    bench.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return work
+    return with_tiny_bert_and_small_stereoset(project_copy(
+        tmp_path_factory.mktemp("dag-project"),
+        {"crows_pairs/crows_pairs_anonymized.csv": crows_csv,
+         **{f"winogender/{p.name}": p for p in mirrored_files("winogender", "winogender").values()}}))
 
 
 def overrides(project: Path) -> list[str]:

@@ -41,12 +41,16 @@ def small_stereoset() -> dict:
         ]}}
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory):
+def with_tiny_bert_and_small_stereoset(work):
+    """``work`` (a project copy) with a tiny BERT with both heads as ``model=tiny_bert_pt`` and ``small_stereoset()``
+    as the dev split's source, pinned by its checksum (a hand-placed file that matches no pinned checksum is refused
+    where it is read)."""
+    import hashlib
+
     import torch
+    import yaml
     from transformers import AutoTokenizer, BertConfig, BertForPreTraining
 
-    work = project_copy(tmp_path_factory.mktemp("stereoset-project"))
     model_dir = work / "tiny-bert-pretraining"
     tok = AutoTokenizer.from_pretrained(minilm_vocab_dir())
     torch.manual_seed(0)
@@ -56,12 +60,6 @@ def project(tmp_path_factory):
     (work / "conf" / "model" / "tiny_bert_pt.yaml").write_text(
         f"name: tiny_bert_pt\nkind: masked_lm\npath: {model_dir}\nlowercase: true\ndtype: float32\ndevice: cpu\n"
         f"batch_tokens: 2048\n")
-    # a small dev file, pinned as the dev split's source by its checksum (a hand-placed file that matches no pinned
-    # checksum is refused where it is read)
-    import hashlib
-
-    import yaml
-
     gold = work / "gold" / "stereoset_dev.json"
     gold.parent.mkdir(parents=True)
     gold.write_text(json.dumps(small_stereoset()))
@@ -71,6 +69,11 @@ def project(tmp_path_factory):
         {"url": gold.resolve().as_uri(), "sha256": hashlib.sha256(gold.read_bytes()).hexdigest()}]
     bench.write_text(yaml.safe_dump(doc, sort_keys=False))
     return work
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    return with_tiny_bert_and_small_stereoset(project_copy(tmp_path_factory.mktemp("stereoset-project")))
 
 
 def test_run_exports_predictions_in_the_official_format(project, tmp_path):
