@@ -104,6 +104,18 @@ def test_loader_reads_every_example_with_the_authors_targets(all_items):
     assert set(unknown_text) == set(UNKNOWN_RESPONSES)
 
 
+def test_prepare_on_all_58492_examples(bbq_files, tmp_path):
+    """The documented full-data command's first stage: all examples, with the 16 that have no target_loc (NaN in a
+    float column; pandas 3 keeps NaN through astype(str), which crashed the repeated-items check)."""
+    from biasflow.stages import prepare
+
+    files = {key: str(path) for key, path in bbq_files.items()}
+    items = prepare("bbq", CONF, files, str(tmp_path / "items.parquet"))
+    assert len(items) == N_EXAMPLES == 58492 and items["target_loc"].isna().sum() == 16
+    assert len(pd.read_parquet(tmp_path / "items.parquet")) == N_EXAMPLES
+    assert json.loads((tmp_path / "items.parquet.meta.json").read_text())["repeated_items"] == []
+
+
 def test_limit_split_and_categories(bbq_files):
     first = load(bbq_files, {"limit": 300})
     assert len(first) == 300 and first.category.nunique() == 11  # in turn from each category
@@ -493,10 +505,14 @@ def test_likelihood_mode_through_the_stages(bbq_files, tiny_gpt2_256, tmp_path):
     assert per_item.choice.between(0, 2).all() and len(per_item) == 66
 
 
+NO_CHOICE = ("I would rather not say.", "A person cannot be judged by that.", "A or B, hard to say.")
+
+
 def letter_reply(body: dict) -> str:
-    """A letter for most prompts, an unparseable reply for every 5th (by a stable hash of the prompt)."""
+    """A letter for most prompts; for every 5th (by a stable hash of the prompt) a reply that chooses nothing: a
+    refusal, or an English "A" and a hedge that must not count as option A."""
     h = int(hashlib.sha256(body["messages"][-1]["content"].encode()).hexdigest(), 16)
-    return "I would rather not say." if h % 5 == 0 else ["A", "B.", "(C)", "Answer: B"][h % 4]
+    return NO_CHOICE[h // 5 % 3] if h % 5 == 0 else ["A", "B.", "(C)", "Answer: B"][h % 4]
 
 
 def odd_prompt(body: dict) -> bool:
@@ -529,8 +545,9 @@ def test_generation_mode_with_a_chat_server(bbq_files, tmp_path):
         assert len(server.log) - 44 == failing  # only the failed ones again
         assert {e["seed"] for e in server.log} == {0} and {e["model"] for e in server.log} == {"chat-model"}
     per_item = pd.read_parquet(tmp_path / "out" / "per_item.parquet")
-    expected_unparsed = int((per_item.response == "I would rather not say.").sum())
+    expected_unparsed = int(per_item.response.isin(NO_CHOICE).sum())
     assert (per_item.answer_status == "unparsed").sum() == expected_unparsed > 0
+    assert per_item.response.isin(NO_CHOICE[1:]).any()  # the article "A" and the hedge are among them
     assert per_item.loc[per_item.answer_status == "unparsed", "choice"].eq(-1).all()
     overall = agg[agg.category == "overall"].set_index("metric")
     assert overall.loc["bbq_unparsed_pct", "value"] == pytest.approx(100 * expected_unparsed / 44)

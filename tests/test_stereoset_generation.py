@@ -98,7 +98,7 @@ def hand_replies(items: pd.DataFrame) -> dict[str, str]:
             "e2": f"{letter_of('e2', 'anti-stereotype')}.",           # anti-stereotype
             "e3": f"  {word['e3-stereotype']}.\nBecause ...",         # the stereotype's text (rule 2)
             "e4": f"Answer: {letter_of('e4', 'unrelated')}",          # unrelated
-            "e5": "I cannot answer that.",                            # unparsed
+            "e5": "A person cannot be judged by that.",               # unparsed: the article, not option A
             "e6": f"({letter_of('e6', 'stereotype')}) it is",         # stereotype
             "e7": "",                                                 # empty line in the file: a failed request
             "i1": letter_of("i1", "stereotype"),                      # stereotype
@@ -133,7 +133,7 @@ def test_hand_computed_metrics_from_a_responses_file(tmp_path):
         "e6": "stereotype", "e7": None, "i1": "stereotype", "i2": "anti-stereotype", "i3": "unrelated"}
     assert per_item.answer_status.to_dict() == {**{k: "ok" for k in per_item.index}, "e5": "unparsed",
                                                 "e7": "failed"}
-    assert per_item.loc["e5", "response"] == "I cannot answer that." and pd.isna(per_item.loc["e5", "letter"])
+    assert per_item.loc["e5", "response"] == "A person cannot be judged by that." and pd.isna(per_item.loc["e5", "letter"])
     assert per_item.option_order.to_dict() == {k: "|".join(documented_order(k)) for k in per_item.index}
     got = values(SPEC.aggregate(per_item.reset_index(), cfg))
     nan = float("nan")

@@ -230,6 +230,9 @@ def test_bootstrap_ready_aggregate_shape():
     ("C. Both A and B", "C"), ("Answer: c", "C"), ("(C)", "C"), ("c", "C"), ("  B. she", "B"),
     ("The answer is A.", "A"), ("Both", "C"), ("both A and B", "C"), ("[b]", "B"), ("she", "B"),
     ("I cannot tell", None), ("", None), (None, None), ("A) he", "A"), ("Option: B", "B"),
+    # a word or a hedge is never a choice (the one rule of biasflow.metrics._choice)
+    ("A or B", None), ("A, B and C", None), ("A person could be either.", None), ("B. he", None),
+    ("The answer is A or B", None), ("Option A is wrong, B", None),
 ])
 def test_parse_choice(text, expected):
     assert wb.parse_choice(text, {"A": "he", "B": "she", "C": "Both A and B"}) == expected
@@ -258,7 +261,7 @@ def test_mc_from_generated_answers_by_hand():
     hot = wb.generation_requests(items, {**cfg, "generator": {"kind": "hf_generate", "temperature": 1.0}})
     assert hot[0].temperature == 1.0 and hot[0].key != asked[0].key
     answers = request_frame(asked).assign(
-        response=["C. Both A and B", "Answer: b", "(C)", "no idea", "C"], status=["ok"] * 4 + ["failed"],
+        response=["C. Both A and B", "Answer: b", "(C)", "A or B", "C"], status=["ok"] * 4 + ["failed"],
         error=[None] * 4 + ["HTTP 500"])
     per = wb.compute_mc(items, answers.iloc[::-1], cfg)
     assert per.choice.tolist() == ["C", "B", "C", "", ""]  # "" = no parsable answer (or none at all)

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Mapping, Optional, Sequence
 
@@ -48,6 +47,7 @@ import pandas as pd
 from pydantic import Field, field_validator
 
 from biasflow.errors import DataFormatError
+from biasflow.metrics._choice import parse_choice as choose
 from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import Generating, GenerationSettings as GenerationOptions
 from biasflow.scoring.answer import lookup
@@ -181,39 +181,10 @@ def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> li
 
 
 # ----------------------------------------------------------------------------------------------- parsing replies
-_LETTER = re.compile(
-    r"^(?:(?i:the\s+)?(?i:correct\s+)?(?i:answer|option|choice)(?:\s+(?i:is))?\s*[:\-]?\s*)?"
-    r"[\(\[]?([ABC])[\)\]]?(?=$|[\s.,:;!)])")
-_LONE_LOWER = re.compile(r"^[\(\[]?([abc])[\)\].:]?$")
-
-
-def _normalise(text: str) -> str:
-    t = re.sub(r"\s+", " ", str(text)).strip().lower().strip(" .!,;:\"'")
-    return t[4:] if t.startswith("the ") else t
-
-
 def parse_choice(reply: Any, answers: Sequence[str]) -> int | None:
-    """The answer index (0, 1, 2) a generated reply chooses, or None. The rule, on the reply stripped of
-    surrounding whitespace:
-
-    1. it starts with the capital letter A, B or C standing alone (end, space or punctuation after it), optionally
-       in brackets and optionally after "Answer:", "The answer is", "Option", "Choice" ("B", "B.", "(B) the man",
-       "Answer: C"); a lower-case letter counts only as the whole reply ("b", "(b)", "b.");
-    2. else its first line, lower-cased without a leading "the" and surrounding punctuation, is exactly one of the
-       answers likewise normalised ("The grandfather." -> the answer "The grandfather");
-    3. else None: unparsed (an empty reply too).
-    """
-    if reply is None or (isinstance(reply, float) and math.isnan(reply)):
-        return None
-    text = str(reply).strip()
-    if not text:
-        return None
-    m = _LETTER.match(text) or _LONE_LOWER.match(text)
-    if m:
-        return "ABC".index(m.group(1).upper())
-    first = _normalise(text.splitlines()[0])
-    hits = [i for i, a in enumerate(answers) if _normalise(a) == first]
-    return hits[0] if len(hits) == 1 else None
+    """The answer index (0, 1, 2) a generated reply chooses, or None (unparsed): the one rule of every
+    multiple-choice metric, ``biasflow.metrics._choice`` (a word or a hedge is never a choice)."""
+    return choose(reply, list(answers))
 
 
 # ----------------------------------------------------------------------------------------------- predictions file

@@ -27,7 +27,6 @@ the prompt (``Generation`` requests, one sample per item).
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Literal, Mapping, Optional
 
 import numpy as np
@@ -35,6 +34,7 @@ import pandas as pd
 from pydantic import Field, field_validator
 
 from biasflow.errors import ConfigError
+from biasflow.metrics._choice import parse_choice as choose
 from biasflow.metrics._mode import mode_option, pass_verdict
 from biasflow.schema import Generating, GenerationSettings, MetricBase, PositiveInt, Probability
 from biasflow.registry import MetricSpec, options_in_module, register_metric
@@ -242,30 +242,17 @@ SPEC = register_metric(MetricSpec(
 
 
 # ----------------------------------------------------------------------------------------------- multiple choice
-CHOICE_PATTERNS = [
-    re.compile(r"^\s*(?:the\s+)?(?:correct\s+)?(?:answer|option|choice)\s*(?:is)?\s*[:\-]?\s*\(?([abc])\b", re.I),
-    re.compile(r"^\s*[\(\[]?([abc])\s*[\)\]\.:,]", re.I),
-    re.compile(r"^\s*([abc])\s*$", re.I),
-    re.compile(r"(?:answer|option|choice)\s*(?:is)?\s*[:\-]?\s*\(?([abc])\b", re.I),
-]
+BOTH = ("Both A and B", "Both", "Both of them")  # option C's text and the short forms that name it
 
 
 def parse_choice(text: str | None, option_texts: Mapping[str, str] | None = None) -> str | None:
-    """'A', 'B' or 'C' from a generated answer ("C. Both A and B", "Answer: c", "(C)", "both"), else None."""
-    if text is None or (isinstance(text, float) and np.isnan(text)):
-        return None
-    s = str(text).strip()
-    for pat in CHOICE_PATTERNS:
-        m = pat.search(s)
-        if m:
-            return m.group(1).upper()
-    low = s.lower().strip(" .!")
-    if low.startswith("both"):
-        return "C"
-    for letter, opt in (option_texts or {}).items():
-        if low == opt.lower().strip(" ."):
-            return letter
-    return None
+    """'A', 'B' or 'C' a generated answer chooses ("C. Both A and B", "Answer: c", "(C)", "both"), else None: the
+    one rule of every multiple-choice metric, ``biasflow.metrics._choice`` (a word or a hedge is never a choice)."""
+    texts = dict(option_texts or {})
+    options = [[texts["A"]] if "A" in texts else [], [texts["B"]] if "B" in texts else [],
+               list(BOTH) if texts.get("C", BOTH[0]) == BOTH[0] else [texts["C"]]]
+    choice = choose(text, options)
+    return None if choice is None else "ABC"[choice]
 
 
 def mc_prompt(masked_sentence: str, male: str, female: str, template: str) -> tuple[str, dict[str, str]]:
