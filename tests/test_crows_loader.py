@@ -98,3 +98,19 @@ def test_a_repeated_row_is_kept_and_named(crows_csv, tmp_path, caplog):
         real = {"csv": {"sources": [{"url": crows_csv.as_uri(), "sha256": sha256_file(crows_csv)}]}}
         prepare("crows_pairs", dict(cfg, files=real), {"csv": str(crows_csv)}, str(out))  # the real file
     assert "crows-1459 = crows-1502" in caplog.text
+
+
+def test_repeated_items_compare_missing_values_lists_and_structs_by_value():
+    """Missing values (None, NaN, pd.NA in pandas 3's string columns), lists and structs: equal by value, and a
+    missing value is not the text "nan"."""
+    from biasflow.stages import repeated_items
+
+    items = pd.DataFrame({
+        "item_id": ["a", "b", "c", "d", "e", "f"],
+        "text": pd.array(["x", "x", "x", "x", "nan", None], dtype="string"),
+        "score": [float("nan"), float("nan"), 1.0, 1.0, float("nan"), float("nan")],
+        "tags": [["p", "q"], ["p", "q"], ["p"], ["p"], ["p"], ["p"]],
+        "info": [{"k": [1, 2]}, {"k": [1, 2]}, {"k": [1]}, {"k": [3]}, {"k": [1]}, {"k": [1]}],
+    })
+    assert repeated_items(items) == [["a", "b"]]
+    assert repeated_items(items.assign(info=None)) == [["a", "b"], ["c", "d"]]

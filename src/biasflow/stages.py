@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sys
 import time
 from pathlib import Path
 from typing import Any, Mapping
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -153,9 +155,27 @@ def repeated_items(items: pd.DataFrame) -> list[list[str]]:
     content = [c for c in items.columns if c not in ("item_id", "source_row", "line", "benchmark", "split")]
     if not content or items.empty:
         return []
-    key = items[content].astype(str).agg("\x1f".join, axis=1)
+    # one JSON text per row, not astype(str): pandas 3 keeps NaN through astype(str) (BBQ's 16 rows without a
+    # target_loc), and list / struct cells must compare by value
+    key = pd.Series([json.dumps([_comparable(v) for v in row], ensure_ascii=False, sort_keys=True, default=str)
+                     for row in items[content].itertuples(index=False, name=None)], index=items.index)
     dup = items.loc[key.duplicated(keep=False), "item_id"].groupby(key[key.duplicated(keep=False)], sort=False)
     return [list(map(str, ids)) for _, ids in dup]
+
+
+def _comparable(value: Any) -> Any:
+    """A cell as plain JSON values: missing (None, NaN, pd.NA) as null, arrays and structs by value."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    elif isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, Mapping):
+        return {str(k): _comparable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_comparable(v) for v in value]
+    if value is None or value is pd.NA or value is pd.NaT or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value
 
 
 def score(params: Mapping[str, Any], items_path: str | None, out: str, cache_dir: str) -> pd.DataFrame:
