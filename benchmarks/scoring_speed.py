@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -47,6 +46,8 @@ from biasflow.data.crows_pairs import read_crows_pairs  # noqa: E402
 from biasflow.data.download import fetch_verified  # noqa: E402
 from biasflow.data.stereoset import read_stereoset  # noqa: E402
 from biasflow.models.masked_lm import MaskedLM  # noqa: E402
+from biasflow.models.onednn import BF16_CPU_FEATURES, onednn_runs_bf16  # noqa: E402
+from biasflow.provenance import cpu_description  # noqa: E402
 from biasflow.scoring.batching import token_budget_batches  # noqa: E402
 from biasflow.scoring.answer import answer_requests  # noqa: E402
 from biasflow.scoring.cache import AnswerCache  # noqa: E402
@@ -72,7 +73,7 @@ def matmul_gflops(dtype: torch.dtype, n: int = 2048, reps: int = 3, which: str =
     a = torch.randn(n, n, dtype=dtype)
     b = torch.randn(n, n, dtype=dtype)
     ops = {"torch": lambda: a @ b}
-    if torch.backends.mkldnn.is_available():
+    if torch.backends.mkldnn.is_available() and (dtype != torch.bfloat16 or onednn_runs_bf16()):
         a_dnn, b_dnn = a.to_mkldnn(), b.to_mkldnn()
         ops["onednn"] = lambda: torch._C._nn.mkldnn_linear(a_dnn, b_dnn, None)
     rates = {}
@@ -603,6 +604,9 @@ def main(argv=None) -> None:
     peaks = {"fp32_torch_matmul": matmul_gflops(torch.float32, which="torch"),
              "fp32_onednn": matmul_gflops(torch.float32, which="onednn"),
              "bf16_torch_matmul": matmul_gflops(torch.bfloat16, which="torch")}
+    skipped = [] if onednn_runs_bf16() else [f"oneDNN bf16 (matmul bound and linear layers: this CPU lacks "
+                                              f"{BF16_CPU_FEATURES}; bf16 runs on torch's own kernels)"]
+    print(f"CPU: {cpu_description()}" + "".join(f"\nskipped: {s}" for s in skipped))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, OMP_WAIT_POLICY="
           f"{os.environ.get('OMP_WAIT_POLICY')}, load {os.getloadavg()}, matmul GFLOP/s "
           + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()))
@@ -633,7 +637,7 @@ def main(argv=None) -> None:
                                                                                text=True).stdout.strip(),
             "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "argv": sys.argv[1:],
             "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "matmul_peaks_gflops_at_start": peaks,
-            "cpu": platform.processor() or platform.machine()}
+            "cpu": cpu_description(), "skipped": skipped}
     (out / "scoring_speed.json").write_text(json.dumps({"meta": meta, "records": RECORDS}, indent=1, default=float))
     df.to_csv(out / "scoring_speed.csv", index=False)
     cols = [c for c in ["section", "model", "method", "dtype", "threads", "sentences", "tokens", "seconds",

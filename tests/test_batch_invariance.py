@@ -11,6 +11,9 @@ Equality is exact.
 from __future__ import annotations
 
 import csv
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -166,18 +169,24 @@ def test_batches_hold_one_width_each_and_respect_the_budget():
             assert len(b) == 1 or len(b) * padded_width(lengths[b[0]]) <= budget
 
 
-@pytest.mark.parametrize("layer", ["mkl", "conv1d", "onednn", "onednn-bf16"])
+@pytest.mark.parametrize("layer", ["mkl", "conv1d", "onednn", "onednn-bf16", "torch-bf16"])
 @pytest.mark.parametrize("in_features, out_features", [(384, 1536), (3072, 768), (384, 30522)])
 def test_linear_rows_do_not_depend_on_the_row_count_inside_batch_invariant(layer, in_features, out_features):
-    """Without the block, MKL and oneDNN bf16 (and oneDNN fp32 for one row) differ in the last bits here."""
+    """Without the block, MKL and oneDNN bf16 (and oneDNN fp32 for one row) differ in the last bits here. torch-bf16:
+    torch's own bf16 linear, which scores bf16 models on CPUs whose oneDNN cannot (no AVX-512)."""
     from transformers.pytorch_utils import Conv1D
 
+    from biasflow.models.onednn import BF16_CPU_FEATURES, onednn_runs_bf16
+
     torch.manual_seed(0)
-    dtype = torch.bfloat16 if layer == "onednn-bf16" else torch.float32
+    dtype = torch.bfloat16 if layer.endswith("bf16") else torch.float32
     lin = torch.nn.Linear(in_features, out_features).to(dtype)
     if layer.startswith("onednn"):
         if not torch.backends.mkldnn.is_available():
             pytest.skip("torch built without oneDNN")
+        if dtype == torch.bfloat16 and not onednn_runs_bf16():
+            pytest.skip(f"oneDNN cannot run bf16 on this CPU (it needs {BF16_CPU_FEATURES}); the torch-bf16 case "
+                        f"covers the path bf16 takes here")
         lin = OneDNNLinear(lin)
     elif layer == "conv1d":
         lin = Conv1D(out_features, in_features)
@@ -234,3 +243,25 @@ def test_other_masked_lm_answers_are_the_same_whatever_else_is_asked(tiny_bert, 
     for other in (resumed, among):
         for column in at_once.columns:
             assert at_once[column].map(plain).tolist() == other[column].map(plain).tolist(), column
+
+
+# what ATen, MKL and oneDNN would pick on a CPU without AVX-512 (most laptops, AMD Zen 2/3)
+WITHOUT_AVX512 = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+
+
+def test_on_a_cpu_without_avx512():
+    """This file's batch invariance and the bf16 path hold where the kernels are AVX2's: run here in a subprocess
+    with ATen, MKL and oneDNN restricted to AVX2 (on such a CPU they run in the suite itself anyway). Found this way:
+    AULA's attention weights changed with the batch (batched products of another kernel), and bf16 crashed in
+    oneDNN."""
+    if os.environ.get("ONEDNN_MAX_CPU_ISA"):
+        pytest.skip("already restricted")
+    tests = Path(__file__).parent
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-x", str(tests / "test_batch_invariance.py"),
+         "-k", "not test_on_a_cpu_without_avx512", str(tests / "test_scoring.py") + "::test_bf16_where_onednn_cannot_run_it",
+         str(tests / "test_scoring.py") + "::test_bf16_runs_head_in_fp32_and_stays_close", "-rs"],
+        env={**os.environ, **WITHOUT_AVX512}, capture_output=True, text=True, timeout=900, cwd=tests.parent)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "oneDNN cannot run bf16 on this CPU" in run.stdout  # the oneDNN bf16 cases skip, saying why
+    assert "this CPU's oneDNN runs bf16" not in run.stdout  # the bf16 fallback test ran, not skipped

@@ -11,7 +11,7 @@ from biasflow.metrics import crows_pairs_aul as aul
 from biasflow.scoring.answer import answer_requests, metric_answers, request_frame
 from biasflow.scoring.cache import AnswerCache
 from biasflow.scoring.requests import UnmaskedLogprobs, UnmaskedLogprobsAttention
-from biasflow.scoring.unmasked import encode, unmasked_scores
+from biasflow.scoring.unmasked import ROW_EAGER, encode, ensure_eager_attention, unmasked_scores
 
 TEXTS = ["the doctor said she was tired.", "a cat", "poor people are lazy and never work hard enough.",
          "he is a nurse", "x"]
@@ -58,8 +58,26 @@ def test_sdpa_model_is_switched_to_eager(tiny_bert_dir):
                           "lowercase": True, "device": "cpu", "attn_implementation": "sdpa"})
     ids = encode(adapter, TEXTS[:2])
     res = unmasked_scores(adapter, ids, with_attention=True, progress=False)
-    assert adapter.model.config._attn_implementation == "eager"
+    assert adapter.model.config._attn_implementation == ROW_EAGER  # eager, one text at a time
     np.testing.assert_allclose(res[0]["attention"], plain(adapter, ids[0])[1], atol=1e-6)
+
+
+def test_row_by_row_eager_attention_is_transformers_eager(tiny_bert_dir):
+    """The text-by-text eager attention gives transformers' eager numbers on a padded batch (weights and logits)."""
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    model = AutoModelForMaskedLM.from_pretrained(tiny_bert_dir).eval()
+    batch = AutoTokenizer.from_pretrained(tiny_bert_dir)(TEXTS[:4], padding=True, return_tensors="pt")
+    assert not bool(batch["attention_mask"].all())  # padding is masked
+    with torch.inference_mode():
+        model.set_attn_implementation("eager")
+        eager = model(**batch, output_attentions=True)
+        ensure_eager_attention(type("Adapter", (), {"model": model, "name": "tiny"})())
+        assert model.config._attn_implementation == ROW_EAGER
+        rows = model(**batch, output_attentions=True)
+    torch.testing.assert_close(rows.logits, eager.logits, atol=1e-5, rtol=0)
+    for a, b in zip(rows.attentions, eager.attentions):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
 
 
 def test_cache_second_call_computes_nothing(eager_bert, tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ the fp32 head under bf16, the cache, and out-of-memory back-off with a fake adap
 from __future__ import annotations
 
 import csv
+import logging
 import os
 import random
 from pathlib import Path
@@ -201,6 +202,30 @@ def test_bf16_runs_head_in_fp32_and_stays_close(bert_tokenizer):
     diff = np.abs(a - b)[~np.isnan(a)]
     # bf16 keeps 8 mantissa bits: close to fp32 but not equal (if it were equal, bf16 would not be running)
     assert 0 < diff.max() < 0.05
+
+
+def test_bf16_where_onednn_cannot_run_it(bert_tokenizer, caplog):
+    """A CPU without AVX-512 (most laptops, AMD Zen 2/3): bf16 linear layers run on torch's own kernels with one
+    warning, the fp32 head keeps oneDNN, the numbers stay close to fp32; cpu_linear=onednn is refused naming the
+    option and the missing CPU feature. On other CPUs tests/test_batch_invariance.py runs this test in a subprocess
+    that restricts oneDNN to AVX2."""
+    from biasflow.models.onednn import onednn_runs_bf16
+
+    if onednn_runs_bf16():
+        pytest.skip("this CPU's oneDNN runs bf16: test_batch_invariance.py::test_on_a_cpu_without_avx512 runs this "
+                    "test with ONEDNN_MAX_CPU_ISA=AVX2")
+    with caplog.at_level(logging.WARNING, logger="biasflow.models.onednn"):
+        bf16 = _tiny_bert(bert_tokenizer, dtype="bfloat16")
+    assert "oneDNN cannot run bfloat16 linear layers here" in caplog.text
+    assert not any(isinstance(m, OneDNNLinear) and m.weight.dtype == torch.bfloat16 for m in bf16.model.modules())
+    assert any(isinstance(m, OneDNNLinear) for m in bf16.head_fp32.modules())  # fp32 layers keep oneDNN
+    fp32 = _tiny_bert(bert_tokenizer)
+    ids = encode(fp32, SENTENCES[:6])
+    a = np.concatenate(pseudo_log_likelihoods(fp32, ids, progress=False))
+    b = np.concatenate(pseudo_log_likelihoods(bf16, ids, progress=False))
+    assert 0 < np.abs(a - b)[~np.isnan(a)].max() < 0.05
+    with pytest.raises(ValueError, match=r"model.cpu_linear=onednn with model.dtype=bfloat16.*AVX512-BW"):
+        _tiny_bert(bert_tokenizer, dtype="bfloat16", cpu_linear="onednn")
 
 
 def test_onednn_linears_are_optional_and_agree(bert_tokenizer):

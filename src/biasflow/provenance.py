@@ -27,6 +27,30 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+def cpu_description() -> str:
+    """The CPU as benchmark figures must name it: model, architecture, cores and the widest vector instruction set
+    ("AMD EPYC, x86_64, 2 cores, AVX-512 (bf16 in oneDNN)"); oneDNN's bf16 needs AVX-512 BW/VL/DQ or AVX-NE-CONVERT."""
+    model, flags = "", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and not model:
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    except OSError:  # not Linux
+        pass
+    if {"avx512bw", "avx512vl", "avx512dq"} <= flags:
+        isa = "AVX-512 (bf16 in oneDNN)"
+    elif "avx_ne_convert" in flags:
+        isa = "AVX2 + AVX-NE-CONVERT (bf16 in oneDNN)"
+    elif "avx2" in flags:
+        isa = "AVX2 (no bf16 in oneDNN)"
+    else:
+        isa = "no AVX2" if flags else "instruction set unknown"
+    return f"{model or platform.processor() or 'unknown CPU'}, {platform.machine()}, {os.cpu_count()} cores, {isa}"
+
+
 def git_commit() -> str:
     """The project checkout's commit ("unknown" outside a git checkout), for reports (no MLflow import)."""
     try:

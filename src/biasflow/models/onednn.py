@@ -8,9 +8,14 @@ relies on that; ``tests/test_batch_invariance.py`` checks it), which MKL's do no
 """
 from __future__ import annotations
 
+import functools
+import logging
 from typing import Any, Mapping
 
 import torch
+
+log = logging.getLogger(__name__)
+BF16_CPU_FEATURES = "AVX512-BW/VL/DQ or AVX-NE-CONVERT"  # what oneDNN's bf16 inner product needs
 
 _POINTWISE = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
 _REORDER = getattr(torch.ops.mkldnn, "_reorder_linear_weight", None)
@@ -65,13 +70,19 @@ def use_onednn_linears(module: torch.nn.Module) -> int:
     (``*Intermediate`` with ``dense`` and ``intermediate_act_fn``) and GPT-2's tanh approximation (``gelu_new``: an
     MLP with ``c_fc`` and ``act``). One pass over the feed-forward activations instead of eight elementwise ones.
     """
-    swapped = 0
+    dtypes = (torch.float32, torch.bfloat16) if onednn_runs_bf16() else (torch.float32,)
+    swapped = kept_bf16 = 0
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
-            if ((isinstance(child, torch.nn.Linear) or _is_conv1d(child))
-                    and child.weight.dtype in (torch.float32, torch.bfloat16)):
+            if (isinstance(child, torch.nn.Linear) or _is_conv1d(child)) and child.weight.dtype in dtypes:
                 setattr(parent, name, OneDNNLinear(child))
                 swapped += 1
+            elif (isinstance(child, torch.nn.Linear) or _is_conv1d(child)) and child.weight.dtype == torch.bfloat16:
+                kept_bf16 += 1
+    if kept_bf16:
+        log.warning("bfloat16 on this CPU: oneDNN cannot run bfloat16 linear layers here (it needs %s); %d layers "
+                    "run on torch's own kernels instead (slower: model.dtype=float32 may be faster on this CPU)",
+                    BF16_CPU_FEATURES, kept_bf16)
     for parent in list(module.modules()):
         act = getattr(parent, "intermediate_act_fn", None)
         dense = getattr(parent, "dense", None)
@@ -103,4 +114,26 @@ def want_onednn(cfg: Mapping[str, Any], device: torch.device, dtype: torch.dtype
     if choice == "onednn" and not usable:
         raise ValueError("model.cpu_linear=onednn needs device=cpu, dtype float32 or bfloat16 and a torch built "
                          "with oneDNN")
+    if choice == "onednn" and dtype == torch.bfloat16 and not onednn_runs_bf16():
+        raise ValueError(f"model.cpu_linear=onednn with model.dtype=bfloat16: oneDNN cannot run bfloat16 linear "
+                         f"layers on this CPU (it needs {BF16_CPU_FEATURES}); use model.cpu_linear=auto (torch's own "
+                         f"kernels run them) or model.dtype=float32")
     return usable and choice != "default"
+
+
+@functools.lru_cache(maxsize=None)
+def onednn_runs_bf16() -> bool:
+    """Whether oneDNN runs bfloat16 linear layers on this CPU: it needs AVX512-BW/VL/DQ or AVX-NE-CONVERT (an AVX2-only
+    CPU has neither; ``ONEDNN_MAX_CPU_ISA`` can forbid them). Tried on a tiny layer, since that is the call that would
+    fail, as well as asked of torch."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    supported = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    if supported is not None and not supported():
+        return False
+    try:
+        layer = OneDNNLinear(torch.nn.Linear(16, 8).to(torch.bfloat16))
+        layer(torch.zeros(4, 16, dtype=torch.bfloat16))
+    except RuntimeError:
+        return False
+    return True

@@ -8,7 +8,8 @@ Answers two request types (``scoring.requests``):
 * ``UnmaskedLogprobsAttention``: the same plus ``attention[i]``: the attention weight position i receives, averaged
   over layers, heads and all (non-padding) query positions, special tokens included, as their ``evaluate.py`` does
   (``mean`` over the concatenated layers, then heads, then the query axis). Needs eager attention: SDPA/flash
-  kernels return no weights. A model loaded otherwise is switched to eager in place (logged).
+  kernels return no weights. A model loaded otherwise is switched to eager in place (logged); the eager attention
+  runs one text at a time (``eager_attention_row_by_row``), so a text's weights never depend on its company.
 
 Texts are batched by a token budget with right padding; padded keys get zero weight from the attention mask and
 padded query rows are left out of the average, so a batch gives the numbers of one text alone. The model
@@ -36,17 +37,55 @@ def encode(adapter, texts: Sequence[str]) -> list[list[int]]:
     return [adapter.tokenizer(t, add_special_tokens=True)["input_ids"] for t in texts]
 
 
+ROW_EAGER = "biasflow_eager_rows"
+
+
+def eager_attention_row_by_row(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """transformers' eager attention (its weights are what AUL averages), computed one text of the batch at a time:
+    batched matrix products choose their kernel by the batch count (seen on AVX2 CPUs: a text's attention weights
+    changed in the last bits with its company), so each text's products are made in calls of its own shape."""
+    if scaling is None:
+        scaling = query.size(-1) ** -0.5
+    outputs, weights = [], []
+    for row in range(query.shape[0]):
+        w = torch.matmul(query[row], key[row].transpose(-2, -1)) * scaling
+        if attention_mask is not None:
+            mask = attention_mask[row]
+            w = w.masked_fill(~mask, torch.finfo(w.dtype).min) if mask.dtype == torch.bool else w + mask
+        p = torch.nn.functional.softmax(w, dim=-1)
+        outputs.append(torch.matmul(p, value[row]))
+        weights.append(p)
+    return torch.stack(outputs).transpose(1, 2).contiguous(), torch.stack(weights)
+
+
+def _register_row_eager() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
+
+    AttentionInterface.register(ROW_EAGER, eager_attention_row_by_row)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(ROW_EAGER, ALL_MASK_ATTENTION_FUNCTIONS["eager"])
+
+
 def ensure_eager_attention(adapter) -> None:
+    """Eager attention (SDPA/flash kernels return no weights), computed text by text where the model's attention
+    layers take transformers' attention functions; else transformers' own eager attention."""
     model = adapter.model
     impl = getattr(model.config, "_attn_implementation", None)
-    if impl == "eager":
+    if impl == ROW_EAGER:
         return
     if not hasattr(model, "set_attn_implementation"):
+        if impl == "eager":
+            return
         raise ValueError(f"model {adapter.name!r} uses {impl!r} attention, which returns no attention weights; "
                          "set model.attn_implementation=eager")
-    log.warning("model %s: switching attention from %r to 'eager' to read attention weights "
-                "(set model.attn_implementation=eager to load it that way)", adapter.name, impl)
-    model.set_attn_implementation("eager")
+    if impl != "eager":
+        log.warning("model %s: switching attention from %r to eager to read attention weights "
+                    "(set model.attn_implementation=eager to load it that way)", adapter.name, impl)
+    _register_row_eager()
+    try:
+        model.set_attn_implementation(ROW_EAGER)
+    except (ValueError, KeyError, TypeError):  # a model whose layers ignore transformers' attention functions
+        model.set_attn_implementation("eager")
 
 
 @torch.inference_mode()
