@@ -205,3 +205,31 @@ def test_an_export_never_overwrites_what_the_plan_reads_or_keeps(tmp_path):
     with pytest.raises(ConfigError, match="two jobs of this plan would write that file"):
         build_plan(["model=bert_base_uncased,roberta_base", *base[:1], *base[2:],
                     f"metric.stereoset.export_predictions={out}"], multirun=True)
+
+
+def test_dtype_aliases_and_an_omitted_dtype_are_one_model():
+    """fp32, float32 and no dtype are one computation: one model key, one cache (and bf16 = bfloat16)."""
+    def keys(*overrides):
+        return {j.model_key for j in build_plan(["metric=[crows_pairs]", *overrides]).jobs}
+
+    assert keys("model.dtype=fp32") == keys("model.dtype=float32") == keys("~model.dtype") == keys()
+    assert keys("model.dtype=bf16") == keys("model.dtype=bfloat16") != keys()
+
+
+def test_the_demo_model_build_depends_only_on_what_it_reads(tmp_path):
+    """The build rule's params are the recipe and its training settings: scoring options never rebuild the model
+    (Snakemake re-runs a rule whose params change, and rebuilt the demo model for model.dtype=bfloat16)."""
+    from biasflow.workflow import Lookups
+
+    def build_params(*overrides):
+        plan = build_plan(["metric=[crows_pairs]", *overrides])
+        (path,) = {j.model["path"] for j in plan.jobs}
+        return Lookups(plan, "").build_params(path)
+
+    base = build_params()
+    assert base == {"build": "demo_mlm", "train": build_plan(["metric=[crows_pairs]"]).jobs[0].model["train"]}
+    for change in ("model.dtype=bfloat16", "model.batch_tokens=512", "model.device=cpu", "model.name=other"):
+        assert build_params(change) == base, change
+    assert build_params("model.train.steps=3") != base  # what the build reads does rebuild it
+    rule = (Path(__file__).parents[1] / "workflow" / "rules" / "models.smk").read_text()
+    assert "W.build_params(" in rule

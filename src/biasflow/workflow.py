@@ -159,6 +159,12 @@ class Lookups:
                 return job.model
         raise ValueError(f"no model of this plan is built at {path}")
 
+    def build_params(self, path: str) -> dict[str, Any]:
+        """The build rule's params: only what the build reads (the recipe and its training settings), so changing
+        how the model is scored (dtype, batch_tokens, device, name) never rebuilds or overwrites it."""
+        model = self.built_model(path)
+        return {"build": model["build"], "train": dict(model.get("train") or {})}
+
     def build_threads(self, path: str, workflow) -> int:
         """The build rule's threads. On a cluster, the training's own thread count (``model.train.threads``). On one
         machine one: the model is the longest wait of a run, and a job claiming two cores waits until two are free

@@ -6,7 +6,7 @@ rule build_demo_model:
     output:
         directory(RESOURCES + "/models/{model_name}"),
     params:
-        model=lambda w: W.built_model(f"{RESOURCES}/models/{w.model_name}"),
+        model=lambda w: W.build_params(f"{RESOURCES}/models/{w.model_name}"),
     log:
         RESULTS + "/logs/build_model/{model_name}.log",
     benchmark:

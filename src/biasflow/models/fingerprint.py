@@ -37,9 +37,27 @@ LOCATION_KEYS = model_kinds.View(
     "model kind -> config keys that say where it runs")
 
 
+DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+DEFAULT_DTYPE = "float32"  # schema.ModelConfig's default
+
+
+def canonical_dtype(value: Any) -> str:
+    """One name per number format: fp32, float32 and an omitted dtype are one computation (and one cache)."""
+    name = DEFAULT_DTYPE if value is None else str(value)
+    return DTYPE_ALIASES.get(name, name)
+
+
+def _reads(kind: Any, key: str) -> bool:
+    spec = model_kinds.KINDS.get(str(kind))
+    return spec is None or spec.options is None or key in spec.options
+
+
 def config_fingerprint(cfg: Mapping[str, Any]) -> str:
-    """Fingerprint from the config alone (known before the model is loaded): names output folders."""
+    """Fingerprint from the config alone (known before the model is loaded): names output folders. Values are
+    normalised first (dtype aliases made canonical, its default filled for the kinds that read it)."""
     key = {k: cfg.get(k) for k in SCORING_KEYS}
+    if _reads(cfg.get("kind"), "dtype"):
+        key["dtype"] = canonical_dtype(cfg.get("dtype"))
     key.update({k: cfg[k] for k in PROCESS_KEYS if cfg.get(k) is not None
                 and k not in LOCATION_KEYS.get(str(cfg.get("kind")), ())})
     return stable_hash(key, 16)
