@@ -167,3 +167,20 @@ def test_a_lazy_answerer_imports_its_module_on_first_call_and_keeps_its_name(tmp
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == ["biasflow.models.vectors", "answer_word_vector", "False", "True"]
+
+
+def test_answers_of_two_library_versions_are_never_mixed(model_dir, monkeypatch):
+    """torch / transformers / tokenizers / numpy versions are part of a local model's fingerprint (the answer cache's
+    folder) and of its identity: a later install scores again instead of mixing its answers with the old ones."""
+    import biasflow.models.fingerprint as fp
+    import biasflow.models.hf as hf
+    from biasflow.models import load_model
+
+    cfg = model_cfg(model_dir)
+    before_identity, before = load_identity(cfg), load_model(cfg).fingerprint
+    for library in fp.NUMERIC_LIBRARIES:
+        installed = fp.numeric_library_versions()
+        monkeypatch.setattr(fp, "numeric_library_versions", lambda lib=library: {**installed, lib: "99.0"})
+        monkeypatch.setattr(hf, "numeric_library_versions", fp.numeric_library_versions)
+        assert load_identity(cfg) != before_identity, library
+        assert load_model(cfg).fingerprint != before, library

@@ -37,6 +37,24 @@ LOCATION_KEYS = model_kinds.View(
     "model kind -> config keys that say where it runs")
 
 
+# Libraries whose version can change a local model's numbers (kernels, tokenisation, the model classes, float
+# formatting): part of every Hugging Face model's fingerprint, which names its answer cache, so answers computed under
+# two installs are never mixed; after an upgrade of one of them the models are scored again (docs/architecture.md).
+NUMERIC_LIBRARIES = ("torch", "transformers", "tokenizers", "numpy")
+
+
+def numeric_library_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in NUMERIC_LIBRARIES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
 DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 DEFAULT_DTYPE = "float32"  # schema.ModelConfig's default
 
@@ -105,7 +123,7 @@ HF_KINDS = model_kinds.View(lambda: {k: s for k, s in model_kinds.KINDS.items() 
                             "model kinds loaded from a Hugging Face folder or hub id")
 # Raise when the fingerprint or provenance of one of HF_KINDS is computed differently: remembered fingerprints
 # (scoring.answer.Models) of the old formula are then never used.
-IDENTITY_FORMAT = 1
+IDENTITY_FORMAT = 2
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
@@ -135,7 +153,5 @@ def load_identity(cfg: Mapping[str, Any]) -> str | None:
         where = f"hub:{source}@{cfg['revision']}"
     else:
         return None
-    from importlib.metadata import version
-
     return stable_hash({"format": IDENTITY_FORMAT, "kind": kind, "config": config_fingerprint(cfg), "where": where,
-                        "transformers": version("transformers")}, 24)
+                        "libraries": numeric_library_versions()}, 24)

@@ -12,7 +12,7 @@ from biasflow.errors import ModelLoadError
 from biasflow.io import stable_hash
 # planning needs these without torch; they live in models.fingerprint and stay importable from here
 from biasflow.models.fingerprint import (PROCESS_KEYS, SCORING_KEYS, config_fingerprint,  # noqa: F401
-                                         local_weights_digest)
+                                         local_weights_digest, numeric_library_versions)
 from biasflow.schema import ModelConfig, config_value
 
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class Loaded:
     def fingerprint(self, cfg: Mapping[str, Any]) -> str:
         """Changes whenever the model's outputs could: the scoring options, the resolved revision, the class."""
         return stable_hash({"config": config_fingerprint(cfg), "revision": self.resolved_revision,
-                            "cls": type(self.model).__name__}, 24)
+                            "cls": type(self.model).__name__, "libraries": numeric_library_versions()}, 24)
 
 
 def load_pretrained(cfg: Mapping[str, Any], auto_class: Any, *, tokenizer: bool = True) -> Loaded:

@@ -23,7 +23,7 @@ from transformers import AutoModelForMaskedLM
 
 from biasflow.io import stable_hash
 from biasflow.models.batch_invariant import batch_invariant
-from biasflow.models.hf import HFAdapter, config_fingerprint
+from biasflow.models.hf import HFAdapter, config_fingerprint, numeric_library_versions
 from biasflow.models.onednn import OneDNNLinear, use_onednn_linears, want_onednn
 
 __all__ = ["MaskedLM", "OneDNNLinear", "use_onednn_linears"]
@@ -80,7 +80,8 @@ class MaskedLM(HFAdapter):
         self.resolved_revision = "memory:" + stable_hash({"config": self.model.config.to_dict(),
                                                           "weights": sample}, 16)
         self.fingerprint = stable_hash({"config": config_fingerprint(self.cfg), "revision": self.resolved_revision,
-                                        "cls": type(self.model).__name__}, 24)
+                                        "cls": type(self.model).__name__, "libraries": numeric_library_versions()},
+                                       24)
         self._setup()
         return self
 
