@@ -71,6 +71,8 @@ NOT_RUNNABLE = {
                                            "test_sweep_failures.py runs it on one",
     "bash scripts/bootstrap.sh run": "installs a virtual environment and runs the whole default pipeline (minutes)",
     "bash scripts/bootstrap.sh test": "installs a virtual environment and runs the whole test suite, this file too",
+    "bash scripts/lock.sh": "re-resolves requirements.lock from the package index (its output changes with every "
+                            "release upstream); tests/test_lock.py checks the lock it made",
     ".venv/bin/mlflow ui --backend-store-uri sqlite:///results/mlflow.db": "starts a web server that runs until "
                                                                              "stopped",
     ". .venv/bin/activate": "changes the state of the user's shell",

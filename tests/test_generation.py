@@ -173,6 +173,25 @@ def test_responses_file_errors_name_file_and_column(tmp_path):
         read_responses_file(tmp_path / "x.txt")
     with pytest.raises(DataFormatError, match="does not exist"):
         read_responses_file(tmp_path / "nope.csv")
+    pd.DataFrame({"prompt": [], "response": []}).to_csv(tmp_path / "empty.csv", index=False)
+    with pytest.raises(DataFormatError, match=r"empty\.csv has no rows"):
+        read_responses_file(tmp_path / "empty.csv")
+    pd.DataFrame({"prompt": ["a", "b", "c"], "response": [1.5, None, 3.0]}).to_parquet(tmp_path / "numbers.parquet")
+    with pytest.raises(DataFormatError, match=r"numbers\.parquet, row 1: response is not text but float 1\.5 \(2 "
+                                              r"such row"):
+        read_responses_file(tmp_path / "numbers.parquet")
+
+
+def test_evaluate_refuses_empty_and_non_text_responses(tmp_path, monkeypatch):
+    """An empty table gave non_completion_rate 1.0 with n = 0, and numbers a TypeError inside the metric."""
+    from biasflow import api
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DataFormatError, match="responses is empty"):
+        api.evaluate("langfair_stereotype", pd.DataFrame({"prompt": [], "response": []}))
+    with pytest.raises(DataFormatError, match=r"row 2: response is not text but int 7"):
+        api.evaluate("langfair_stereotype", pd.DataFrame({"prompt": ["p", "q"], "response": ["fine", 7]},
+                                                         dtype=object))
 
 
 # ------------------------------------------------------------------------------------- secrets and failures

@@ -263,6 +263,7 @@ def test_server_unreachable_then_back_biasflow_log_logs_without_leaking(tmp_path
     down = capsys.readouterr()
     assert "unreachable" in down.err and f"biasflow log {run_dir}" in down.err
     store = tmp_path / "server"
+    store.mkdir()  # MLflow before 3.5 does not create the sqlite file's folder
     server = subprocess.Popen(
         [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{store / 'mlflow.db'}",
          "--artifacts-destination", str(store / "artifacts"), "--host", "127.0.0.1", "--port", str(port),

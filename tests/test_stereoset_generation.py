@@ -114,6 +114,45 @@ def responses_file(items: pd.DataFrame, cfg: dict, path: Path) -> Path:
     return path
 
 
+def test_a_prompt_answered_twice_in_a_responses_file_is_refused(tmp_path):
+    """A single-reply metric given two different replies to one prompt would use the first without a word: the
+    score stage refuses it, naming the prompt and the file's rows."""
+    from biasflow.errors import DataFormatError
+    from biasflow.generation.config import generator_model
+    from biasflow.scoring.answer import metric_answers
+
+    items = hand_items()
+    cfg = {"benchmark": "stereoset", "generation": {"max_failed_fraction": 0.2}}
+    path = responses_file(items, cfg, tmp_path / "replies.jsonl")
+    lines = path.read_text().splitlines()
+    again = json.loads(lines[2])
+    path.write_text("\n".join(lines + [json.dumps({"prompt": again["prompt"], "response": "B"})]) + "\n")
+    model = generator_model({"kind": "responses_file", "path": str(path)})
+    with pytest.raises(DataFormatError, match=r"1 prompt\(s\) have more responses than metric stereoset_mc asks for "
+                                              r"\(1 per prompt\).*has 2 responses \(file rows 3, 11"):
+        metric_answers("stereoset_mc", items, cfg, model, tmp_path / "cache", progress=False)
+
+
+def test_a_prompt_missing_from_a_responses_file_is_named_and_no_retry_is_promised(tmp_path):
+    """A re-run reads the same file, so the message asks for the missing response (and shows its prompt) instead of
+    promising that running again retries it."""
+    from biasflow.generation.config import generator_model
+    from biasflow.scoring.answer import metric_answers
+
+    items = hand_items()
+    cfg = {"benchmark": "stereoset", "generation": {"max_failed_fraction": 0.0}}
+    path = responses_file(items, cfg, tmp_path / "replies.jsonl")
+    lines = path.read_text().splitlines()
+    missing = json.loads(lines[0])["prompt"]
+    path.write_text("\n".join(lines[1:]) + "\n")
+    model = generator_model({"kind": "responses_file", "path": str(path)})
+    with pytest.raises(GenerationError) as err:
+        metric_answers("stereoset_mc", items, cfg, model, tmp_path / "cache", progress=False)
+    message = str(err.value)
+    assert "requests have no response in the responses file" in message and "Add the missing responses" in message
+    assert "re-run" not in message and " ".join(missing.split())[:40] in message
+
+
 def values(agg: pd.DataFrame) -> dict[tuple[str, str], float]:
     return {(m, c): v for m, c, v in zip(agg.metric, agg.category, agg.value)}
 
@@ -133,7 +172,8 @@ def test_hand_computed_metrics_from_a_responses_file(tmp_path):
         "e6": "stereotype", "e7": None, "i1": "stereotype", "i2": "anti-stereotype", "i3": "unrelated"}
     assert per_item.answer_status.to_dict() == {**{k: "ok" for k in per_item.index}, "e5": "unparsed",
                                                 "e7": "failed"}
-    assert per_item.loc["e5", "response"] == "A person cannot be judged by that." and pd.isna(per_item.loc["e5", "letter"])
+    assert per_item.loc["e5", "response"] == "A person cannot be judged by that."
+    assert pd.isna(per_item.loc["e5", "letter"])
     assert per_item.option_order.to_dict() == {k: "|".join(documented_order(k)) for k in per_item.index}
     got = values(SPEC.aggregate(per_item.reset_index(), cfg))
     nan = float("nan")

@@ -140,6 +140,11 @@ def _responses_file(responses: pd.DataFrame | str | Path, folder: Path) -> Path:
         raise DataFormatError(f"responses has no column {', '.join(map(repr, missing))} (columns: "
                               f"{list(responses.columns)})")
     table = responses.reset_index(drop=True)
+    if table.empty:
+        raise DataFormatError("responses is empty: no prompt and response to score")
+    from biasflow.generation.answer import check_text_columns
+
+    check_text_columns(table, "responses")
     blob = table.to_json(orient="split", force_ascii=False).encode()
     path = folder / f"responses-{hashlib.sha256(blob).hexdigest()[:16]}.parquet"
     if not path.exists():

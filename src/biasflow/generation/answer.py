@@ -27,6 +27,18 @@ ANSWER_COLUMNS = ["response", "status", "error", "latency_s"]
 
 
 # ------------------------------------------------------------------------------------------- responses files
+def check_text_columns(df: pd.DataFrame, where: str) -> None:
+    """Prompts and responses are text (or missing: a failed generation); anything else is named by its row."""
+    for column in ("prompt", "response"):
+        bad = [i for i, v in enumerate(df[column]) if not (isinstance(v, str) or v is None
+                                                            or (isinstance(v, float) and v != v))]
+        if bad:
+            value = df[column].iloc[bad[0]]
+            value = value.item() if hasattr(value, "item") else value  # a numpy scalar as the plain value
+            raise DataFormatError(f"{where}, row {bad[0] + 1}: {column} is not text but {type(value).__name__} "
+                                  f"{value!r} ({len(bad)} such row(s))")
+
+
 def read_responses_file(path: str | Path) -> pd.DataFrame:
     """A user's own responses: CSV, JSONL or Parquet with columns ``prompt`` and ``response``.
 
@@ -55,6 +67,9 @@ def read_responses_file(path: str | Path) -> pd.DataFrame:
         raise DataFormatError(f"responses file {path} has no column {', '.join(map(repr, missing))} "
                               f"(columns: {list(df.columns)})")
     df = df.reset_index(drop=True)
+    if df.empty:
+        raise DataFormatError(f"responses file {path} has no rows: nothing to score")
+    check_text_columns(df, f"responses file {path}")
     df["prompt"] = df["prompt"].fillna("").astype(str).str.strip()
     empty = df["response"].isna() | (df["response"].astype(str).str.strip() == "")
     df["response"] = df["response"].where(~empty, None)
@@ -62,6 +77,32 @@ def read_responses_file(path: str | Path) -> pd.DataFrame:
     df["status"] = ["failed" if e else "ok" for e in empty]
     df["error"] = [("empty response in " + str(path)) if e else None for e in empty]
     return df
+
+
+def check_responses_cover(path: str | Path, requests: Sequence[Generation], metric: str) -> None:
+    """A responses file answers a metric's generation requests exactly: a prompt the file answers more often than the
+    metric asks (a single-reply metric given two different replies to one prompt) would silently use the first; it
+    is refused, naming the prompt and its rows. (Prompts the file lacks are failed requests, counted and named by
+    ``check_failures``.)"""
+    table = read_responses_file(path)
+    asked: dict[str, int] = {}
+    for req in requests:
+        asked[req.prompt] = max(asked.get(req.prompt, 0), req.sample_index + 1)
+    rows = table.groupby("prompt", sort=False).groups
+    surplus = [(p, list(rows[p])) for p, n in asked.items() if p in rows and len(rows[p]) > n]
+    if surplus:
+        prompt, where = surplus[0]
+        wanted = asked[prompt]
+        raise DataFormatError(
+            f"responses file {path}: {len(surplus)} prompt(s) have more responses than metric {metric} asks for "
+            f"({wanted} per prompt); the extra ones would be ignored. First: {_shown(prompt)} has {len(where)} "
+            f"responses (file rows {', '.join(str(i + 1) for i in where)}, counting from the first data row). Keep "
+            f"{wanted} per prompt" + (" (or ask for more samples)" if wanted > 1 else "") + ".")
+
+
+def _shown(prompt: str, width: int = 80) -> str:
+    one_line = " ".join(str(prompt).split())
+    return repr(one_line if len(one_line) <= width else one_line[: width - 3] + "...")
 
 
 class ResponsesFileBackend:
@@ -128,6 +169,9 @@ def answer_generation(adapter: Any, requests: Sequence[Generation], budget) -> p
 
 
 # ------------------------------------------------------------------------------------------------ failures
+_FILE_FAILURE = r"^(?:no response \d+ to this prompt in |empty response in )"
+
+
 def check_failures(answers: pd.DataFrame, max_failed_fraction: float, option: str = "generator",
                    source: str = "") -> None:
     """GenerationError when more than ``max_failed_fraction`` of the generation answers failed.
@@ -144,6 +188,17 @@ def check_failures(answers: pd.DataFrame, max_failed_fraction: float, option: st
     errors = answers.loc[failed, "error"].dropna()
     first = f"; first error: {errors.iloc[0]}" if len(errors) else ""
     where = f" ({source})" if source else ""
+    from_file = len(errors) == n_failed and errors.str.contains(_FILE_FAILURE).all()
+    if from_file and "prompt" in answers:
+        first += f" (prompt {_shown(answers.loc[failed, 'prompt'].iloc[0])})"
+    if n_failed / n > max_failed_fraction and from_file:
+        # a re-run reads the same file: only editing it (or accepting the failures) changes anything
+        msg = (f"generation{where}: {n_failed} of {n} requests have no response in the responses file, more than "
+               f"{option}.max_failed_fraction={max_failed_fraction:g}{first}. Add the missing responses to the file "
+               f"(an edited file is a new model: its answers are cached apart), or raise "
+               f"{option}.max_failed_fraction to report them as non-completions.")
+        log.error(msg)
+        raise GenerationError(msg)
     if n_failed / n > max_failed_fraction:
         msg = (f"generation{where}: {n_failed} of {n} requests failed, more than {option}.max_failed_fraction="
                f"{max_failed_fraction:g}{first}. The {n - n_failed} answered requests are cached: re-run the same "

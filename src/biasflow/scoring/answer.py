@@ -424,6 +424,11 @@ def metric_answers(metric: str, items: pd.DataFrame, metric_cfg: Mapping[str, An
         model_cfg = dict(getattr(model, "cfg", None) or {"kind": model.kind})
     models = models or Models(model_cfg, model)
     requests = spec.requests(items, metric_cfg, str(model_cfg.get("kind")))
+    if model_cfg.get("kind") == "generator" and model_cfg.get("generator") == "responses_file" and model_cfg.get("path"):
+        from biasflow.generation.answer import check_responses_cover
+        from biasflow.scoring.requests import Generation
+
+        check_responses_cover(model_cfg["path"], [r for r in requests if isinstance(r, Generation)], spec.name)
     answers = answer_requests(requests, model_cfg, cache_root, models=models, metric=spec.name, progress=progress)
     if spec.check_answers is not None:  # raising fails the score stage before it writes anything
         spec.check_answers(answers, metric_cfg)
