@@ -93,6 +93,36 @@ def test_every_job_failing_still_gives_a_report_and_an_mlflow_parent(project):
     assert parent and parent[0].data.tags["biasflow.unfinished_jobs"] == "1"
 
 
+def test_a_failed_prepare_is_named_and_its_jobs_shown_blocked_not_waiting(project, crows_csv):
+    """A user's own data file (file://, checksummed) that is not UTF-8: prepare fails. The console summary,
+    `biasflow status` and the report name the failed prepare, its cause and log for each job it blocked (they were
+    shown as "waiting" with no cause)."""
+    import hashlib
+
+    import pandas as pd
+
+    raw = pd.read_csv(crows_csv, index_col=0).head(10)
+    raw.iloc[0, raw.columns.get_loc("sent_more")] = "The café owner was rude."
+    mine = project / "my_crows.csv"
+    raw.to_csv(mine, encoding="latin-1")
+    digest = hashlib.sha256(mine.read_bytes()).hexdigest()
+    run = ["-m", "model=tiny_ok,tiny_broken", "metric=[crows_pairs]", "stats.n_boot=0",
+           f"benchmark.crows_pairs.files.csv.sources=[{{url:'{mine.as_uri()}',sha256:{digest}}}]"]
+    proc = biasflow(project, "run", *run, "--cores", "2", "--", "--directory", str(project))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "0 failed, 2 blocked by a failed job" in out and "0 waiting" in out
+    assert out.count("blocked by prepare crows_pairs, which failed: CrowS-Pairs CSV") == 2
+    assert "is not UTF-8: byte 0xe9" in out and "logs/prepare/crows_pairs-" in out
+    report = next((project / "results" / "runs").glob("*/report.md"))
+    text = report.read_text()
+    assert "0 failed; 2 blocked by a failed download, prepare or build" in text
+    assert text.count("| blocked |") == 2 and "blocked by prepare crows_pairs" in text
+    status = biasflow(project, "status", str(report.parent))
+    assert status.returncode == 0 and "2 blocked by a failed job" in status.stdout
+    assert "blocked  tiny_ok / crows_pairs: blocked by prepare crows_pairs" in status.stdout
+
+
 def test_only_mlflow_failing_says_so_and_how_to_log_later(project):
     """Every metric finished and only log_mlflow failed (the store is down): the CLI says that, not 'partial
     results', and gives the biasflow log command."""

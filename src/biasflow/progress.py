@@ -23,7 +23,8 @@ from typing import Any, Mapping, Sequence
 
 from biasflow.errors import last_error
 
-STATES = ("done", "running", "queued", "failed", "interrupted", "waiting")
+# blocked: a job this one needs (a download, the prepare of its items, the build of its model) failed
+STATES = ("done", "running", "queued", "failed", "blocked", "interrupted", "waiting")
 
 
 @dataclass
@@ -148,6 +149,53 @@ def _incomplete(path: str, workdir: Path) -> bool:
     return (root / b64).exists() if len(b64) < 250 else any(p.name.endswith(b64[-200:]) for p in root.rglob("*"))
 
 
+def _at(path: str, workdir: Path) -> Path:
+    return Path(path) if Path(path).is_absolute() else workdir / path
+
+
+def upstream_failure(job: Mapping[str, Any], paths: Mapping[str, Any], workdir: Path) -> tuple[str, str] | None:
+    """(cause, log) of a failed job that ``job`` needs and that left no output: a download of its benchmark's
+    files, the prepare of its items, the build of its model (their rules' logs: workflow/rules/data.smk, models.smk).
+    None when none failed."""
+    results = job.get("results") or paths.get("results") or "results"
+    resources = paths.get("resources") or "resources"
+    needed: list[tuple[str, str, str]] = []  # (what, output, log)
+    model = job.get("model") or {}
+    if model.get("build") and model.get("path"):
+        name = Path(str(model["path"])).name
+        needed.append((f"build_demo_model {name}", str(model["path"]), f"{results}/logs/build_model/{name}.log"))
+    items = job.get("items_path")
+    if items:
+        benchmark = job.get("benchmark")
+        for spec in ((job.get("benchmark_cfg") or {}).get("files") or {}).values():
+            filename = (spec or {}).get("filename")
+            if filename:
+                needed.append((f"download {benchmark}/{filename}", f"{resources}/datasets/{benchmark}/{filename}",
+                               f"{results}/logs/download/{benchmark}/{filename}.log"))
+        needed.append((f"prepare {benchmark}", items, f"{results}/logs/prepare/{Path(items).stem}.log"))
+    for what, output, log in needed:
+        if _at(output, workdir).exists():
+            continue
+        error = last_error(str(_at(log, workdir)))
+        if error:
+            return f"blocked by {what}, which failed: {error}", log
+    return None
+
+
+def run_level_failures(plan: Mapping[str, Any], workdir: Path) -> list[tuple[str, str, str]]:
+    """(rule, cause, log) of the run-level jobs that failed and left no output: the plan copy, the aggregate."""
+    results = (plan.get("paths") or {}).get("results") or "results"
+    run_dir = f"{results}/runs/{plan['plan_hash']}"
+    out = []
+    for rule, output in (("plan", f"{run_dir}/plan.json"), ("aggregate", f"{run_dir}/aggregate.parquet")):
+        log = f"{results}/logs/{rule}/{plan['plan_hash']}.log"
+        if not _at(output, workdir).exists():
+            error = last_error(str(_at(log, workdir)))
+            if error:
+                out.append((rule, error, log))
+    return out
+
+
 def job_states(plan: Mapping[str, Any], workdir: str | os.PathLike | None = None) -> list[JobState]:
     """Each plan job's state. ``workdir``: Snakemake's working directory (default: the one the run's owner record
     names, else the current directory)."""
@@ -203,6 +251,10 @@ def job_states(plan: Mapping[str, Any], workdir: str | os.PathLike | None = None
             if error:
                 state.state, state.error, state.log = "failed", error, log
                 break
+        if state.state == "waiting":
+            blocker = upstream_failure(job, plan.get("paths") or {}, workdir)
+            if blocker:
+                state.state, state.error, state.log = "blocked", blocker[0], blocker[1]
     if pending:  # PENDING on SLURM is queued, not running
         from biasflow.slurm import squeue_states
 
@@ -239,7 +291,8 @@ def status_text(plan: Mapping[str, Any], workdir: str | os.PathLike | None = Non
     owner = read_owner(plan)
     alive = owner_alive(owner)
     lines = [f"plan {plan['plan_hash']}: {s['total']} jobs: {s['done']} done, {s['running']} running, "
-             f"{s['queued']} queued, {s['failed']} failed, {s['interrupted']} interrupted, {s['waiting']} waiting"]
+             f"{s['queued']} queued, {s['failed']} failed, {s['blocked']} blocked by a failed job, "
+             f"{s['interrupted']} interrupted, {s['waiting']} waiting"]
     if owner and alive is False and not owner.get("ended"):
         lines.append(f"the run is not running: {owner_text(owner)} is gone (killed, or the machine restarted)")
     elif owner and alive is True:
@@ -247,20 +300,25 @@ def status_text(plan: Mapping[str, Any], workdir: str | os.PathLike | None = Non
     if s["running"] or s["queued"] or (s["waiting"] and alive is not False):
         lines.append(f"time left (from finished jobs' scoring times, {cores} at a time): "
                      f"{format_duration(s['eta_seconds'])}")
-    elif not (s["waiting"] or s["interrupted"] or s["failed"]):
+    elif not (s["waiting"] or s["interrupted"] or s["failed"] or s["blocked"]):
         lines.append("nothing left to run")
+    run_failures = run_level_failures(plan, Path(workdir if workdir is not None else
+                                                 (owner or {}).get("workdir") or "."))
+    for rule, error, log in run_failures:
+        lines.append(f"  {'failed':<8} {rule} (the run's tables): {error}")
+        lines.append(f"           log: {log}")
     for j in states:
-        if j.state in ("failed", "running", "queued", "interrupted"):
+        if j.state in ("failed", "blocked", "running", "queued", "interrupted"):
             head = j.state + (f" ({j.slurm_state})" if j.slurm_state and j.state != "failed" else "")
             lines.append(f"  {head:<8} {j.model} / {j.metric}" + (f": {j.error}" if j.error else ""))
             if j.attempts and j.state == "failed":
                 lines.append(f"           attempts: {j.attempts_text()}")
             if j.log:
                 lines.append(f"           log: {j.log}")
-    if s["failed"] or s["interrupted"] or (s["waiting"] and alive is False):
+    if s["failed"] or s["blocked"] or s["interrupted"] or run_failures or (s["waiting"] and alive is False):
         command = (owner or {}).get("command") or "the same biasflow run command"
         lines.append(f"Fix the cause (if any) and resume with: {command}\n(finished jobs are kept; only the failed, "
-                     "interrupted and waiting ones run)")
+                     "blocked, interrupted and waiting ones run)")
     lines.append(f"(as of {time.strftime('%H:%M:%S')})")
     return "\n".join(lines)
 

@@ -69,10 +69,12 @@ def unfinished_section(unfinished) -> list[str]:
     """The report's list of jobs that did not finish (failed with their SLURM state and cause, interrupted, or never
     ran), what each attempt asked for, and how to redo them."""
     failed = [u for u in unfinished if u.state == "failed"]
+    blocked = [u for u in unfinished if u.state == "blocked"]
     interrupted = [u for u in unfinished if u.state == "interrupted"]
     lines = [f"\n## PARTIAL RESULTS: {len(unfinished)} job(s) did not finish\n",
-             f"{len(failed)} failed; {len(interrupted)} interrupted (the run was stopped); "
-             f"{len(unfinished) - len(failed) - len(interrupted)} did not run (waiting on a failed job). Their "
+             f"{len(failed)} failed; {len(blocked)} blocked by a failed download, prepare or build (which one, its "
+             f"cause and log: the table); {len(interrupted)} interrupted (the run was stopped); "
+             f"{len(unfinished) - len(failed) - len(blocked) - len(interrupted)} did not run. Their "
              "numbers are missing below. Fix the cause and run the same command again: finished jobs are kept and "
              "only these run.\n",
              "| " + " | ".join(UNFINISHED_HEAD) + " |", "|" + "---|" * len(UNFINISHED_HEAD)]
