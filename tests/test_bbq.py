@@ -697,3 +697,14 @@ def test_predictions_file_formats_and_errors(tmp_path):
         SPEC.compute(items, pd.DataFrame(columns=["key"]), {"predictions_file": str(short)})
     with pytest.raises(Exception, match="one reply per example"):
         options_of({"generation": {"count": 3}})
+    # a category no example has would be ignored silently: refused, with the name it probably meant
+    lower = tmp_path / "lower.csv"
+    lower.write_text("example_id,category,answer\n" + "".join(f"{e},age,1\n" for e in items.example_id))
+    with pytest.raises(DataFormatError, match=r"lower\.csv, line 2: category 'age' is not a BBQ category \(did you "
+                                              r"mean 'Age'\?\)"):
+        SPEC.compute(items, pd.DataFrame(columns=["key"]), {"predictions_file": str(lower)})
+    one_object = tmp_path / "object.json"
+    one_object.write_text(json.dumps({"example_id": 0, "category": "Age", "answer": 1}))
+    with pytest.raises(DataFormatError, match=r"object\.json: a \.json file must hold a list of records.*holds a "
+                                              r"dict"):
+        SPEC.compute(items, pd.DataFrame(columns=["key"]), {"predictions_file": str(one_object)})

@@ -233,3 +233,70 @@ def test_the_demo_model_build_depends_only_on_what_it_reads(tmp_path):
     assert build_params("model.train.steps=3") != base  # what the build reads does rebuild it
     rule = (Path(__file__).parents[1] / "workflow" / "rules" / "models.smk").read_text()
     assert "W.build_params(" in rule
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["metric=[bbq]", "+generator=openai_compatible", "generator.model=m", "generator.temperature=0.7"],
+     r"generator.temperature=0.7 would be ignored: metric bbq answers with its own generation settings \("
+     r"metric.bbq.generation.temperature=0.0.*Set metric.bbq.generation.temperature instead"),
+    (["metric=[bbq]", "+generator=openai_compatible", "generator.model=m", "generator.count=3"],
+     r"generator.count=3 would be ignored: metric bbq"),
+    (["metric=[stereoset_mc]", "+generator=openai_compatible", "generator.model=m", "generator.max_tokens=100"],
+     r"generator.max_tokens=100 would be ignored: metric stereoset_mc"),
+    (["metric=[bbq]", "+generator=openai_compatible", "generator.model=m", "generator.max_failed_fraction=0.5"],
+     r"generator.max_failed_fraction=0.5 would be ignored"),
+    (["metric=[bbq]", "+generator=openai_compatible", "generator.model=m", "+generator.use_chat_template=true"],
+     r"generator.use_chat_template=True is not read by generator kind openai_compatible.*read by: hf_generate"),
+    (["metric=[langfair_stereotype]", "+generator=openai_compatible", "generator.model=m", "+generator.device=cuda"],
+     r"generator.device='cuda' is not read by generator kind openai_compatible"),
+    (["metric=[stereoset_mc]", "+generator=responses_file", "generator.path=x.csv", "+generator.temperature=0.2"],
+     r"generator.temperature=0.2 is not read by generator kind responses_file"),
+])
+def test_generator_settings_that_would_be_ignored_are_refused(overrides, message):
+    """Issue 31: the metric's generation settings win over these, or the generator kind never reads them."""
+    with pytest.raises(ConfigError, match=message):
+        build_plan(overrides)
+
+
+def test_generator_settings_that_are_read_are_accepted():
+    assert build_plan(["metric=[bbq]", "+generator=openai_compatible", "generator.model=m",
+                       "generator.concurrency=8", "metric.bbq.generation.max_tokens=16"]).jobs
+    # LangFair's metric takes the generator's sampling settings: they are read, so allowed
+    job, = build_plan(["metric=[langfair_stereotype]", "+generator=openai_compatible", "generator.model=m",
+                       "generator.temperature=0.7"]).jobs
+    assert job.model["kind"] == "generator"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["metric=[reddit_bias]", "benchmark.reddit_bias.categories=[genderx]"],
+     r"benchmark.reddit_bias.categories: unknown dimension\(s\) \['genderx'\] \(did you mean 'gender'\?\)"),
+    (["metric=[bbq]", "benchmark.bbq.categories=[age]"],
+     r"benchmark.bbq.categories=\['age'\]: unknown category \['age'\] \(did you mean 'Age'\?\)"),
+])
+def test_category_names_are_checked_when_planning_before_any_download(overrides, message, tmp_path, monkeypatch):
+    """They were checked in prepare, after the downloads, and the jobs were then reported as waiting."""
+    from biasflow.data import download
+
+    monkeypatch.setattr(download, "fetch_verified", lambda *a, **k: pytest.fail("downloaded"))
+    with pytest.raises(ConfigError, match=message):
+        build_plan(overrides)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("metric.crows_pairs.diff_treshold=0.1", r"^metric.crows_pairs.diff_treshold=0.1: metric.crows_pairs has no option "
+                                             r"'diff_treshold' \(did you mean 'diff_threshold'\?\); its options: "),
+    ("model.dtyp=bf16", r"^model.dtyp=bf16: model has no option 'dtyp' \(did you mean 'dtype'\?\)"),
+    ("benchmark.crows_pairs.limt=5", r"did you mean 'limit'"),
+])
+def test_a_mistyped_option_gets_a_did_you_mean_in_the_users_words(override, message):
+    """Hydra's "Could not override" quoted a benchmark=[...] override the user never typed and advised `+`."""
+    with pytest.raises(ConfigError, match=message) as err:
+        build_plan(["metric=[crows_pairs]", override])
+    assert "benchmark=[" not in str(err.value) and "+" not in str(err.value)
+
+
+def test_a_declared_option_missing_from_the_yaml_needs_no_plus():
+    """model.path on a hub model's config, a metric option its YAML does not list: set like any other."""
+    (job,) = build_plan(["metric=[crows_pairs]", "model=bert_base_uncased", "model.path=/models/my-bert",
+                         "metric.crows_pairs.fill_mask_top_k=7"]).jobs
+    assert job.model["path"] == "/models/my-bert" and job.metric_cfg["fill_mask_top_k"] == 7

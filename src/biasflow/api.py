@@ -122,8 +122,11 @@ def run(*overrides: str, multirun: bool = False, cores: int | str = "all",
     rc = cli.main(argv + (["--", *snakemake_args] if snakemake_args else []))
     results = Results(run_dir=run_dir)
     if rc != 0:
-        raise RunFailed(f"biasflow run ended with exit code {rc}: partial results (if any) in {run_dir}; "
-                        f"running the same call again resumes", results)
+        if not (run_dir / "plan.json").exists():  # nothing ran (no Snakefile, a locked folder, ...): nothing to resume
+            raise RunFailed(f"biasflow run did not start (exit code {rc}); the cause is printed above", results)
+        raise RunFailed(f"biasflow run ended with exit code {rc}: partial results (if any) in {run_dir}; fix the "
+                        f"cause of the failed jobs (listed above and in its report.md), then the same call resumes",
+                        results)
     return results
 
 

@@ -5,6 +5,16 @@ import re
 from pathlib import Path
 
 
+def did_you_mean(word: str, choices) -> str:
+    """' (did you mean 'Age'?)' for the closest choice (case ignored first), or ''."""
+    import difflib
+
+    choices = [str(c) for c in choices]
+    same = [c for c in choices if c.lower() == str(word).lower()]
+    close = same or difflib.get_close_matches(str(word), choices, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 class BiasflowError(Exception):
     """Base class: the message is meant for the user as-is."""
 

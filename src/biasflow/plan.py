@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from omegaconf import OmegaConf
 
@@ -190,6 +190,7 @@ def compose(overrides: Sequence[str]) -> dict[str, Any]:
     cdir = conf_dir()
     if not (cdir / "config.yaml").exists():
         raise ConfigError(f"no config.yaml in {cdir} (run from the project root or set BIASFLOW_CONF)")
+    typed = list(overrides)  # what the user wrote (errors quote only these)
     overrides = with_every_benchmark(overrides, sorted(p.stem for p in (cdir / "benchmark").glob("*.yaml")))
     groups = _config_groups(cdir)
     group_overrides = tuple(o for o in overrides if _is_group_override(o, groups))
@@ -199,6 +200,7 @@ def compose(overrides: Sequence[str]) -> dict[str, Any]:
         group_overrides = tuple(o for o in group_overrides if not o.startswith("model="))
     try:
         base = _resolved_base(cdir, group_overrides, model_file)
+        values = _adding_known_options(values, base["config"])
         fast = None
         if base["resolved"] is not None:
             fast = _apply_values_fast(base, values) if values else copy.deepcopy(base["resolved"])
@@ -208,7 +210,72 @@ def compose(overrides: Sequence[str]) -> dict[str, Any]:
         ConfigLoaderImpl._apply_overrides_to_config(parse_overrides(values), cfg)
         return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(f"invalid configuration {overrides}: {exc}") from exc
+        raise ConfigError(_override_error(exc, typed, locals().get("base"))) from exc
+
+
+def _section_options(parent: str) -> set[str]:
+    """The options the schema declares for a config section (``model``, ``generator``, ``benchmark.<name>``,
+    ``metric.<name>``), whether or not its YAML file lists them."""
+    from biasflow.schema import BenchmarkConfig, GeneratorConfig, ModelConfig
+
+    parts = parent.split(".")
+    if parts == ["model"]:
+        return set(ModelConfig.model_fields)
+    if parts == ["generator"]:
+        return set(GeneratorConfig.model_fields)
+    if len(parts) == 2 and parts[0] == "benchmark":
+        return set(BenchmarkConfig.model_fields)
+    if len(parts) == 2 and parts[0] == "metric":
+        from biasflow.registry import metric_options
+
+        options = metric_options(parts[1])
+        return set(options.model_fields) if options is not None else set()
+    return set()
+
+
+def _adding_known_options(values: Sequence[str], config) -> list[str]:
+    """``model.path=DIR`` on a config whose file does not list ``path``: an option the schema declares is added (as
+    ``+model.path=DIR``), so the user never needs Hydra's ``+`` for a documented option."""
+    from omegaconf import DictConfig, OmegaConf
+
+    out = []
+    for o in values:
+        key = o.split("=", 1)[0]
+        if "=" in o and not key.startswith(("+", "~")) and "." in key:
+            parent, _, name = key.rpartition(".")
+            node = OmegaConf.select(config, parent)
+            if isinstance(node, DictConfig) and name not in node and name in _section_options(parent):
+                o = "+" + o
+        out.append(o)
+    return out
+
+
+def _override_error(exc: Exception, typed: Sequence[str], base: Mapping[str, Any] | None) -> str:
+    """A failed override, in the user's words: an unknown key gets the closest known one (never Hydra's advice to
+    add it with ``+``, which would only move the failure to validation); other errors quote the overrides typed."""
+    from omegaconf import OmegaConf
+
+    from biasflow.errors import did_you_mean
+
+    m = re.search(r"Could not override '([^']+)'", str(exc))
+    if m and base is not None:
+        path = m.group(1)
+        parent, _, key = path.rpartition(".")
+        node = OmegaConf.select(base["config"], parent) if parent else base["config"]
+        known = sorted({str(k) for k in node.keys()} | _section_options(parent)) if node is not None and hasattr(
+            node, "keys") else []
+        if parent == "model" and node is not None:  # the options of this model's kind, not of every kind
+            from biasflow import model_kinds
+
+            spec = model_kinds.KINDS.get(str(node.get("kind")))
+            if spec is not None and spec.options is not None:
+                known = sorted({str(k) for k in node.keys()} | set(spec.options) | set(model_kinds.COMMON_OPTIONS))
+        given = next((o for o in typed if o.lstrip("+~").split("=", 1)[0] == path), path)
+        if known:
+            return (f"{given}: {parent or 'the configuration'} has no option {key!r}{did_you_mean(key, known)}; its "
+                    f"options: {', '.join(known)}")
+        return f"{given}: {parent or 'the configuration'} is not a section of this run's configuration"
+    return f"invalid configuration {list(typed)}: {exc}"
 
 
 _RESOLVED: dict[tuple, dict[str, Any]] = {}
@@ -733,8 +800,27 @@ def check_exports(jobs: Sequence[Job], paths: dict[str, Any], benchmarks: dict[s
                 raise ConfigError(f"{where}: that is a folder; give the file's path (e.g. {path}/predictions.json)")
 
 
+def check_generator_settings(gen_cfg: Mapping[str, Any] | None, metric: str, spec, metric_cfg: Mapping[str, Any]):
+    """Generator keys that would be ignored are refused: keys its kind never reads, and sampling settings a metric
+    with its own generation settings overrides (the defaults: conf/generator/<kind>.yaml)."""
+    from biasflow.generation.config import check_generator_keys, check_metric_overrides
+
+    if not gen_cfg:
+        return
+    check_generator_keys(gen_cfg)
+    fields = getattr(spec.options, "model_fields", {}) if spec.options else {}
+    settings = fields.get("generation")
+    if settings is None or not getattr(settings.annotation, "overrides_generator", False):
+        return
+    import yaml
+
+    path = conf_dir() / "generator" / f"{gen_cfg.get('kind')}.yaml"
+    defaults = yaml.safe_load(path.read_text()) if path.exists() else {}
+    check_metric_overrides(gen_cfg, defaults or {}, metric, metric_cfg.get("generation") or {})
+
+
 def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
-    from biasflow.registry import get_metric
+    from biasflow.registry import check_loader_options, get_metric
 
     sweep = []
     jobs: dict[str, Job] = {}
@@ -754,6 +840,8 @@ def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
         tracking = tracking or cfg.get("tracking", {})
         paths = paths or cfg["paths"]
         for bname, bcfg in (cfg.get("benchmark") or {}).items():
+            if bname not in benchmarks:  # what the loader can check without data: before any download
+                check_loader_options(str((bcfg or {}).get("loader") or bname), bcfg or {})
             benchmarks.setdefault(bname, bcfg)
         metrics = cfg.get("metric") or {}
         if not metrics:
@@ -764,6 +852,7 @@ def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
             except KeyError as exc:
                 raise ConfigError(f"metric.{name}: {exc.args[0]}") from exc
             model = cfg["model"]
+            check_generator_settings(cfg.get("generator"), name, spec, mcfg)
             generated_by = generation_job_model(cfg, name, mcfg)  # text from +generator: filed under its model
             reason = (spec.model_check(model) if generated_by is None and spec.model_check
                       and accepts_kind(spec.model_kinds, model.get("kind")) else None)

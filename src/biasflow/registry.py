@@ -23,6 +23,7 @@ Loader = Callable[[Mapping[str, Path], Mapping[str, Any]], pd.DataFrame]
 LOADERS: dict[str, Loader] = {}
 METRICS: dict[str, "MetricSpec"] = {}
 # loader name -> its options whose mapping order carries meaning (biasflow.ordered): kept as ordered lists in plans
+LOADER_CHECKS: dict[str, Callable[[Mapping[str, Any]], None]] = {}
 LOADER_ORDERED_OPTIONS: dict[str, tuple[str, ...]] = {}
 
 # Every module of these packages is imported by ``load_all`` (so a new metric needs no edit here).
@@ -90,14 +91,27 @@ def _refuse_taken(kind: str, name: str, old_module: str | None, new_module: str 
                          f"give one of them another name")
 
 
-def register_loader(name: str, ordered_options: tuple[str, ...] = ()):
+def register_loader(name: str, ordered_options: tuple[str, ...] = (),
+                    check: Callable[[Mapping[str, Any]], None] | None = None):
+    """Register a dataset loader. ``check(benchmark_cfg)``: the options it can check without data (category names,
+    a split), raising ConfigError; the plan runs it, so a typo fails before any download."""
     def deco(fn: Loader) -> Loader:
         _refuse_taken("dataset loader", name, getattr(LOADERS.get(name), "__module__", None), fn.__module__)
         LOADERS[name] = fn
         LOADER_ORDERED_OPTIONS[name] = tuple(ordered_options)
+        if check is not None:
+            LOADER_CHECKS[name] = check
         return fn
 
     return deco
+
+
+def check_loader_options(loader: str, benchmark_cfg: Mapping[str, Any]) -> None:
+    """Plan time: the loader's own checks of ``benchmark_cfg`` that need no data (``register_loader(check=...)``)."""
+    load_all()
+    check = LOADER_CHECKS.get(loader)
+    if check is not None:
+        check(benchmark_cfg)
 
 
 # the metric callables that take the metric's options, and at which argument

@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from biasflow.errors import ConfigError, DataFormatError
+from biasflow.errors import ConfigError, DataFormatError, did_you_mean
 from biasflow.registry import register_loader
 
 CATEGORIES = ("Age", "Disability_status", "Gender_identity", "Nationality", "Physical_appearance", "Race_ethnicity",
@@ -116,8 +116,8 @@ def selected_categories(cfg: Mapping[str, Any]) -> list[str]:
         return list(CATEGORIES)
     unknown = [c for c in wanted if c not in CATEGORIES]
     if unknown or not wanted:
-        raise ConfigError(f"benchmark.bbq.categories={list(wanted)!r}: unknown category {unknown} "
-                          f"(known: {', '.join(CATEGORIES)})" if unknown else
+        raise ConfigError(f"benchmark.bbq.categories={list(wanted)!r}: unknown category {unknown}"
+                          f"{did_you_mean(unknown[0], CATEGORIES)} (known: {', '.join(CATEGORIES)})" if unknown else
                           "benchmark.bbq.categories=[]: select at least one category (or null for all)")
     return list(dict.fromkeys(wanted))
 
@@ -132,12 +132,19 @@ def round_robin(frames: list[pd.DataFrame], limit: int | None) -> pd.DataFrame:
         .reset_index(drop=True)
 
 
-@register_loader("bbq")
-def load(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
-    categories = selected_categories(cfg)
+def check_options(cfg: Mapping[str, Any]) -> None:
+    """What needs no data: the category names and the split (at plan time, before any download)."""
+    selected_categories(cfg)
     split = cfg.get("split") or "all"
     if split not in ("all", "ambig", "disambig"):
         raise ConfigError(f"benchmark.bbq.split={split!r}: must be all, ambig or disambig")
+
+
+@register_loader("bbq", check=check_options)
+def load(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
+    check_options(cfg)
+    categories = selected_categories(cfg)
+    split = cfg.get("split") or "all"
     for key in (*categories, "metadata"):
         if key not in files:
             raise ConfigError(f"benchmark.bbq.files has no {key!r} file (files: {sorted(files)})")

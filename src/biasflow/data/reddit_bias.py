@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from biasflow.errors import ConfigError, DataFormatError
+from biasflow.errors import ConfigError, DataFormatError, did_you_mean
 from biasflow.registry import register_loader
 
 # dimension -> (target group, counter-target group), in the paper's order
@@ -93,13 +93,19 @@ def round_robin(frames: list[pd.DataFrame], limit: int | None) -> pd.DataFrame:
     return ranked.sort_values(["_dim", "_turn"], kind="stable").drop(columns=["_turn", "_dim"]).reset_index(drop=True)
 
 
-@register_loader("reddit_bias")
-def load(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
+def check_options(cfg: Mapping[str, Any]) -> None:
+    """The category names (dimensions): checked at plan time, before any download."""
     selected = cfg.get("categories") or list(DIMENSIONS)
     unknown = [d for d in selected if d not in DIMENSIONS]
     if unknown:
-        raise ConfigError(f"benchmark.reddit_bias.categories: unknown dimension(s) {unknown}; "
-                          f"choose from {list(DIMENSIONS)}")
+        raise ConfigError(f"benchmark.reddit_bias.categories: unknown dimension(s) {unknown}"
+                          f"{did_you_mean(unknown[0], DIMENSIONS)}; choose from {list(DIMENSIONS)}")
+
+
+@register_loader("reddit_bias", check=check_options)
+def load(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
+    check_options(cfg)
+    selected = cfg.get("categories") or list(DIMENSIONS)
     frames = []
     for dimension in DIMENSIONS:
         if dimension not in selected:

@@ -39,6 +39,46 @@ def check_generator_config(gen_cfg: Mapping[str, Any] | None, option: str = "gen
             f"a file and set {option}.api_key_file=<path>")
 
 
+# What each generator kind reads; any other key set in a generator config would be silently ignored, so it is
+# refused at plan time (model kinds do the same: model_kinds.foreign_options).
+SAMPLING_KEYS = ("count", "system_prompt", "temperature", "max_tokens", "seed")
+GENERATOR_READS = {
+    "hf_generate": ("kind", "model", "name", "device", *SAMPLING_KEYS, *HF_GENERATE_OPTIONS, "max_failed_fraction",
+                    "progress"),
+    "openai_compatible": ("kind", "model", "name", "base_url", *SAMPLING_KEYS, *OPENAI_OPTIONS,
+                          "max_failed_fraction", "progress"),
+    "responses_file": ("kind", "path", "name", "count", "max_failed_fraction", "progress"),
+}
+
+
+def check_generator_keys(gen_cfg: Mapping[str, Any] | None, option: str = "generator") -> None:
+    """ConfigError naming a key set in the generator config that its kind never reads (``use_chat_template`` or
+    ``device`` on an OpenAI-compatible server, ``temperature`` on a responses file), with the kinds that do."""
+    if not gen_cfg or gen_cfg.get("kind") not in GENERATOR_READS:
+        return
+    kind = gen_cfg["kind"]
+    for key, value in gen_cfg.items():
+        if value is not None and key not in GENERATOR_READS[kind]:
+            readers = [k for k, keys in GENERATOR_READS.items() if key in keys]
+            raise ConfigError(f"{option}.{key}={value!r} is not read by generator kind {kind}, so it would be ignored"
+                              + (f" (it is read by: {', '.join(readers)})" if readers else "") + f"; remove it")
+
+
+def check_metric_overrides(gen_cfg: Mapping[str, Any] | None, defaults: Mapping[str, Any], metric: str,
+                           metric_settings: Mapping[str, Any]) -> None:
+    """For a metric that answers with its own generation settings (BBQ, stereoset_mc: greedy, one short reply):
+    ConfigError naming a sampling setting the user set on the generator (it differs from the generator config's
+    default ``defaults``), which the metric's ``metric.<name>.generation`` overrides."""
+    if not gen_cfg:
+        return
+    for key in (*SAMPLING_KEYS, "max_failed_fraction"):
+        if key in gen_cfg and gen_cfg.get(key) != defaults.get(key):
+            raise ConfigError(
+                f"generator.{key}={gen_cfg[key]!r} would be ignored: metric {metric} answers with its own generation "
+                f"settings (metric.{metric}.generation.{key}={metric_settings.get(key)!r}; the generator supplies "
+                f"the endpoint). Set metric.{metric}.generation.{key} instead")
+
+
 def name_slug(text: str) -> str:
     """A model name usable as a folder name: runs of other characters than [A-Za-z0-9._-] become '_'."""
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", str(text)).strip("._-")
@@ -106,5 +146,5 @@ def with_generation_options(model: Mapping[str, Any], metric_cfg: Mapping[str, A
     return {**model, **options}
 
 
-__all__ = ["check_generator_config", "generator_model", "job_model", "name_slug", "with_generation_options",
+__all__ = ["check_generator_config", "check_generator_keys", "check_metric_overrides", "generator_model", "job_model", "name_slug", "with_generation_options",
            "SECRET_KEYS"]

@@ -46,7 +46,8 @@ import numpy as np
 import pandas as pd
 from pydantic import Field, field_validator
 
-from biasflow.errors import DataFormatError
+from biasflow.data.bbq import CATEGORIES as BBQ_CATEGORIES
+from biasflow.errors import DataFormatError, did_you_mean
 from biasflow.metrics._choice import parse_choice as choose
 from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import Generating, GenerationSettings as GenerationOptions
@@ -73,6 +74,7 @@ class OneChoiceGeneration(GenerationOptions):
     model, URL, key, concurrency). ``asker``: the benchmark's name in the error for a second reply."""
 
     asker: ClassVar[str] = "this benchmark"
+    overrides_generator: ClassVar[bool] = True  # the plan refuses generator.temperature etc. (they would be ignored)
     temperature: float = Field(0.0, ge=0.0)
     max_tokens: int = Field(8, ge=1)
 
@@ -198,7 +200,13 @@ def read_predictions(path: str | Path, items: pd.DataFrame) -> pd.Series:
         if path.suffix.lower() in (".jsonl", ".ndjson"):
             df = pd.read_json(path, lines=True, dtype=False)
         elif path.suffix.lower() == ".json":
-            df = pd.read_json(path, orient="records", dtype=False)
+            records = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+                raise DataFormatError(f"BBQ predictions file {path}: a .json file must hold a list of records "
+                                      f"[{{\"example_id\": ..., \"category\": ..., \"answer\": ...}}, ...]; it "
+                                      f"holds a {type(records).__name__}"
+                                      + (" of other values" if isinstance(records, list) else ""))
+            df = pd.DataFrame.from_records(records)
         elif path.suffix.lower() == ".csv":
             df = pd.read_csv(path, dtype=str, keep_default_na=False)
         else:
@@ -215,6 +223,9 @@ def read_predictions(path: str | Path, items: pd.DataFrame) -> pd.Series:
     first_row = 2 if path.suffix.lower() == ".csv" else 1
     for row_no, (eid, cat, ans) in enumerate(zip(df["example_id"], df["category"], df["answer"]), start=first_row):
         where = f"BBQ predictions file {path}, {'line' if first_row == 2 else 'record'} {row_no}"
+        if str(cat) not in BBQ_CATEGORIES:  # a row that could never match an example is a mistake, not ignorable
+            raise DataFormatError(f"{where}: category {cat!r} is not a BBQ category"
+                                  f"{did_you_mean(str(cat), BBQ_CATEGORIES)} (categories: {', '.join(BBQ_CATEGORIES)})")
         try:
             key = f"bbq-{cat}-{int(str(eid).strip())}"
         except ValueError:
