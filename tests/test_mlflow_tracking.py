@@ -414,3 +414,21 @@ def test_a_relative_sqlite_store_is_the_current_folders(tmp_path, monkeypatch):
     assert connect_uri("sqlite:////abs/mlflow.db") == "sqlite:////abs/mlflow.db"
     assert connect_uri("sqlite:///x.db?timeout=5") == f"sqlite:///{tmp_path / 'b'}/x.db?timeout=5"
     assert connect_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
+
+
+def test_a_local_folder_on_a_hub_config_is_named_as_the_folder_everywhere():
+    """model=gpt2 model.path=DIR: loading reads the folder, so the report, the MLflow description, the model.id tag
+    and the revision param name the folder and its weights digest, never openai-community/gpt2 at main."""
+    from biasflow.provenance import configured_revision, model_source
+    from biasflow.tracking.mlflow_log import job_note, model_revision
+
+    model = {"name": "tiny_gpt2", "kind": "causal_lm", "hub_id": "openai-community/gpt2", "revision": "main",
+             "path": "/models/tiny-gpt2"}
+    job = {"model": model, "metric": "bbq", "benchmark": "bbq", "cfg_hash": "abc",
+           "user_files": {"model.path": {"digest": "0123abcd"}}}
+    assert model_source(model) == "/models/tiny-gpt2" and configured_revision(model) is None
+    assert model_revision(job) == "local:0123abcd"
+    note = job_note(job, pd.DataFrame(columns=["metric", "category", "value", "ci_low", "ci_high", "n"]))
+    assert "/models/tiny-gpt2" in note and "openai-community" not in note and "`main`" not in note
+    hub = {k: v for k, v in model.items() if k != "path"}
+    assert model_source(hub) == "openai-community/gpt2" and model_revision({"model": hub}) == "main"

@@ -11,6 +11,7 @@ import platform
 import shlex
 import subprocess
 from pathlib import Path
+from typing import Any, Mapping
 
 PACKAGES = ("biasflow", "torch", "transformers", "tokenizers", "pandas", "pyarrow", "snakemake", "hydra-core",
             "mlflow", "numpy", "scipy")
@@ -49,6 +50,24 @@ def cpu_description() -> str:
     else:
         isa = "no AVX2" if flags else "instruction set unknown"
     return f"{model or platform.processor() or 'unknown CPU'}, {platform.machine()}, {os.cpu_count()} cores, {isa}"
+
+
+def model_source(model: Mapping[str, Any]) -> str:
+    """Where a model's weights come from, in the order loading reads them (``models.hf.source_of``): a package's
+    folder, a local path (which wins over a hub id set beside it), the hub id, a served model's name."""
+    if model.get("package"):
+        return f"package:{model['package']}"
+    for key in ("path", "hub_id", "served_model_name", "model_id"):
+        if model.get(key):
+            return str(model[key])
+    return str(model.get("name") or "")
+
+
+def configured_revision(model: Mapping[str, Any]) -> str | None:
+    """The configured hub revision, where the hub is what loading reads (not for a local path or package)."""
+    if model.get("revision") and not model.get("path") and not model.get("package"):
+        return str(model["revision"])
+    return None
 
 
 def git_commit() -> str:

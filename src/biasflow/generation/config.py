@@ -61,7 +61,7 @@ def check_generator_keys(gen_cfg: Mapping[str, Any] | None, option: str = "gener
         if value is not None and key not in GENERATOR_READS[kind]:
             readers = [k for k, keys in GENERATOR_READS.items() if key in keys]
             raise ConfigError(f"{option}.{key}={value!r} is not read by generator kind {kind}, so it would be ignored"
-                              + (f" (it is read by: {', '.join(readers)})" if readers else "") + f"; remove it")
+                              + (f" (it is read by: {', '.join(readers)})" if readers else "") + "; remove it")
 
 
 def check_metric_overrides(gen_cfg: Mapping[str, Any] | None, defaults: Mapping[str, Any], metric: str,

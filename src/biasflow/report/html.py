@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from biasflow.provenance import configured_revision, model_source
 from biasflow.report.sweep import model_labels, summary_line
 from biasflow.secrets import redact_text
 
@@ -165,8 +166,8 @@ def provenance(plan: Mapping[str, Any]) -> dict[str, Any]:
         m = job["model"]
         entry = models.setdefault(job["model_key"], {
             "model": names[job["model_key"]], "kind": str(m.get("kind", "")),
-            "source": str(m.get("hub_id") or m.get("path") or m.get("model_id") or ""),
-            "revision": str(m.get("revision") or ""), "demo": "yes" if m.get("demo") else "no"})
+            "source": model_source(m), "revision": configured_revision(m) or "",
+            "demo": "yes" if m.get("demo") else "no"})
         meta = Path(job["metric_dir"]) / "score_meta.json"
         if meta.exists():
             prov = json.loads(meta.read_text()).get("provenance") or {}

@@ -42,7 +42,7 @@ import pandas as pd
 
 from biasflow.errors import TrackingError
 from biasflow.io import flatten_mapping
-from biasflow.provenance import package_versions, source_command
+from biasflow.provenance import configured_revision, model_source, package_versions, source_command
 from biasflow.secrets import redact_uri
 from biasflow.report.empty import is_placeholder
 from biasflow.schema import TrackingConfig, config_value
@@ -239,8 +239,8 @@ def model_revision(job: Mapping[str, Any]) -> str | None:
     """The model revision the config hash covers: the configured one, or the weights digest of a local folder (the
     same ``local:<digest>`` as the model.revision tag). None for models the workflow builds itself."""
     model = job["model"]
-    if model.get("revision"):
-        return str(model["revision"])
+    if configured_revision(model):  # a hub revision only where the hub is what loading reads
+        return configured_revision(model)
     local = (job.get("user_files") or {}).get("model.path")
     if local:
         return f"local:{local['digest']}"
@@ -339,7 +339,7 @@ def job_note(job: Mapping[str, Any], agg: pd.DataFrame, command: str | None = No
 
     model = job["model"]
     lines = [f"## {job['metric']} / {model['name']}", ""]
-    facts = [f"model `{model.get('hub_id') or model.get('path') or model.get('model_id') or model['name']}`"]
+    facts = [f"model `{model_source(model)}`"]
     revision = model_revision(job)
     if revision:
         facts.append(f"revision `{revision}`")
@@ -589,8 +589,7 @@ def _log_plan(plan: Mapping[str, Any], run_dir: Path, real_uri: str, redactor: R
             mdir = Path(job["metric_dir"])
             agg = pd.read_parquet(mdir / "aggregate.parquet")
             params, settings = job_params_and_tags(job)
-            tags = {**settings, "model.id": (job["model"].get("hub_id") or job["model"].get("path")
-                                             or job["model"].get("model_id")),
+            tags = {**settings, "model.id": model_source(job["model"]),
                     "model.demo": str(bool(job["model"].get("demo"))),
                     **common_tags, **dataset_tags(job, plan.get("paths", {}).get("resources", "resources")),
                     **_read_json(mdir / "score_meta.json").get("provenance", {})}
