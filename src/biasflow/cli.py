@@ -31,10 +31,25 @@ def _split(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def project_root() -> Path:
-    root = Path(os.environ.get("BIASFLOW_ROOT", ".")).resolve()
-    if not (root / "Snakefile").exists():
-        raise BiasflowError(f"no Snakefile in {root}: run biasflow from the project root or set BIASFLOW_ROOT")
-    return root
+    """The Snakefile's folder: ``BIASFLOW_ROOT``, else the working directory when it holds one (a project of the
+    user's own), else the one shipped with this install (``biasflow.installed``)."""
+    if "BIASFLOW_ROOT" in os.environ:
+        root = Path(os.environ["BIASFLOW_ROOT"]).resolve()
+        if not (root / "Snakefile").exists():
+            raise BiasflowError(f"BIASFLOW_ROOT={root} holds no Snakefile: point it at a biasflow checkout, or unset "
+                                f"it to use the workflow installed with biasflow")
+        return root
+    here = Path(".").resolve()
+    if (here / "Snakefile").exists():
+        return here
+    from biasflow.installed import installed_project
+
+    shipped = installed_project()
+    if shipped is None:
+        raise BiasflowError("this biasflow install has no workflow files (Snakefile, workflow/, scripts/, conf/): "
+                            "reinstall it (pip install biasflow, or pip install -e <checkout>), or set BIASFLOW_ROOT to "
+                            "a biasflow checkout")
+    return shipped
 
 
 def snakemake_command(plan_path: str, cores: str, dry_run: bool, extra: list[str]) -> list[str]:

@@ -38,13 +38,17 @@ log = logging.getLogger(__name__)
 
 
 def conf_dir() -> Path:
-    """``BIASFLOW_CONF``, else ``conf/`` of the working directory, else the conf/ of the checkout this package runs
-    from (an editable install), so tools such as ``python -m biasflow.lmchallenge`` find the model configs anywhere."""
+    """``BIASFLOW_CONF``, else ``conf/`` of the working directory, else the conf/ shipped with this install (the
+    checkout of an editable install, or the wheel's copy: ``biasflow.installed``), so biasflow works in any folder."""
     if "BIASFLOW_CONF" in os.environ:
         return Path(os.environ["BIASFLOW_CONF"]).resolve()
     here = Path("conf").resolve()
-    checkout = Path(__file__).resolve().parents[2] / "conf"
-    return here if (here / "config.yaml").exists() or not (checkout / "config.yaml").exists() else checkout
+    from biasflow.installed import installed_project
+
+    shipped = installed_project()
+    if (here / "config.yaml").exists() or shipped is None or not (shipped / "conf" / "config.yaml").exists():
+        return here
+    return shipped / "conf"
 
 
 # Hydra's override parser takes time quadratic in a list's length (each element is looked up among all the
