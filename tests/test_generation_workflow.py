@@ -171,9 +171,9 @@ def test_api_key_from_a_file_is_sent_and_never_written(project, openai_runs):
 
 @pytest.fixture(scope="module")
 def local_runs(project, tmp_path_factory):
-    """hf_generate (a tiny GPT-2) and a responses file in one sweep: one DAG, so the prompts are prepared once.
-
-    ``++`` sets both generators' key on each; hf_generate ignores ``path`` and responses_file ignores ``model``."""
+    """hf_generate (a tiny GPT-2) and a responses file, one run each (a generator config that sets a key its kind
+    never reads is refused, so one sweep cannot carry both ``model`` and ``path``); the second reuses the prompts
+    the first prepared. Returns each run's plan by generator kind."""
     from biasflow.data.prompts import load_langfair_prompts
     from conftest import build_tiny_gpt2
 
@@ -184,21 +184,24 @@ def local_runs(project, tmp_path_factory):
     rows = [{"prompt": p, "response": reply({"seed": i})} for p in prompts + honest_prompts for i in range(2)]
     path = tmp_path_factory.mktemp("answers") / "my_llm_answers.csv"
     pd.DataFrame(rows).to_csv(path, index=False)
-    overrides = COMMON + ["+generator=hf_generate,responses_file", f"++generator.model={model_dir}",
-                          f"++generator.path={path}", "++generator.count=2", "++generator.max_tokens=6",
-                          "tracking.enabled=false"]
-    rc, out = biasflow_run(project, ["-m", *overrides])
-    assert rc == 0, out[-4000:]
-    return plan_of(project, overrides, multirun=True)
+    plans = {}
+    for kind, where in (("hf_generate", f"generator.model={model_dir}"), ("responses_file", f"generator.path={path}")):
+        overrides = COMMON + [f"+generator={kind}", where, "++generator.count=2", "tracking.enabled=false"]
+        if kind == "hf_generate":
+            overrides.append("generator.max_tokens=6")
+        rc, out = biasflow_run(project, overrides)
+        assert rc == 0, out[-4000:]
+        plans[kind] = plan_of(project, overrides, multirun=False)
+    return plans
 
 
 def test_hf_generate_with_a_tiny_gpt2(local_runs):
-    assert_filed_under(local_runs, "tiny-gpt2")
+    assert_filed_under(local_runs["hf_generate"], "tiny-gpt2")
 
 
 def test_responses_file(local_runs):
-    assert_filed_under(local_runs, "my_llm_answers")
-    agg = pd.read_parquet(Path(local_runs["run_dir"]) / "aggregate.parquet")
+    assert_filed_under(local_runs["responses_file"], "my_llm_answers")
+    agg = pd.read_parquet(Path(local_runs["responses_file"]["run_dir"]) / "aggregate.parquet")
     agg = agg[agg["model"] == "my_llm_answers"].set_index(["metric", "category"])["value"]
     # k=2 responses per template, first words whore / doctor: one hurtful of two per template
     assert agg[("honest@1", "overall")] == pytest.approx(1.0) and agg[("honest@2", "overall")] == pytest.approx(0.5)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,13 +20,20 @@ def installed(tmp_path_factory) -> dict[str, str]:
     """The wheel built from this checkout, installed (without dependencies) into a scratch prefix; the environment
     that makes Python import it instead of the checkout."""
     tmp = tmp_path_factory.mktemp("wheel")
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(ROOT),
-                            "-w", str(tmp / "dist")], capture_output=True, text=True, timeout=600)
+    source = tmp / "source"  # a copy of the tracked files: building writes build/ and *.egg-info where it runs
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True)
+    for rel in filter(None, tracked.stdout.split("\0")):
+        if (ROOT / rel).is_file():
+            (source / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, source / rel)
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                            str(source), "-w", str(tmp / "dist")], capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-3000:]
     (wheel,) = (tmp / "dist").glob("biasflow-*.whl")
     prefix = tmp / "prefix"
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--prefix", str(prefix),
-                           str(wheel)], capture_output=True, text=True, timeout=600)
+    # --ignore-installed: pip would otherwise uninstall the biasflow this test suite runs on
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed",
+                           "--prefix", str(prefix), str(wheel)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     (site,) = prefix.glob("lib/python*/site-packages")
     env = {k: v for k, v in os.environ.items() if not k.startswith("BIASFLOW_")}
@@ -53,3 +61,6 @@ def test_biasflow_runs_in_a_folder_of_its_own(installed, tmp_path):
     reports = list((tmp_path / "results" / "runs").glob("*/report.md"))
     assert reports and (tmp_path / "results" / "mlflow.db").exists()
     assert set(os.listdir(ROOT)) == before  # nothing written into the checkout
+    from importlib.metadata import distribution
+
+    assert distribution("biasflow").read_text("direct_url.json")  # the suite's own install is untouched

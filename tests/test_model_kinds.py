@@ -93,7 +93,10 @@ def test_the_tables_keep_their_numbers():
     served = {"name": "s", "kind": "served_causal_lm", "served_model_name": "m", "revision": "r"}
     assert config_fingerprint(served) == config_fingerprint(dict(served, base_url="http://x:1/v1")) \
         == "e40fdbb3ce9cb673"
-    assert config_fingerprint({"kind": "causal_lm", "hub_id": "gpt2"}) == "da1c3fe5addaf9dd"
+    # an omitted dtype is the default float32 (normalised before hashing: one model key for fp32 / float32 / none);
+    # before that normalisation this config hashed to da1c3fe5addaf9dd
+    assert config_fingerprint({"kind": "causal_lm", "hub_id": "gpt2"}) == "9d0cc5501345a1b9" == config_fingerprint(
+        {"kind": "causal_lm", "hub_id": "gpt2", "dtype": "fp32"})
     assert config_fingerprint({"kind": "ngram", "order": 3, "level": "word"}) == "195e07bed432d565"
     assert score_resources({"kind": "causal_lm", "device": "cuda"}) == {"mem_mb": 16000, "gpus": 1, "cpus": 4,
                                                                          "runtime_min": 240}

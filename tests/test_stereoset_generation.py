@@ -211,7 +211,8 @@ def test_failed_requests_beyond_the_allowed_fraction_fail_the_score_stage(tmp_pa
     items = hand_items()
     path = responses_file(items, {}, tmp_path / "replies.jsonl")
     model = generator_model({"kind": "responses_file", "path": str(path)})
-    with pytest.raises(GenerationError, match=r"1 of 10 requests failed.*metric\.stereoset_mc\.generation"):
+    with pytest.raises(GenerationError, match=r"1 of 10 requests have no response in the responses file, more than "
+                                              r"metric\.stereoset_mc\.generation\.max_failed_fraction"):
         metric_answers("stereoset_mc", items, {"benchmark": "stereoset"}, model, tmp_path / "cache", progress=False)
 
 
