@@ -5,7 +5,7 @@ real CLI in a scratch project, with two kinds of stand-ins: a file the command n
 command names (`model=gpt2`, `bert_base_uncased`, ...) points to a tiny model of the tests, since scoring the full
 data with the real model on 2 cores would take hours. The data, the stages and the tables are the real ones.
 
-Cost on the 2-core development machine (AMD EPYC, AVX-512): about 4.5 minutes for the module, 30-40 s a command
+Cost on the 2-core development machine (AMD EPYC, AVX-512): about 5.5 minutes for the module, 30-40 s a command
 (BBQ's 58,492 examples twice, StereoSet's dev set twice, HolisticBias' full generation, RedditBias, Winogender, BEC-Pro
 and CrowS-Pairs in full).
 """
