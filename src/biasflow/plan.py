@@ -202,6 +202,7 @@ def compose(overrides: Sequence[str]) -> dict[str, Any]:
     model_file = _swappable_model(cdir, group_overrides)
     if model_file is not None:  # a model sweep: one composition, the model node swapped per job
         group_overrides = tuple(o for o in group_overrides if not o.startswith("model="))
+    base = None  # for the error message: the composed groups, once known
     try:
         base = _resolved_base(cdir, group_overrides, model_file)
         values = _adding_known_options(values, base["config"])
@@ -214,7 +215,7 @@ def compose(overrides: Sequence[str]) -> dict[str, Any]:
         ConfigLoaderImpl._apply_overrides_to_config(parse_overrides(values), cfg)
         return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(_override_error(exc, typed, locals().get("base"))) from exc
+        raise ConfigError(_override_error(exc, typed, base)) from exc
 
 
 def _section_options(parent: str) -> set[str]:
