@@ -337,6 +337,8 @@ def test_runs_carry_mlflows_own_metadata_and_logging_again_changes_nothing(tmp_p
     run_dir = write_plan(tmp_path, uri)
     t0 = time.time() - 3600
     plan = with_stage_records(run_dir, t0)
+    # the aggregate job (paired tests, report) ends the run, after the last metric stage
+    (run_dir / "run_times.json").write_text(json.dumps({"started": t0 + 10.5, "finished": t0 + 25}))
     command = "biasflow run -m metric=[crows_pairs_aul,crows_pairs_biasbench] stats.n_boot=0"
     monkeypatch.setenv("BIASFLOW_COMMAND", command)
     first = log_mlflow(str(run_dir / "plan.json"), str(run_dir), str(run_dir / "mlflow.json"))
@@ -356,8 +358,8 @@ def test_runs_carry_mlflows_own_metadata_and_logging_again_changes_nothing(tmp_p
         assert tags["mlflow.source.git.commit"] == head and "git.commit" not in tags
         assert run.info.status == "FINISHED"
     assert parent.data.tags["mlflow.note.content"].startswith("# report")
-    # the jobs' real times: first scoring start to last metric end
-    assert (parent.info.start_time, parent.info.end_time) == (int(t0 * 1000), int((t0 + 10) * 1000))
+    # the run's real times: first scoring start to the end of the aggregate job
+    assert (parent.info.start_time, parent.info.end_time) == (int(t0 * 1000), int((t0 + 25) * 1000))
     for i, job in enumerate(plan["jobs"]):
         child = client.get_run(record["children"][f"tiny-0123abcd/{job['metric']}/{job['cfg_hash']}"])
         assert (child.info.start_time, child.info.end_time) == (int(t0 * 1000), int((t0 + 9 + i) * 1000))

@@ -20,6 +20,7 @@ import yaml
 
 from biasflow import stages
 from biasflow.registry import get_loader, get_metric
+from biasflow.report.leaderboard import leaderboard, leaderboard_latex, leaderboard_markdown
 from biasflow.report.categories import category_labels, natural_sorted, sort_by_category
 from biasflow.report.paper import paper_latex, paper_markdown, paper_tables
 from biasflow.report.published import compare
@@ -184,13 +185,33 @@ def test_leaderboard_ranks_models_within_each_threshold(sweep):
     got = board.merge(agg, on=["config_hash", "metric"], suffixes=("", "_agg"))
     assert len(got) == len(board) and np.allclose(got.value, got.value_agg, equal_nan=True)
     assert (got.goal == got.metric.map(UNBIASED)).all()
+    tests = pd.read_csv(sweep / "paired_tests.csv")
+
+    def p_holm(metric, a, b):  # the paired test of the two rows, found by models and values
+        for x, y in ((a, b), (b, a)):
+            hit = tests[(tests.metric == metric) & (tests.model_a == x.model) & (tests.model_b == y.model)
+                        & np.isclose(tests.value_a, x.value, atol=1e-9) & np.isclose(tests.value_b, y.value, atol=1e-9)]
+            if len(hit):
+                return float(hit.p_holm.iloc[0])
+        raise AssertionError(f"no paired test of {metric} between {a.model} and {b.model}")
+
+    marked = 0
     for (_, metric), df in got.groupby(["threshold", "metric"]):
         far = (df.value - UNBIASED[metric]).abs()
+        order = df.assign(far=far).sort_values("far", kind="stable")
         if far.nunique() > 1:
-            assert df.loc[df.best, "model"].tolist() == df.loc[far == far.min(), "model"].tolist()
-            assert df.loc[df.worst, "model"].tolist() == df.loc[far == far.max(), "model"].tolist()
+            # marked only where the paired test separates the best from the next (the worst from the previous)
+            best_sig = p_holm(metric, order.iloc[0], order.iloc[1]) < 0.05
+            worst_sig = p_holm(metric, order.iloc[-1], order.iloc[-2]) < 0.05
+            assert df.loc[df.best, "model"].tolist() == ([order.model.iloc[0]] if best_sig else [])
+            assert df.loc[df.worst, "model"].tolist() == ([order.model.iloc[-1]] if worst_sig else [])
+            assert df.marks.nunique() == 1 and ("significant" in df.marks.iloc[0])
+            if not best_sig and not worst_sig:
+                assert df.marks.iloc[0].startswith("no significant difference")
+            marked += best_sig + worst_sig
         else:
             assert not df.best.any() and not df.worst.any()
+    assert marked == 0  # 10 bootstrap draws and 40 pairs of random tiny BERTs: no difference is significant
     # rows: thresholds in increasing order, within each the model closest to 50 on metric_score first
     ms = got[got.metric == "metric_score"]
     assert ms.threshold.tolist() == sorted(ms.threshold)
@@ -199,12 +220,27 @@ def test_leaderboard_ranks_models_within_each_threshold(sweep):
     md = (sweep / "leaderboard.md").read_text()
     assert "| model | setting | metric_score | stereo_score | antistereo_score | fill_mask_pass_rate |" in md
     assert "| *unbiased value* | | 50 | 50 | 50 | 100 |" in md
-    best = ms.iloc[0]
-    assert f"| {best.model} | diff_threshold={best.threshold} | **{best.value:.2f} [{best.ci_low:.2f}, " \
-           f"{best.ci_high:.2f}]** |" in md
+    assert "**" not in md.split("\n", 1)[1] and "Marks (paired tests): metric_score (diff_threshold=2e-06): no " \
+        "significant difference" in md
+
+    # the same run where every paired test were significant: the closest and the farthest model are marked
+    plan = json.loads((sweep / "plan.json").read_text())
+    every = tests.assign(p_holm=0.001, significant=True)
+    board = leaderboard(plan, pd.read_parquet(sweep / "aggregate.parquet"), every)
+    got = board.merge(agg, on=["config_hash", "metric"], suffixes=("", "_agg"))
+    for (_, metric), df in got.groupby(["threshold", "metric"]):
+        far = (df.value - UNBIASED[metric]).abs()
+        if far.nunique() > 1:
+            assert df.loc[df.best, "model"].tolist() == df.loc[far == far.min(), "model"].tolist()
+            assert df.loc[df.worst, "model"].tolist() == df.loc[far == far.max(), "model"].tolist()
+            assert "best vs next: significant (p Holm = 0.001)" in df.marks.iloc[0]
+    best = board[board.metric == "metric_score"].iloc[0]
+    assert f"| {best.model} | {best.setting} | **{best.value:.2f} [{best.ci_low:.2f}, {best.ci_high:.2f}]** |" \
+        in leaderboard_markdown(board)
+    assert r"\textbf{" in leaderboard_latex(board)
     tex = (sweep / "leaderboard.tex").read_text()
     assert all(tex.count(rule) == 1 for rule in (r"\toprule", r"\midrule", r"\bottomrule"))
-    assert r"tiny\_bert\_2" in tex and r"\textbf{" in tex
+    assert r"tiny\_bert\_2" in tex and "paired test against the next model" in tex
 
 
 def holm_loop(p: list[float]) -> list[float]:
@@ -330,13 +366,13 @@ def test_html_report_in_headless_chromium(sweep, tmp_path):
         assert f"<td>{model}</td>" in dom
         assert f"{row.value:.2f} [{row.ci_low:.2f}, {row.ci_high:.2f}]</td>" in dom
     assert "McNemar exact" in dom and "Paired tests between models" in dom
+    assert "Marks (paired tests): metric_score (diff_threshold=2e-06): no significant difference" in dom
     shot = tmp_path / "report.png"
     subprocess.run(common + ["--window-size=1280,3000", f"--screenshot={shot}", url], capture_output=True,
                    timeout=180, check=True)
     pixels = (matplotlib.image.imread(shot)[..., :3] * 255).round().astype(int).reshape(-1, 3)
     colours = {tuple(p) for p in np.unique(pixels, axis=0)}
     assert (255, 247, 230) in colours  # the warning box
-    assert (220, 245, 227) in colours  # a best cell of the leaderboard
     assert (31, 119, 180) in colours   # the first line of the threshold curve: the embedded plot was drawn
 
 

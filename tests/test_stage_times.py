@@ -66,6 +66,19 @@ def test_report_shows_per_rule_times_when_records_exist(plan_doc, tmp_path):
     assert len(times) == 9 and set(times.rule) == set(seconds)
 
 
+def test_the_aggregate_job_times_itself(plan_doc):
+    """The aggregate job writes the report before Snakemake records it: its own row comes from its clock."""
+    import time
+
+    out = Path(plan_doc["paths"]["results"]) / "runs" / plan_doc["plan_hash"]  # no benchmark records at all
+    write_run_report(plan_doc, agg_table(plan_doc), pd.DataFrame({"item_id": ["a"]}), out,
+                     started=(time.time() - 7.5, time.process_time()))
+    times = pd.read_csv(out / "stage_times.csv")
+    assert times.rule.tolist() == ["aggregate"] and times.job.tolist() == [plan_doc["plan_hash"]]
+    assert 7.5 <= times.wall_s.iloc[0] < 60 and times.max_rss_mb.iloc[0] > 10
+    assert "| aggregate | 1 | " in (out / "report.md").read_text().split("## Stage times", 1)[1]
+
+
 def test_unreadable_or_missing_record_is_skipped(tmp_path):
     assert read_benchmark(tmp_path / "missing.tsv") is None
     (tmp_path / "empty.tsv").write_text(HEADER)

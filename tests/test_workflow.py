@@ -95,10 +95,10 @@ def test_aggregate_table_and_report(swept):
 def test_report_times_every_stage_from_snakemake_benchmarks(swept):
     _, rdir = swept
     times = pd.read_csv(rdir / "stage_times.csv")
-    assert times.rule.value_counts().to_dict() == {"metric": 3, "prepare": 1, "score": 1}
+    assert times.rule.value_counts().to_dict() == {"metric": 3, "prepare": 1, "score": 1, "aggregate": 1}
     assert (times.wall_s > 0).all()
     section = (rdir / "report.md").read_text().split("## Stage times", 1)[1]
-    assert "| score | 1 |" in section and "| metric | 3 |" in section
+    assert "| score | 1 |" in section and "| metric | 3 |" in section and "| aggregate | 1 |" in section
 
 
 def test_mlflow_metrics_equal_the_aggregate_table(swept):

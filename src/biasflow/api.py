@@ -5,7 +5,7 @@ metrics on your own prompts and responses.
 
     jobs = bf.plan("metric=[crows_pairs]", "model=bert_base_uncased").jobs        # what would run
     res = bf.run("metric=[crows_pairs]", "benchmark.crows_pairs.limit=100")      # `biasflow run ...`
-    res.aggregate, res.per_item, res.leaderboard, res.paired_tests, res.run_dir
+    res.aggregate, res.per_item, res.leaderboard, res.paired_tests, res.run_dir   # leaderboard: models x metrics
     scores = bf.evaluate("langfair_stereotype", responses)                       # a DataFrame: prompt, response
 
 ``run`` is ``biasflow run`` (the same plan, Snakemake DAG, cache, files and MLflow runs); ``evaluate`` runs one
@@ -69,6 +69,19 @@ class Results:
 
     @property
     def leaderboard(self) -> pd.DataFrame | None:
+        """Models x headline metrics: a row per (model, setting), a column per (family, metric, stat) where stat is
+        value, ci_low or ci_high (``res.leaderboard["crows_pairs", "metric_score", "value"]``)."""
+        long = self.leaderboard_long
+        if long is None:
+            return None
+        from biasflow.report.leaderboard import wide_frame
+
+        return wide_frame(long)
+
+    @property
+    def leaderboard_long(self) -> pd.DataFrame | None:
+        """The leaderboard as ``leaderboard.csv`` holds it: a row per (job, headline metric) with its goal, distance,
+        rank, best / worst marks and the paired test that decided them."""
         return self._run_table("leaderboard.csv")
 
     @property

@@ -275,7 +275,9 @@ def aggregate_run(plan_path: str, out_dir: str, partial: bool = False) -> pd.Dat
     failed, the finished jobs' results, with the failed jobs and their errors listed in the report."""
     from biasflow.progress import job_states
     from biasflow.report.tables import write_run_report
+    from biasflow.report.timing import RUN_TIMES
 
+    started = (time.time(), time.process_time())
     plan = json.loads(Path(plan_path).read_text())
     failed = [s for s in job_states(plan) if s.state != "done"] if partial else []
     unfinished = {s.metric_dir for s in failed}
@@ -288,10 +290,11 @@ def aggregate_run(plan_path: str, out_dir: str, partial: bool = False) -> pd.Dat
     agg = pd.concat(aggs, ignore_index=True) if aggs else pd.DataFrame(columns=["model", "metric_family", "metric",
                                                                               "category", "value"])
     per_item = pd.concat(items, ignore_index=True) if items else pd.DataFrame()
-    write_run_report(plan, agg, per_item, Path(out_dir), unfinished=failed)
+    write_run_report(plan, agg, per_item, Path(out_dir), unfinished=failed, started=started)
     from biasflow.report.empty import write_empty_run_files
 
     write_empty_run_files(Path(out_dir), plan)  # every declared output exists, with nothing to show where so
+    write_json({"started": started[0], "finished": time.time()}, Path(out_dir) / RUN_TIMES)
     return agg
 
 

@@ -72,11 +72,16 @@ def _compared_metrics(family: str, present: set[str]) -> list[str]:
     return [m for m in headline_metrics(family, present) if goal(m) is not None or m not in GOALS]
 
 
+def stats_of(plan: Mapping[str, Any]) -> StatsConfig:
+    """The bootstrap settings of the run (every job of a plan shares them)."""
+    return StatsConfig.model_validate((plan["jobs"][0].get("stats") or {}) if plan["jobs"] else {})
+
+
 def paired_tests(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.DataFrame) -> pd.DataFrame:
     from biasflow.registry import get_metric
 
     jobs = job_table(plan)
-    stats = StatsConfig.model_validate((plan["jobs"][0].get("stats") or {}) if plan["jobs"] else {})
+    stats = stats_of(plan)
     n_boot, seed, level = stats.n_boot, stats.seed, stats.level
     overall = agg[agg["category"] == "overall"]
     frames = []

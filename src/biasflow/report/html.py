@@ -72,7 +72,7 @@ class Section:
 @dataclass
 class HtmlReport:
     plan: Mapping[str, Any]
-    leaderboard: list[tuple[str, pd.DataFrame, dict[str, str]]] = field(default_factory=list)
+    leaderboard: list[tuple[str, pd.DataFrame, dict[str, str], list[str]]] = field(default_factory=list)
     leaderboard_legend: str = ""
     paired: tuple[list[str], list[list[str]]] | None = None
     paired_significant: list[bool] = field(default_factory=list)
@@ -127,7 +127,7 @@ def figure(fig: Figure, images: list[Path]) -> str:
 
 def _leaderboard_html(report: HtmlReport) -> str:
     parts = [f'<p class="legend">{escape(report.leaderboard_legend)}</p>']
-    for family, wide, goals in report.leaderboard:
+    for family, wide, goals, notes in report.leaderboard:
         metrics = list(goals)
         with_setting = bool((wide["setting"] != "").any())
         head = ["model"] + (["setting"] if with_setting else []) + metrics
@@ -137,7 +137,8 @@ def _leaderboard_html(report: HtmlReport) -> str:
             rows.append([r.model] + ([r.setting] if with_setting else []) + [r.cells[m]["text"] for m in metrics])
             classes.append([""] * (len(head) - len(metrics)) + [
                 "best" if r.cells[m]["best"] else "worst" if r.cells[m]["worst"] else "" for m in metrics])
-        parts.append(f"<h3>{escape(family)}</h3>" + table(head, rows, ["goal"] + [""] * (len(rows) - 1), classes))
+        parts.append(f"<h3>{escape(family)}</h3>" + table(head, rows, ["goal"] + [""] * (len(rows) - 1), classes)
+                     + (f'<p class="legend">Marks (paired tests): {escape("; ".join(notes))}.</p>' if notes else ""))
     return "\n".join(parts)
 
 

@@ -1,7 +1,10 @@
 """The run's leaderboard: models x headline metrics per metric family, each cell value [CI], with the unbiased value.
 
 Rows are sorted by the family's first rankable headline metric, closest to its unbiased value first; in every column
-with two or more values the best (closest) and the worst (farthest) are marked. ``GOALS`` says what "unbiased" (or
+with two or more values the best (closest) and the worst (farthest) are marked, but only where the run's paired test
+(``report.compare.paired_tests``, Holm-corrected) finds the best different from the runner-up (the worst from the one
+before it): a mark on a difference the test cannot tell from noise would be read as a finding. Each column says which
+(``marks``: the p-values, "no significant difference", or "not tested"). ``GOALS`` says what "unbiased" (or
 "better", for quality metrics) means for each headline metric: a number to be close to, ``max`` or ``min``, or None
 (shown but not ranked, e.g. p-values).
 """
@@ -45,7 +48,7 @@ GOALS: dict[str, float | str | None] = {
 }
 
 COLUMNS = ["family", "benchmark", "model", "model_key", "setting", "config_hash", "metric", "goal", "value",
-           "ci_low", "ci_high", "n", "distance", "rank", "best", "worst"]
+           "ci_low", "ci_high", "n", "distance", "rank", "best", "worst", "marks"]
 
 
 def goal(metric: str) -> float | str | None:
@@ -90,11 +93,65 @@ def _option_order(options: Mapping[str, Any]) -> tuple:
                  for _, v in sorted(options.items()))
 
 
-def leaderboard(plan: Mapping[str, Any], agg: pd.DataFrame) -> pd.DataFrame:
+def _paired_p(tests: pd.DataFrame | None, family: str, metric: str, a: pd.Series, b: pd.Series) -> float | None:
+    """Holm-adjusted p-value of the paired test between the rows ``a`` and ``b`` (same family, metric and setting);
+    None when the run has no such test. A test kept once for every setting is found by its values."""
+    if tests is None or tests.empty:
+        return None
+    t = tests[(tests["family"] == family) & (tests["metric"] == metric)]
+    for x, y in ((a, b), (b, a)):
+        hit = t[(t["model_a"] == x["model"]) & (t["model_b"] == y["model"])
+                & np.isclose(t["value_a"].astype(float), float(x["value"]), rtol=0, atol=1e-9)
+                & np.isclose(t["value_b"].astype(float), float(y["value"]), rtol=0, atol=1e-9)]
+        if len(hit):
+            return float(hit["p_holm"].iloc[0])
+    return None
+
+
+def _significance_marks(df: pd.DataFrame, family: str, tests: pd.DataFrame | None, alpha: float) -> pd.DataFrame:
+    """``best`` / ``worst`` only where the paired test separates them from their neighbour; ``marks`` says why."""
+    df = df.assign(best=False, worst=False, marks="")
+    for _, g in df.groupby(["setting_key", "metric"], sort=False):
+        ranked = g[g["distance"].notna()].sort_values("distance", kind="stable")
+        if len(ranked) < 2 or ranked["distance"].iloc[0] == ranked["distance"].iloc[-1]:
+            continue
+        metric = ranked["metric"].iloc[0]
+        p_best = _paired_p(tests, family, metric, ranked.iloc[0], ranked.iloc[1])
+        p_worst = _paired_p(tests, family, metric, ranked.iloc[-1], ranked.iloc[-2])
+        if p_best is None and p_worst is None:
+            note = "not tested (no paired test of this metric)"
+        else:
+            best_ok = p_best is not None and p_best < alpha
+            worst_ok = p_worst is not None and p_worst < alpha
+            df.loc[ranked.index[:1], "best"] = best_ok
+            df.loc[ranked.index[-1:], "worst"] = worst_ok
+            if len(ranked) == 2:
+                note = (f"significant ({_p_phrase(p_best)})" if best_ok
+                        else f"no significant difference ({_p_phrase(p_best)})")
+            elif not best_ok and not worst_ok:
+                note = (f"no significant difference at either end (best vs next: {_p_phrase(p_best)}; worst vs "
+                        f"previous: {_p_phrase(p_worst)})")
+            else:
+                note = (f"best vs next: {'significant' if best_ok else 'not significant'} ("
+                        f"{_p_phrase(p_best)}); worst vs previous: {'significant' if worst_ok else 'not significant'} "
+                        f"({_p_phrase(p_worst)})")
+        df.loc[g.index, "marks"] = note
+    return df
+
+
+def _p_phrase(p: float | None) -> str:
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return "not tested"
+    return f"p Holm = {p:.2g}" if p >= 1e-4 else f"p Holm = {p:.1e}"
+
+
+def leaderboard(plan: Mapping[str, Any], agg: pd.DataFrame, tests: pd.DataFrame | None = None,
+                level: float = 0.95) -> pd.DataFrame:
     """Tidy leaderboard: one row per (job, headline metric) of the ``overall`` category (see ``COLUMNS``).
 
     Models are ranked against each other within a setting (jobs whose options are equal but the model): in a
-    threshold sweep every threshold has its own ranking, the settings in the order of their values."""
+    threshold sweep every threshold has its own ranking, the settings in the order of their values. ``tests``: the
+    run's paired tests, which decide the best / worst marks (without them nothing is marked)."""
     jobs = job_table(plan)
     overall = agg[agg["category"] == "overall"]
     frames = []
@@ -111,12 +168,8 @@ def leaderboard(plan: Mapping[str, Any], agg: pd.DataFrame) -> pd.DataFrame:
             on="config_hash")
         df = df.assign(model=df.pop("label"), family=family, goal=df["metric"].map(goal))
         df["distance"] = [distance(v, g) for v, g in zip(df["value"], df["goal"])]
-        by = df.groupby(["setting_key", "metric"])["distance"]
-        df["rank"] = by.rank(method="min")
-        counts, dmin, dmax = by.transform("count"), by.transform("min"), by.transform("max")
-        marked = (counts >= 2) & (dmin < dmax)
-        df["best"] = marked & (df["distance"] == dmin)
-        df["worst"] = marked & (df["distance"] == dmax)
+        df["rank"] = df.groupby(["setting_key", "metric"])["distance"].rank(method="min")
+        df = _significance_marks(df, family, tests, 1.0 - level)
         # within a setting, rows in the order of the first ranked headline metric (best first), then by model
         ranked = [m for m in metrics if goal(m) is not None and df.loc[df.metric == m, "distance"].notna().any()]
         key = df[df.metric == ranked[0]].set_index("config_hash")["distance"] if ranked else pd.Series(dtype=float)
@@ -143,8 +196,9 @@ def cell_text(value: float, lo: float, hi: float) -> str:
     return text or "–"
 
 
-def wide_tables(board: pd.DataFrame) -> list[tuple[str, pd.DataFrame, dict[str, str]]]:
-    """Per family: (family, table with one row per job and a cell dict per metric, {metric: goal text})."""
+def wide_tables(board: pd.DataFrame) -> list[tuple[str, pd.DataFrame, dict[str, str], list[str]]]:
+    """Per family: (family, table with one row per job and a cell dict per metric, {metric: goal text}, the notes
+    that say for each column (and setting) whether its best / worst marks passed the paired test)."""
     out = []
     for family in pd.unique(board["family"]):
         df = board[board["family"] == family]
@@ -158,20 +212,43 @@ def wide_tables(board: pd.DataFrame) -> list[tuple[str, pd.DataFrame, dict[str, 
                          else {"text": "–", "best": False, "worst": False}) for m in metrics}
             rows.append({"model": first["model"], "setting": first["setting"], "cells": cells})
         goals = {m: goal_text(goal(m)) for m in metrics}
-        out.append((family, pd.DataFrame(rows), goals))
+        marks = df[df["marks"].fillna("") != ""] if "marks" in df else df.iloc[:0]
+        notes = [f"{m}" + (f" ({setting})" if setting else "") + f": {note}"
+                 for (m, setting, note) in marks[["metric", "setting", "marks"]].drop_duplicates().itertuples(
+                     index=False)]
+        out.append((family, pd.DataFrame(rows), goals, notes))
     return out
+
+
+def wide_frame(board: pd.DataFrame) -> pd.DataFrame:
+    """The leaderboard as one DataFrame: a row per (model, setting), a column per (family, metric, stat) with stat
+    ``value``, ``ci_low``, ``ci_high``, in the order the leaderboard lists them (``api.Results.leaderboard``)."""
+    if board.empty:
+        return pd.DataFrame(index=pd.MultiIndex.from_arrays([[], []], names=["model", "setting"]),
+                            columns=pd.MultiIndex.from_arrays([[], [], []], names=["family", "metric", "stat"]))
+    long = board.assign(setting=board["setting"].fillna("")).melt(
+        id_vars=["family", "metric", "model", "setting"], value_vars=["value", "ci_low", "ci_high"], var_name="stat")
+    wide = long.pivot_table(index=["model", "setting"], columns=["family", "metric", "stat"], values="value",
+                            aggfunc="first", dropna=False, sort=False)
+    columns = list(dict.fromkeys((f, m, st) for f, m in zip(board["family"], board["metric"])
+                                 for st in ("value", "ci_low", "ci_high")))
+    rows = list(dict.fromkeys(zip(board["model"], board["setting"].fillna(""))))
+    return wide.reindex(index=pd.MultiIndex.from_tuples(rows, names=["model", "setting"]),
+                        columns=pd.MultiIndex.from_tuples(columns, names=["family", "metric", "stat"]))
 
 
 LEGEND = ("Each cell: value [95% bootstrap CI] of the overall category. Rows sorted by the first ranked metric, "
           "closest to the unbiased value first (within each setting of a sweep); **bold** = best, _italic_ = worst "
-          "in its column (closest to / farthest from the unbiased value; 'higher'/'lower' for quality metrics).")
+          "in its column (closest to / farthest from the unbiased value; 'higher'/'lower' for quality metrics), "
+          "marked only where the paired test between it and the next model (Holm-corrected over the run) is "
+          "significant; the notes under each table give the test of every column.")
 
 
 def leaderboard_markdown(board: pd.DataFrame) -> str:
     if board.empty:
         return ""
     parts = [LEGEND + "\n"]
-    for family, table, goals in wide_tables(board):
+    for family, table, goals, notes in wide_tables(board):
         metrics = list(goals)
         with_setting = bool((table["setting"] != "").any())
         head = ["model"] + (["setting"] if with_setting else []) + metrics
@@ -184,6 +261,8 @@ def leaderboard_markdown(board: pd.DataFrame) -> str:
                 c = r.cells[m]
                 cells.append(f"**{c['text']}**" if c["best"] else f"_{c['text']}_" if c["worst"] else c["text"])
             lines.append("| " + " | ".join([r.model] + ([r.setting] if with_setting else []) + cells) + " |")
+        if notes:
+            lines.append("\nMarks (paired tests): " + "; ".join(notes) + ".")
         parts.append("\n".join(lines) + "\n")
     return "\n".join(parts)
 
@@ -212,7 +291,7 @@ def leaderboard_latex(board: pd.DataFrame, run: str = "") -> str:
     if board.empty:
         return ""
     out = ["% biasflow leaderboard" + (f" of run {run}" if run else "") + "; needs \\usepackage{booktabs}\n"]
-    for family, table, goals in wide_tables(board):
+    for family, table, goals, notes in wide_tables(board):
         metrics = list(goals)
         with_setting = bool((table["setting"] != "").any())
         head = ["Model"] + (["Setting"] if with_setting else []) + [latex_escape(m) for m in metrics]
@@ -227,6 +306,7 @@ def leaderboard_latex(board: pd.DataFrame, run: str = "") -> str:
             rows.append([latex_escape(r.model)] + ([latex_escape(r.setting)] if with_setting else []) + cells)
         align = "l" + ("l" if with_setting else "") + "r" * len(metrics)
         caption = (f"{latex_escape(family)}: value [95\\% bootstrap CI]; bold = closest to the unbiased value, "
-                   "italic = farthest.")
+                   "italic = farthest, each only where the paired test against the next model is significant (Holm)."
+                   + (" " + latex_escape("; ".join(notes)) + "." if notes else ""))
         out.append(booktabs(head, rows, align, caption, f"tab:leaderboard-{family}".replace("_", "-")))
     return "\n".join(out)

@@ -158,9 +158,9 @@ def write_table(df: pd.DataFrame, path: Path) -> None:
 
 
 def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.DataFrame, out: Path,
-                     unfinished=()) -> None:
+                     unfinished=(), started: tuple[float, float] | None = None) -> None:
     """The run's tables (aggregate, per-item, leaderboard, paired tests, curves, paper tables), plots, report.md and
-    the self-contained report.html."""
+    the self-contained report.html. ``started``: (wall, CPU) clock when the aggregate job began (its stage time)."""
     from biasflow.registry import get_metric
     from biasflow.report import compare as cmp
     from biasflow.report import html, leaderboard as lb, paper
@@ -193,7 +193,8 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
     for msg in plan.get("skipped", []):
         lines.append(f"- skipped: {msg}")
 
-    board = lb.leaderboard(plan, agg)
+    tests = cmp.paired_tests(plan, agg, per_item)
+    board = lb.leaderboard(plan, agg, tests, level=cmp.stats_of(plan).level)
     if not board.empty:
         write_table(board, out / "leaderboard.csv")
         write_text(lb.leaderboard_markdown(board), out / "leaderboard.md")
@@ -204,7 +205,6 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
         report.leaderboard, report.leaderboard_legend = lb.wide_tables(board), lb.LEGEND.replace("**", "").replace(
             "_italic_", "italic")
 
-    tests = cmp.paired_tests(plan, agg, per_item)
     if not tests.empty:
         write_table(tests, out / "paired_tests.csv")
         write_text(cmp.paired_markdown(tests), out / "paired_tests.md")
@@ -298,7 +298,7 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
                 section.parts.append(part)
     from biasflow.report.timing import write_stage_times
 
-    lines += write_stage_times(plan, out)
+    lines += write_stage_times(plan, out, aggregate_started=started)
     write_text("\n".join(lines) + "\n", out / "report.md")
     report.files = written + ["report.md", "plots/"]
     write_text(html.render(report), out / "report.html")

@@ -112,11 +112,52 @@ def per_rule_markdown(summary: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_stage_times(plan: Mapping[str, Any], out: Path) -> list[str]:
-    """``stage_times.csv`` in the run folder and the report's section (lines); no section without records."""
+def this_job(rule: str, key: str, started: float, cpu_started: float) -> dict[str, Any]:
+    """The record of the running job itself (the aggregate job writes the report before Snakemake writes its
+    benchmark file): wall and CPU seconds since it started, its peak RSS so far."""
+    import resource
+    import time
+
+    now = time.time()
+    return {"rule": rule, "job": key, "wall_s": now - started, "cpu_s": time.process_time() - cpu_started,
+            "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,  # KiB on Linux
+            "finished": pd.Timestamp(now, unit="s").strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def run_span(plan: Mapping[str, Any], run_dir: Path) -> tuple[float | None, float | None]:
+    """(start, end) of the run in seconds since the epoch, from the stage records of its jobs and the aggregate
+    job's own record (``run_times.json`` in the run folder); None where nothing was recorded."""
+    import json
+
+    times = stage_times(plan)
+    starts, ends = [], []
+    if not times.empty:
+        finished = pd.to_datetime(times["finished"]).astype("int64") / 1e9
+        starts += list(finished - times["wall_s"].fillna(0))
+        ends += list(finished)
+    try:
+        own = json.loads((Path(run_dir) / RUN_TIMES).read_text())
+        starts.append(float(own["started"]))
+        ends.append(float(own["finished"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return (min(starts) if starts else None), (max(ends) if ends else None)
+
+
+RUN_TIMES = "run_times.json"  # the aggregate job's start and end (the run's end: the report is written)
+
+
+def write_stage_times(plan: Mapping[str, Any], out: Path,
+                      aggregate_started: tuple[float, float] | None = None) -> list[str]:
+    """``stage_times.csv`` in the run folder and the report's section (lines); no section without records.
+    ``aggregate_started``: (wall, CPU) clock at the start of the aggregate job writing this report, so its own row
+    (up to the report) is in the table too."""
     from biasflow.io import atomic_path
 
     times = stage_times(plan)
+    if aggregate_started is not None:
+        own = pd.DataFrame([this_job("aggregate", plan["plan_hash"], *aggregate_started)], columns=COLUMNS)
+        times = own if times.empty else pd.concat([times, own], ignore_index=True)
     if times.empty:
         return []
     with atomic_path(out / "stage_times.csv", suffix=".csv") as tmp:
@@ -124,6 +165,7 @@ def write_stage_times(plan: Mapping[str, Any], out: Path) -> list[str]:
     return ["\n## Stage times\n",
             "From Snakemake's benchmark records (`results/benchmarks/<rule>/`), per rule over the jobs of this plan "
             "that have one; a job whose output was already up to date keeps the record of the run that built it "
-            "(`stage_times.csv` has every job, with the time it finished). Jobs run in parallel, so the sums can "
-            "exceed the run's wall time.\n",
+            "(`stage_times.csv` has every job, with the time it finished). The aggregate row is this report's own "
+            "job, timed up to the writing of the report (paired tests, curves, plots). Jobs run in parallel, so the "
+            "sums can exceed the run's wall time.\n",
             per_rule_markdown(per_rule(times))]

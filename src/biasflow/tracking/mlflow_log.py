@@ -539,6 +539,11 @@ def _log_plan(plan: Mapping[str, Any], run_dir: Path, real_uri: str, redactor: R
     common_tags = {**source_tags(command), **package_versions()}
     times = {job_id(job): job_times(Path(job["metric_dir"])) for job in plan["jobs"]}
     starts = [s for s, _ in times.values() if s is not None]
+    from biasflow.report.timing import run_span
+
+    run_start, run_end = run_span(plan, run_dir)  # the parent lasts the run: first stage to the written report
+    if run_start is not None:
+        starts.append(int(run_start * 1000))
     if parent_id is None:
         parent_id = client.create_run(exp_id, start_time=min(starts) if starts else None,
                                       run_name=f"plan-{plan_hash}",
@@ -547,7 +552,8 @@ def _log_plan(plan: Mapping[str, Any], run_dir: Path, real_uri: str, redactor: R
         kept = None
     else:
         kept = _kept_end(client, parent_id, None)
-    ends: list[int] = []  # the children's (kept) end times: the parent ends with the last of them
+    # the children's (kept) end times and the report's: the parent ends with the last of them
+    ends: list[int] = [int(run_end * 1000)] if run_end is not None else []
     record: dict[str, Any] = {"experiment_id": exp_id, "parent_run_id": parent_id, "children": {},
                               "ui": ui_path(exp_id, parent_id)}
     names = child_run_names(plan["jobs"])
