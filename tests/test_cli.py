@@ -103,3 +103,15 @@ def test_a_read_only_results_folder_is_one_line_naming_it(project, read_only_dir
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert f"cannot write {read_only_dir}" in proc.stderr and "Read-only file system" in proc.stderr
     assert "paths.results" in proc.stderr
+
+
+def test_plan_names_each_jobs_setting(tmp_path, monkeypatch, capsys):
+    """`biasflow plan -m` of a threshold sweep: one row per job with the threshold that tells it apart."""
+    from biasflow.cli import main
+
+    monkeypatch.setenv("BIASFLOW_CONF", str(ROOT / "conf"))
+    monkeypatch.chdir(tmp_path)
+    assert main(["plan", "-m", "metric=[crows_pairs]", "metric.crows_pairs.diff_threshold=0.05,0.1"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("  crows_pairs")]
+    assert rows == [["crows_pairs", "demo_bert", "diff_threshold=0.05"],
+                    ["crows_pairs", "demo_bert", "diff_threshold=0.1"]]

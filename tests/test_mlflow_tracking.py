@@ -434,3 +434,26 @@ def test_a_local_folder_on_a_hub_config_is_named_as_the_folder_everywhere():
     assert "/models/tiny-gpt2" in note and "openai-community" not in note and "`main`" not in note
     hub = {k: v for k, v in model.items() if k != "path"}
     assert model_source(hub) == "openai-community/gpt2" and model_revision({"model": hub}) == "main"
+
+
+def test_descriptions_render_multi_line_options_and_tables_lead_with_the_numbers():
+    """A prompt template option is a fenced block in the child's description (inside a code span its lines would
+    run together), a backtick in an option or command stays inside its span, and the logged tables start with
+    model, metric, category, value and CI, whatever order the job's table had."""
+    from markdown_it import MarkdownIt
+
+    from biasflow.tracking.mlflow_log import front_columns, job_note
+
+    prompt = "Q: {question}\nA: `{answer}`\n```"
+    job = {"model": {"name": "m", "kind": "causal_lm", "hub_id": "org/m"}, "metric": "bbq", "benchmark": "bbq",
+           "cfg_hash": "abc", "metric_cfg": {"prompt": prompt, "definition": "parrish2022", "k": 3}}
+    note = job_note(job, pd.DataFrame(columns=["metric", "category", "value", "ci_low", "ci_high", "n"]),
+                    command="biasflow run 'x=`y`'")
+    html = MarkdownIt().render(note)
+    assert "<code>definition=parrish2022</code>, <code>k=3</code>" in html
+    assert "<code>biasflow run 'x=`y`'</code>" in html
+    assert '<pre><code class="language-text">Q: {question}\nA: `{answer}`\n```\n</code></pre>' in html
+    agg = pd.DataFrame({"config_hash": ["h"], "benchmark": ["bbq"], "n": [3], "ci_high": [2.0], "ci_low": [0.0],
+                        "value": [1.0], "category": ["overall"], "metric": ["acc"], "model": ["m"]})
+    assert list(front_columns(agg).columns) == ["model", "metric", "category", "value", "ci_low", "ci_high", "n",
+                                                "config_hash", "benchmark"]

@@ -120,8 +120,15 @@ def cmd_plan(args) -> int:
     plan = build_plan(args.overrides, multirun=args.multirun)
     print(f"plan {plan.plan_hash}: {len(plan.sweep)} sweep job(s) -> {len(plan.jobs)} metric job(s); run dir "
           f"{plan.run_dir}")
+    from biasflow.report.sweep import job_table
+
+    # each job by its model's label and the options that tell it from the other jobs of its metric (a sweep's
+    # setting), so no two rows read alike
+    table = job_table(json.loads(plan.to_json())).set_index("config_hash")
     for job in plan.jobs:
-        print(f"  {job.metric:<24} {job.model['name']:<24} scores {job.scores_path()}")
+        row = table.loc[job.cfg_hash]
+        print(f"  {job.metric:<24} {row['model']:<24} {row['setting']}".rstrip())
+        print(f"  {'':<24} {'':<24} scores {job.scores_path()}")
         print(f"  {'':<24} {'':<24} metric {job.metric_dir}")
     for msg in plan.skipped:
         print(f"  skipped: {msg}")

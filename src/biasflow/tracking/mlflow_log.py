@@ -286,6 +286,32 @@ def _ms(seconds: Any) -> int | None:
     return int(seconds * 1000) if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else None
 
 
+def _block_worthy(value: Any) -> bool:
+    return isinstance(value, str) and ("\n" in value or len(value) > 80)
+
+
+def _longest_backtick_run(text: str) -> int:
+    import re
+
+    return max((len(m) for m in re.findall(r"`+", text)), default=0)
+
+
+def _code_span(text: str) -> str:
+    """``text`` as a Markdown code span that survives backticks inside it (CommonMark: a longer delimiter run)."""
+    ticks = "`" * (_longest_backtick_run(text) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+TABLE_FRONT = ("model", "metric_family", "metric", "category", "value", "ci_low", "ci_high", "n")
+
+
+def front_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """The table with what a reader looks for first (model, metric, category, value, CI, n), the rest after."""
+    first = [c for c in TABLE_FRONT if c in df.columns]
+    return df[first + [c for c in df.columns if c not in first]]
+
+
 def job_times(metric_dir: Path) -> tuple[int | None, int | None]:
     """(start, end) of the job's work in ms since the epoch: from the start of its scoring (or of its metric stage)
     to the end of its metric stage; None where the stages did not record it (results from an older biasflow)."""
@@ -348,10 +374,15 @@ def job_note(job: Mapping[str, Any], agg: pd.DataFrame, command: str | None = No
     facts.append(f"config `{job['cfg_hash']}`")
     lines.append(", ".join(facts) + ".")
     if command:
-        lines.append(f"Command: `{command}`.")
+        lines.append(f"Command: {_code_span(command)}.")
     options = {k: v for k, v in (job.get("metric_cfg") or {}).items() if isinstance(v, (str, int, float))}
-    if options:
-        lines.append("Options: " + ", ".join(f"`{k}={v}`" for k, v in options.items()) + ".")
+    short = {k: v for k, v in options.items() if not _block_worthy(v)}
+    if short:
+        lines.append("Options: " + ", ".join(_code_span(f"{k}={v}") for k, v in short.items()) + ".")
+    for k, v in options.items():  # a prompt template or other multi-line text: a code block renders it as written
+        if _block_worthy(v):
+            fence = "`" * max(3, _longest_backtick_run(str(v)) + 1)
+            lines += [f"Option `{k}`:", "", f"{fence}text", str(v), fence, ""]
     if model.get("demo"):
         lines.append("\n> **Demo model** built by the pipeline: its numbers show the pipeline working, nothing more.")
     cols = ["metric", "value", "ci_low", "ci_high", "n"]
@@ -414,6 +445,7 @@ def _log_tables(client, run_id: str, tables: Mapping[str, pd.DataFrame], redacto
                 name = f"{name}_first_{TABLE_ROWS}"
                 df = df.head(TABLE_ROWS)
             path = Path(tmp) / f"{name}.json"
+            df = front_columns(df)
             df.to_json(path, orient="split", index=False, date_format="iso", default_handler=str)
             files.append(path)
             written.append(f"tables/{path.name}")
