@@ -89,7 +89,7 @@ def test_report_names_models_and_settings_in_unique_headings(sweep):
         part = md.split(f"### {title}\n", 1)[1].split("\n#", 1)[0]
         rows = agg[(agg.config_hash == job["cfg_hash"]) & (agg.metric == "metric_score")
                    & (agg.category != "overall")]
-        assert len(rows) > 1 and all(f"| {r.value:.2f} |" in part for r in rows.itertuples())
+        assert len(rows) > 1 and all(f"| {r.category} | {r.value:.2f}" in part for r in rows.itertuples())
         assert f"({job['model']['name']}, diff_threshold={job['metric_cfg']['diff_threshold']})" in part
     assert "named alike" not in md  # tinyA and tinyB need no telling apart
 
@@ -132,7 +132,8 @@ window.addEventListener("load", () => {
   probe.textContent = JSON.stringify({
     images: [...document.images].map(img => ({alt: img.alt, complete: img.complete, width: img.naturalWidth})),
     headings: [...document.querySelectorAll("h1, h2, h3, h4, h5, h6")].map(h => h.innerText.trim()),
-    text: document.body.innerText});
+    text: document.body.innerText,
+    page_width: document.documentElement.scrollWidth, window_width: window.innerWidth});
   document.body.appendChild(probe);
 });
 </script>"""
@@ -154,7 +155,8 @@ def in_chromium(page: Path, profile: Path) -> dict:
     probed = page.with_name(page.stem + ".probed.html")
     probed.write_text(page.read_text().replace("</body>", PROBE + "</body>", 1))
     dom = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                          "--no-first-run", f"--user-data-dir={profile}", *OFFLINE, "--dump-dom", probed.as_uri()],
+                          "--no-first-run", f"--user-data-dir={profile}", *OFFLINE, "--window-size=1400,1000",
+                          "--dump-dom", probed.as_uri()],
                          capture_output=True, text=True, timeout=120, check=True).stdout
     found = re.search(r'<textarea id="biasflow-probe">(.*?)</textarea>', dom, flags=re.S)
     assert found, dom[-2000:]
@@ -176,6 +178,11 @@ def test_report_in_headless_chromium_offline(sweep, tmp_path):
     bars = {f"crows_pairs: metric_score by category ({m}, diff_threshold={t})" for m in MODELS for t in THRESHOLDS}
     assert bars <= {img["alt"] for img in shown["images"]}
     assert all(img["complete"] and img["width"] > 0 for img in shown["images"]), shown["images"]
+    # the models side by side; every table fits a 1,400 px window (a wide one scrolls inside its own box)
+    assert "crows_pairs: models side by side (95% bootstrap CI)" in {img["alt"] for img in shown["images"]}
+    assert shown["page_width"] <= shown["window_width"] == 1400, (shown["page_width"], shown["window_width"])
+    # what each number means, beside its table, and why a blank cell is blank
+    assert "metric_score: " in shown["text"] and "(no items)" in shown["text"]
     screenshot = tmp_path / "report.png"
     subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                     "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}", *OFFLINE, "--hide-scrollbars",

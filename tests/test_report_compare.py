@@ -220,8 +220,8 @@ def test_leaderboard_ranks_models_within_each_threshold(sweep):
     md = (sweep / "leaderboard.md").read_text()
     assert "| model | setting | metric_score | stereo_score | antistereo_score | fill_mask_pass_rate |" in md
     assert "| *unbiased value* | | 50 | 50 | 50 | 100 |" in md
-    assert "**" not in md.split("\n", 1)[1] and "Marks (paired tests): metric_score (diff_threshold=2e-06): no " \
-        "significant difference" in md
+    assert "**" not in md.split("\n", 1)[1] and "Marks (paired tests): every column (metric_score, stereo_score, " \
+        "antistereo_score, fill_mask_pass_rate): no significant difference between the best and the next model" in md
 
     # the same run where every paired test were significant: the closest and the farthest model are marked
     plan = json.loads((sweep / "plan.json").read_text())
@@ -234,6 +234,8 @@ def test_leaderboard_ranks_models_within_each_threshold(sweep):
             assert df.loc[df.best, "model"].tolist() == df.loc[far == far.min(), "model"].tolist()
             assert df.loc[df.worst, "model"].tolist() == df.loc[far == far.max(), "model"].tolist()
             assert "best vs next: significant (p Holm = 0.001)" in df.marks.iloc[0]
+    md = leaderboard_markdown(board)
+    assert "Marks (paired tests): metric_score (diff_threshold=2e-06): best vs next: significant" in md
     best = board[board.metric == "metric_score"].iloc[0]
     assert f"| {best.model} | {best.setting} | **{best.value:.2f} [{best.ci_low:.2f}, {best.ci_high:.2f}]** |" \
         in leaderboard_markdown(board)
@@ -324,7 +326,8 @@ def test_html_report_is_self_contained_and_logged_to_mlflow(sweep, tmp_path):
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:|//)""", html)  # nothing fetched from outside
     assert "<script" not in html
     imgs = re.findall(r'<img [^>]*src="([^"]+)"', html)
-    assert len(imgs) == 1 + 9 and all(src.startswith("data:image/png;base64,") for src in imgs)  # curve + 9 bars
+    # a curve, 9 bar plots, the models side by side
+    assert len(imgs) == 1 + 9 + 1 and all(src.startswith("data:image/png;base64,") for src in imgs)
     assert "Demo model." in html and "tiny_bert_3" in html
     plan = json.loads((sweep / "plan.json").read_text())
     plan["tracking"] = {"enabled": True, "experiment": "biasflow", "uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
@@ -366,7 +369,8 @@ def test_html_report_in_headless_chromium(sweep, tmp_path):
         assert f"<td>{model}</td>" in dom
         assert f"{row.value:.2f} [{row.ci_low:.2f}, {row.ci_high:.2f}]</td>" in dom
     assert "McNemar exact" in dom and "Paired tests between models" in dom
-    assert "Marks (paired tests): metric_score (diff_threshold=2e-06): no significant difference" in dom
+    assert "Marks (paired tests): every column (metric_score, stereo_score, antistereo_score, fill_mask_pass_rate): " \
+        "no significant difference" in dom
     shot = tmp_path / "report.png"
     subprocess.run(common + ["--window-size=1280,3000", f"--screenshot={shot}", url], capture_output=True,
                    timeout=180, check=True)

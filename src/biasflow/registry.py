@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import importlib
 import pkgutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -81,6 +81,13 @@ class MetricSpec:
     # options given as a mapping whose order changes the numbers (group 1 vs group 2): the plan keeps them as
     # ordered lists of one-key mappings (biasflow.ordered), since plans and hashes sort dict keys
     ordered_options: tuple[str, ...] = ()
+    # what the report says beside the metric's tables: one line per headline metric, what the number measures and
+    # which way is fair or better (the "unbiased value" row gives the number), e.g. {"metric_score": "% of pairs
+    # where the more stereotypical sentence is more likely; 50 = no preference, above 50 = stereotypical"}
+    meanings: Mapping[str, str] = field(default_factory=dict)
+    # options that choose which definition of the numbers is computed (BBQ's ``definition``): the report names
+    # their values in the headings of the metric's tables, since the same answers give different numbers
+    definition_options: tuple[str, ...] = ()
 
 
 def _refuse_taken(kind: str, name: str, old_module: str | None, new_module: str | None) -> None:

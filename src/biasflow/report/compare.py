@@ -21,7 +21,7 @@ import pandas as pd
 from biasflow.io import atomic_path
 from biasflow.report.leaderboard import GOALS, goal, headline_metrics
 from biasflow.report.sweep import job_table, short_option
-from biasflow.schema import StatsConfig
+from biasflow.report.explain import stats_of
 from biasflow.stats.paired import holm, mcnemar_exact, paired_bootstrap
 
 Outcome = Callable[[pd.DataFrame], pd.Series]
@@ -70,11 +70,6 @@ PAIRED_COLUMNS = ["family", "benchmark", "setting", "metric", "model_a", "model_
 def _compared_metrics(family: str, present: set[str]) -> list[str]:
     # metrics with no ranking goal (p-values, pass/fail flags) are not differenced
     return [m for m in headline_metrics(family, present) if goal(m) is not None or m not in GOALS]
-
-
-def stats_of(plan: Mapping[str, Any]) -> StatsConfig:
-    """The bootstrap settings of the run (every job of a plan shares them)."""
-    return StatsConfig.model_validate((plan["jobs"][0].get("stats") or {}) if plan["jobs"] else {})
 
 
 def paired_tests(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.DataFrame) -> pd.DataFrame:
@@ -192,11 +187,11 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and not (isinstance(v, float) and math.isnan(v))
 
 
-def threshold_curves(plan: Mapping[str, Any], agg: pd.DataFrame) -> pd.DataFrame:
-    """Points of every curve: a headline metric (overall) against a numeric option the run sweeps."""
+def _swept_numbers(plan: Mapping[str, Any], agg: pd.DataFrame):
+    """(family, option, its values, points of every headline metric against it) for each numeric option a family's
+    jobs vary."""
     jobs = job_table(plan)
     overall = agg[agg["category"] == "overall"]
-    frames = []
     for family, fjobs in jobs.groupby("family", sort=True):
         varied = sorted({k for o in fjobs["options"] for k in o})
         for option in varied:
@@ -212,16 +207,40 @@ def threshold_curves(plan: Mapping[str, Any], agg: pd.DataFrame) -> pd.DataFrame
                 pts.append(rows.assign(family=family, option=short_option(option, varied),
                                        x=float(job.options[option]), line=line, model=job.model))
             df = pd.concat(pts, ignore_index=True)
-            metrics = headline_metrics(family, set(df["metric"]))
-            df = df[df["metric"].isin(metrics)]
-            # only metrics the option changes for at least one line
-            moving = df.groupby(["metric", "line"])["value"].nunique(dropna=True).groupby("metric").max()
-            df = df[df["metric"].isin(moving[moving > 1].index)]
-            frames.append(df.sort_values(["metric", "line", "x"]))
+            yield family, short_option(option, varied), sorted(set(values)), \
+                df[df["metric"].isin(headline_metrics(family, set(df["metric"])))]
+
+
+def _moving(df: pd.DataFrame) -> list[str]:
+    """The metrics of ``df`` whose value changes along the option for at least one line."""
+    moving = df.groupby(["metric", "line"])["value"].nunique(dropna=True).groupby("metric").max()
+    return list(moving[moving > 1].index)
+
+
+def threshold_curves(plan: Mapping[str, Any], agg: pd.DataFrame) -> pd.DataFrame:
+    """Points of every curve: a headline metric (overall) against a numeric option the run sweeps."""
+    frames = []
+    for _, _, _, df in _swept_numbers(plan, agg):
+        df = df[df["metric"].isin(_moving(df))]  # only metrics the option changes for at least one line
+        frames.append(df.sort_values(["metric", "line", "x"]))
+    frames = [f for f in frames if not f.empty]
     if not frames:
         return pd.DataFrame(columns=CURVE_COLUMNS)
     out = pd.concat(frames, ignore_index=True)
     return out[CURVE_COLUMNS]
+
+
+def unchanged_sweeps(plan: Mapping[str, Any], agg: pd.DataFrame) -> list[str]:
+    """A note per numeric option a family sweeps that changed none of its headline numbers (so it has no curve,
+    and curves.csv may be empty): the option, its values and the metrics it left alone."""
+    notes = []
+    for family, option, values, df in _swept_numbers(plan, agg):
+        if _moving(df):
+            continue
+        metrics = list(pd.unique(df["metric"]))
+        notes.append(f"{family}: {option} was swept ({', '.join(f'{v:g}' for v in values)}) but changed none of "
+                     f"its headline numbers ({', '.join(metrics) or 'none computed'}) for any model: no curve.")
+    return notes
 
 
 def curve_plot(points: pd.DataFrame, path, title: str, reference: float | None = None) -> None:

@@ -32,13 +32,16 @@ h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:2px solid #ddd;padding-bo
 h3{margin-bottom:.3em}code{background:#f3f3f3;padding:0 .25em;border-radius:3px}
 .meta{color:#555}.legend{color:#444;font-size:.92em;max-width:70em}
 .warning{border:2px solid #d97706;background:#fff7e6;padding:.8em 1em;border-radius:6px;margin:1em 0;font-size:1.05em}
-table{border-collapse:collapse;margin:.5em 0 1.2em;font-size:.9em}
-th,td{border:1px solid #d0d0d0;padding:.3em .55em;text-align:left;vertical-align:top}
+table{border-collapse:collapse;margin:.5em 0 1.2em;font-size:.9em;display:block;max-width:100%;overflow-x:auto}
+th,td{border:1px solid #d0d0d0;padding:.3em .55em;text-align:left;vertical-align:top;overflow-wrap:anywhere;
+max-width:32em}
+ul.meanings{margin:.2em 0 .4em;padding-left:1.2em;font-size:.9em;color:#333}
 th{background:#f2f4f7}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 tr.goal td{background:#fafafa;color:#555;font-style:italic}
 td.best{background:#dcf5e3;font-weight:bold}td.worst{background:#fbe1e3;font-style:italic}
 td.sig{font-weight:bold}
-figure{display:inline-block;margin:.5em 1em 1em 0;vertical-align:top}figure img{max-width:560px;border:1px solid #eee}
+figure{display:inline-block;margin:.5em 1em 1em 0;vertical-align:top;max-width:100%}
+figure img{max-width:min(100%,560px);border:1px solid #eee}figure.wide img{max-width:100%}
 figcaption{font-size:.85em;color:#555}
 nav a{margin-right:1em}
 details{margin:.4em 0}summary{cursor:pointer;font-weight:600}
@@ -49,6 +52,7 @@ details{margin:.4em 0}summary{cursor:pointer;font-weight:600}
 class Figure:
     title: str
     path: Path
+    wide: bool = False  # drawn at the page's width (several panels), not as a thumbnail-sized plot
 
 
 @dataclass
@@ -67,17 +71,21 @@ class Section:
     title: str
     head: tuple[list[str], list[list[str]]]
     parts: list[Part] = field(default_factory=list)
+    meanings: list[str] = field(default_factory=list)  # what each headline metric measures, which way is fair
+    notes: list[str] = field(default_factory=list)  # why cells are blank, what this data does not hold
 
 
 @dataclass
 class HtmlReport:
     plan: Mapping[str, Any]
-    leaderboard: list[tuple[str, pd.DataFrame, dict[str, str], list[str]]] = field(default_factory=list)
+    leaderboard: list[Any] = field(default_factory=list)  # report.leaderboard.FamilyTable
+    model_plots: dict[str, Figure] = field(default_factory=dict)  # family -> the models side by side
     leaderboard_legend: str = ""
     paired: tuple[list[str], list[list[str]]] | None = None
     paired_significant: list[bool] = field(default_factory=list)
     paired_legend: str = ""
     curves: list[Figure] = field(default_factory=list)
+    curve_notes: list[str] = field(default_factory=list)  # swept options that changed no headline number
     paper: list[Any] = field(default_factory=list)  # report.paper.PaperTable
     published_note: str = ""
     sections: list[Section] = field(default_factory=list)
@@ -121,25 +129,41 @@ def figure(fig: Figure, images: list[Path]) -> str:
     if not Path(fig.path).exists():
         return ""
     images.append(Path(fig.path))
-    return (f'<figure><img alt="{escape(fig.title)}" src="{IMAGE_SLOT.format(len(images) - 1)}">'
+    wide = ' class="wide"' if fig.wide else ""
+    return (f'<figure{wide}><img alt="{escape(fig.title)}" src="{IMAGE_SLOT.format(len(images) - 1)}">'
             f"<figcaption>{escape(fig.title)}</figcaption></figure>")
 
 
-def _leaderboard_html(report: HtmlReport) -> str:
+def _leaderboard_html(report: HtmlReport, images: list[Path]) -> str:
     parts = [f'<p class="legend">{escape(report.leaderboard_legend)}</p>']
-    for family, wide, goals, notes in report.leaderboard:
-        metrics = list(goals)
-        with_setting = bool((wide["setting"] != "").any())
+    for t in report.leaderboard:
+        metrics = list(t.goals)
+        with_setting = bool((t.table["setting"] != "").any())
         head = ["model"] + (["setting"] if with_setting else []) + metrics
-        rows = [["unbiased value"] + ([""] if with_setting else []) + [goals[m] or "(not ranked)" for m in metrics]]
+        rows = [["unbiased value"] + ([""] if with_setting else []) + [t.goals[m] or "(not ranked)" for m in metrics]]
         classes = [[""] * len(head)]
-        for r in wide.itertuples(index=False):
+        for r in t.table.itertuples(index=False):
             rows.append([r.model] + ([r.setting] if with_setting else []) + [r.cells[m]["text"] for m in metrics])
             classes.append([""] * (len(head) - len(metrics)) + [
                 "best" if r.cells[m]["best"] else "worst" if r.cells[m]["worst"] else "" for m in metrics])
-        parts.append(f"<h3>{escape(family)}</h3>" + table(head, rows, ["goal"] + [""] * (len(rows) - 1), classes)
-                     + (f'<p class="legend">Marks (paired tests): {escape("; ".join(notes))}.</p>' if notes else ""))
+        parts.append(f"<h3>{escape(t.title)}</h3>" + _meanings_html(t.meanings)
+                     + table(head, rows, ["goal"] + [""] * (len(rows) - 1), classes)
+                     + (f'<p class="legend">{escape(t.ci_note)}</p>' if t.ci_note else "")
+                     + (f'<p class="legend">Marks (paired tests): {escape("; ".join(t.notes))}.</p>' if t.notes else ""))
+        fig = report.model_plots.get(t.family)
+        if fig is not None:
+            parts.append(figure(fig, images))
     return "\n".join(parts)
+
+
+def _meanings_html(lines: Sequence[str]) -> str:
+    if not lines:
+        return ""
+    items = []
+    for line in lines:
+        metric, _, text = line.partition(": ")
+        items.append(f"<li><code>{escape(metric)}</code>: {escape(text)}</li>")
+    return f'<ul class="meanings">{"".join(items)}</ul>'
 
 
 def _paper_html(report: HtmlReport) -> str:
@@ -221,7 +245,7 @@ def render(report: HtmlReport) -> str:
     images: list[Path] = []
     demo = any(j["model"].get("demo") for j in plan["jobs"])
     nav = [("leaderboard", "Leaderboard", bool(report.leaderboard)), ("paired", "Paired tests", bool(report.paired)),
-           ("curves", "Threshold curves", bool(report.curves)), ("paper", "Published tables", bool(report.paper)),
+           ("curves", "Threshold curves", bool(report.curves or report.curve_notes)), ("paper", "Published tables", bool(report.paper)),
            ("details", "Per metric", bool(report.sections)), ("provenance", "Provenance", True)]
     body = [f"<h1>biasflow run <code>{escape(plan['plan_hash'])}</code></h1>",
             f'<p class="meta">{escape(report.summary or summary_line(plan))}</p>']
@@ -240,20 +264,23 @@ def render(report: HtmlReport) -> str:
                     + table(UNFINISHED_HEAD, rows))
     body.append("<nav>" + "".join(f'<a href="#{a}">{escape(t)}</a>' for a, t, shown in nav if shown) + "</nav>")
     if report.leaderboard:
-        body.append('<h2 id="leaderboard">Leaderboard</h2>' + _leaderboard_html(report))
+        body.append('<h2 id="leaderboard">Leaderboard</h2>' + _leaderboard_html(report, images))
     if report.paired:
         head, rows = report.paired
         classes = [[""] * (len(head) - 1) + ["sig" if s else ""] for s in report.paired_significant]
         body.append('<h2 id="paired">Paired tests between models</h2>'
                     f'<p class="legend">{escape(report.paired_legend)}</p>' + table(head, rows, cell_classes=classes))
-    if report.curves:
-        body.append('<h2 id="curves">Threshold curves</h2>' + "".join(figure(f, images) for f in report.curves))
+    if report.curves or report.curve_notes:
+        body.append('<h2 id="curves">Threshold curves</h2>'
+                    + "".join(f'<p class="legend">{escape(n)}</p>' for n in report.curve_notes)
+                    + "".join(figure(f, images) for f in report.curves))
     if report.paper:
         body.append('<h2 id="paper">Published tables beside ours</h2>' + _paper_html(report))
     if report.sections:
         body.append('<h2 id="details">Per metric and model</h2>')
         for s in report.sections:
-            block = [f"<h3>{escape(s.title)}</h3>", table(*s.head)]
+            block = [f"<h3>{escape(s.title)}</h3>", _meanings_html(s.meanings), table(*s.head)]
+            block += [f'<p class="legend">{escape(n)}</p>' for n in s.notes]
             for part in s.parts:
                 if part.title:
                     block.append(f"<h4>{escape(part.title)}</h4>")

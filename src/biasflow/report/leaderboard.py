@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -47,8 +48,8 @@ GOALS: dict[str, float | str | None] = {
     "p_value": None, "test_passed": None, "fill_mask_test_passed": None,
 }
 
-COLUMNS = ["family", "benchmark", "model", "model_key", "setting", "config_hash", "metric", "goal", "value",
-           "ci_low", "ci_high", "n", "distance", "rank", "best", "worst", "marks"]
+COLUMNS = ["family", "definition", "benchmark", "model", "model_key", "setting", "config_hash", "metric", "goal",
+           "value", "ci_low", "ci_high", "n", "note", "distance", "rank", "best", "worst", "marks"]
 
 
 def goal(metric: str) -> float | str | None:
@@ -152,7 +153,11 @@ def leaderboard(plan: Mapping[str, Any], agg: pd.DataFrame, tests: pd.DataFrame 
     Models are ranked against each other within a setting (jobs whose options are equal but the model): in a
     threshold sweep every threshold has its own ranking, the settings in the order of their values. ``tests``: the
     run's paired tests, which decide the best / worst marks (without them nothing is marked)."""
+    from biasflow.registry import get_metric
+    from biasflow.report.explain import blank_reason, ci_expected, definition_text, stats_of
+
     jobs = job_table(plan)
+    stats = stats_of(plan)
     overall = agg[agg["category"] == "overall"]
     frames = []
     for family, fjobs in jobs.groupby("family", sort=True):
@@ -160,13 +165,19 @@ def leaderboard(plan: Mapping[str, Any], agg: pd.DataFrame, tests: pd.DataFrame 
         metrics = headline_metrics(family, set(rows["metric"]))
         if not metrics:
             continue
+        spec = get_metric(family)
+        with_ci = ci_expected(spec, stats)
         order = {k: i for i, k in enumerate(sorted(
             fjobs["setting_key"].unique(), key=lambda k: _option_order(fjobs.loc[fjobs.setting_key == k,
                                                                                  "options"].iloc[0])))}
         df = rows[rows["metric"].isin(metrics)].merge(
             fjobs[["config_hash", "model", "setting", "setting_key"]].rename(columns={"model": "label"}),
             on="config_hash")
-        df = df.assign(model=df.pop("label"), family=family, goal=df["metric"].map(goal))
+        df = df.assign(model=df.pop("label"), family=family, goal=df["metric"].map(goal),
+                       definition=definition_text(spec, list(fjobs["cfg"])))
+        # a CI is expected of the ranked metrics (not of p-values and flags) where the run bootstraps
+        df["note"] = [blank_reason(v, lo, hi, n, with_ci and goal(m) is not None)
+                      for v, lo, hi, n, m in zip(df["value"], df["ci_low"], df["ci_high"], df["n"], df["metric"])]
         df["distance"] = [distance(v, g) for v, g in zip(df["value"], df["goal"])]
         df["rank"] = df.groupby(["setting_key", "metric"])["distance"].rank(method="min")
         df = _significance_marks(df, family, tests, 1.0 - level)
@@ -189,16 +200,57 @@ def _num(v: float) -> str:
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.2f}"
 
 
-def cell_text(value: float, lo: float, hi: float) -> str:
+def cell_text(value: float, lo: float, hi: float, note: str = "") -> str:
+    """``value [ci_low, ci_high]``; a blank value or CI with its reason (``note``) in parentheses."""
     text = _num(value)
     if text and _num(lo) and _num(hi):
         text += f" [{_num(lo)}, {_num(hi)}]"
-    return text or "–"
+    note = note if isinstance(note, str) else ""
+    return (f"{text} ({note})" if note else text) if text else (f"– ({note})" if note else "–")
 
 
-def wide_tables(board: pd.DataFrame) -> list[tuple[str, pd.DataFrame, dict[str, str], list[str]]]:
-    """Per family: (family, table with one row per job and a cell dict per metric, {metric: goal text}, the notes
-    that say for each column (and setting) whether its best / worst marks passed the paired test)."""
+def _mark_notes(df: pd.DataFrame) -> list[str]:
+    """What the paired tests said of each column's best / worst: the columns with a mark, each with its test; the
+    columns without one in a sentence."""
+    if "marks" not in df:
+        return []
+    df = df.assign(setting=df["setting"].fillna(""), marks=df["marks"].fillna(""))
+    tested = df[df["marks"] != ""].drop_duplicates(["metric", "setting"])
+    marked = df[df["best"] | df["worst"]][["metric", "setting"]].drop_duplicates()
+    keys = set(zip(marked["metric"], marked["setting"]))
+    name = lambda m, s: m + (f" ({s})" if s else "")  # noqa: E731
+    notes = [f"{name(r.metric, r.setting)}: {r.marks}" for r in tested.itertuples(index=False)
+             if (r.metric, r.setting) in keys]
+    untested = tested[tested["marks"].str.startswith("not tested")]
+    plain = tested[~tested["marks"].str.startswith("not tested")
+                   & ~pd.Series(list(zip(tested["metric"], tested["setting"])), index=tested.index).isin(keys)]
+    if len(plain):
+        cols = list(dict.fromkeys(plain["metric"]))
+        notes.append(f"{'every other column' if notes else 'every column'} ({', '.join(cols)}): no significant "
+                     "difference between the best and the next model or between the worst and the one before")
+    if len(untested):
+        notes.append(f"not tested ({', '.join(dict.fromkeys(untested['metric']))}): no paired test of this metric")
+    return notes
+
+
+@dataclass
+class FamilyTable:
+    """One family's leaderboard as the report shows it."""
+    family: str
+    title: str  # the family and the definition its numbers follow (``bbq (definition=parity)``)
+    table: pd.DataFrame  # a row per job: model, setting, cells {metric: {text, best, worst}}
+    goals: dict[str, str]  # metric -> the unbiased value as text
+    notes: list[str]  # per column (and setting): whether the best / worst marks passed the paired test
+    meanings: list[str]  # per metric: what it measures, which way is fair
+    ci_note: str  # why the table has no CIs ('' when it has them)
+
+
+def wide_tables(board: pd.DataFrame, stats: Any = None) -> list[FamilyTable]:
+    """Per family: the table with one row per job and a cell per headline metric, with what explains it. ``stats``
+    (the run's ``StatsConfig``): to say when a family has no CIs at all."""
+    from biasflow.registry import get_metric
+    from biasflow.report.explain import ci_note, meaning_lines
+
     out = []
     for family in pd.unique(board["family"]):
         df = board[board["family"] == family]
@@ -207,62 +259,59 @@ def wide_tables(board: pd.DataFrame) -> list[tuple[str, pd.DataFrame, dict[str, 
         for ch in pd.unique(df["config_hash"]):
             r = df[df["config_hash"] == ch].set_index("metric")
             first = r.iloc[0]
-            cells = {m: ({"text": cell_text(r.at[m, "value"], r.at[m, "ci_low"], r.at[m, "ci_high"]),
+            cells = {m: ({"text": cell_text(r.at[m, "value"], r.at[m, "ci_low"], r.at[m, "ci_high"],
+                                             r.at[m, "note"] if "note" in r else ""),
                           "best": bool(r.at[m, "best"]), "worst": bool(r.at[m, "worst"])} if m in r.index
-                         else {"text": "–", "best": False, "worst": False}) for m in metrics}
+                         else {"text": "– (not computed for this job)", "best": False, "worst": False})
+                     for m in metrics}
             rows.append({"model": first["model"], "setting": first["setting"], "cells": cells})
         goals = {m: goal_text(goal(m)) for m in metrics}
-        marks = df[df["marks"].fillna("") != ""] if "marks" in df else df.iloc[:0]
-        notes = [f"{m}" + (f" ({setting})" if setting else "") + f": {note}"
-                 for (m, setting, note) in marks[["metric", "setting", "marks"]].drop_duplicates().itertuples(
-                     index=False)]
-        out.append((family, pd.DataFrame(rows), goals, notes))
+        notes = _mark_notes(df)
+        definition = str(df["definition"].iloc[0]) if "definition" in df and isinstance(
+            df["definition"].iloc[0], str) else ""
+        try:
+            spec = get_metric(str(family))
+        except KeyError:
+            spec = None
+        out.append(FamilyTable(
+            family=str(family), title=f"{family} ({definition})" if definition else str(family),
+            table=pd.DataFrame(rows), goals=goals, notes=notes,
+            meanings=meaning_lines(spec, metrics) if spec is not None else [],
+            ci_note=ci_note(spec, stats) if spec is not None and stats is not None else ""))
     return out
 
 
-def wide_frame(board: pd.DataFrame) -> pd.DataFrame:
-    """The leaderboard as one DataFrame: a row per (model, setting), a column per (family, metric, stat) with stat
-    ``value``, ``ci_low``, ``ci_high``, in the order the leaderboard lists them (``api.Results.leaderboard``)."""
-    if board.empty:
-        return pd.DataFrame(index=pd.MultiIndex.from_arrays([[], []], names=["model", "setting"]),
-                            columns=pd.MultiIndex.from_arrays([[], [], []], names=["family", "metric", "stat"]))
-    long = board.assign(setting=board["setting"].fillna("")).melt(
-        id_vars=["family", "metric", "model", "setting"], value_vars=["value", "ci_low", "ci_high"], var_name="stat")
-    wide = long.pivot_table(index=["model", "setting"], columns=["family", "metric", "stat"], values="value",
-                            aggfunc="first", dropna=False, sort=False)
-    columns = list(dict.fromkeys((f, m, st) for f, m in zip(board["family"], board["metric"])
-                                 for st in ("value", "ci_low", "ci_high")))
-    rows = list(dict.fromkeys(zip(board["model"], board["setting"].fillna(""))))
-    return wide.reindex(index=pd.MultiIndex.from_tuples(rows, names=["model", "setting"]),
-                        columns=pd.MultiIndex.from_tuples(columns, names=["family", "metric", "stat"]))
-
-
-LEGEND = ("Each cell: value [95% bootstrap CI] of the overall category. Rows sorted by the first ranked metric, "
+LEGEND = ("Each cell: value [95% bootstrap CI] of the overall category (a blank value or CI says why in "
+          "parentheses). Rows sorted by the first ranked metric, "
           "closest to the unbiased value first (within each setting of a sweep); **bold** = best, _italic_ = worst "
           "in its column (closest to / farthest from the unbiased value; 'higher'/'lower' for quality metrics), "
           "marked only where the paired test between it and the next model (Holm-corrected over the run) is "
           "significant; the notes under each table give the test of every column.")
 
 
-def leaderboard_markdown(board: pd.DataFrame) -> str:
+def leaderboard_markdown(board: pd.DataFrame, stats: Any = None) -> str:
     if board.empty:
         return ""
     parts = [LEGEND + "\n"]
-    for family, table, goals, notes in wide_tables(board):
-        metrics = list(goals)
-        with_setting = bool((table["setting"] != "").any())
+    for t in wide_tables(board, stats):
+        metrics = list(t.goals)
+        with_setting = bool((t.table["setting"] != "").any())
         head = ["model"] + (["setting"] if with_setting else []) + metrics
-        lines = [f"\n### {family}\n", "| " + " | ".join(head) + " |", "|" + "---|" * len(head),
-                 "| *unbiased value* |" + (" |" if with_setting else "")
-                 + "".join(f" {goals[m] or '(not ranked)'} |" for m in metrics)]
-        for r in table.itertuples(index=False):
+        lines = [f"\n### {t.title}\n"]
+        lines += [f"- {line}" for line in t.meanings] + ([""] if t.meanings else [])
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+                  "| *unbiased value* |" + (" |" if with_setting else "")
+                  + "".join(f" {t.goals[m] or '(not ranked)'} |" for m in metrics)]
+        for r in t.table.itertuples(index=False):
             cells = []
             for m in metrics:
                 c = r.cells[m]
                 cells.append(f"**{c['text']}**" if c["best"] else f"_{c['text']}_" if c["worst"] else c["text"])
             lines.append("| " + " | ".join([r.model] + ([r.setting] if with_setting else []) + cells) + " |")
-        if notes:
-            lines.append("\nMarks (paired tests): " + "; ".join(notes) + ".")
+        if t.ci_note:
+            lines.append("\n" + t.ci_note)
+        if t.notes:
+            lines.append("\nMarks (paired tests): " + "; ".join(t.notes) + ".")
         parts.append("\n".join(lines) + "\n")
     return "\n".join(parts)
 
@@ -291,7 +340,8 @@ def leaderboard_latex(board: pd.DataFrame, run: str = "") -> str:
     if board.empty:
         return ""
     out = ["% biasflow leaderboard" + (f" of run {run}" if run else "") + "; needs \\usepackage{booktabs}\n"]
-    for family, table, goals, notes in wide_tables(board):
+    for t in wide_tables(board):
+        family, table, goals, notes = t.title, t.table, t.goals, t.notes
         metrics = list(goals)
         with_setting = bool((table["setting"] != "").any())
         head = ["Model"] + (["Setting"] if with_setting else []) + [latex_escape(m) for m in metrics]
@@ -308,5 +358,5 @@ def leaderboard_latex(board: pd.DataFrame, run: str = "") -> str:
         caption = (f"{latex_escape(family)}: value [95\\% bootstrap CI]; bold = closest to the unbiased value, "
                    "italic = farthest, each only where the paired test against the next model is significant (Holm)."
                    + (" " + latex_escape("; ".join(notes)) + "." if notes else ""))
-        out.append(booktabs(head, rows, align, caption, f"tab:leaderboard-{family}".replace("_", "-")))
+        out.append(booktabs(head, rows, align, caption, f"tab:leaderboard-{t.family}".replace("_", "-")))
     return "\n".join(out)

@@ -6,10 +6,13 @@ import logging
 from pathlib import Path
 from typing import Any, Mapping
 
+import numpy as np
 import pandas as pd
 
 from biasflow.io import atomic_path, write_parquet, write_text
-from biasflow.report.categories import category_labels, label, sort_by_category
+from biasflow.report.categories import category_labels, label, natural_sorted, sort_by_category
+from biasflow.report.explain import (blank_reason, ci_expected, ci_note, definition_text, meaning_lines,
+                                     missing_headline, missing_note, model_plot, stats_of)
 from biasflow.report.published import compare, job_splits
 from biasflow.report.sweep import alike_models, job_table, model_labels, summary_line
 from biasflow.report.unfinished import UNFINISHED_HEAD, unfinished_rows
@@ -50,8 +53,19 @@ def bar_plot(agg: pd.DataFrame, metric: str, title: str, path: Path, reference: 
     names = [wrap(label(c, labels or {}), 60) for c in df.category]
     fig, ax = plt.subplots(figsize=(7, 0.45 * sum(n.count("\n") + 1 for n in names) + 1.2))
     err = [(df.value - df.ci_low).clip(lower=0).fillna(0), (df.ci_high - df.value).clip(lower=0).fillna(0)]
-    ax.barh(range(len(df)), df.value, xerr=err, color=["#444" if c == "overall" else "#4c72b0" for c in df.category],
-            capsize=3)
+    ax.barh(range(len(df)), df.value.fillna(0), xerr=err,
+            color=["#444" if c == "overall" else "#4c72b0" for c in df.category], capsize=3)
+    # every bar says its value, so a 0 is a 0 and a missing value says "no data" (both draw no bar)
+    span = float(np.nanmax(np.abs(np.r_[df.value.to_numpy(float), df.ci_high.to_numpy(float), 1e-12])))
+    for i, (v, hi) in enumerate(zip(df.value.astype(float), df.ci_high.astype(float))):
+        if np.isnan(v):
+            ax.text(0, i, " no data", va="center", ha="left", fontsize=7, color="#a00", style="italic")
+        else:
+            end = max(v, hi) if not np.isnan(hi) else v
+            ax.text(end + 0.01 * span if end >= 0 else end - 0.01 * span, i, f"{v:.2f}", va="center",
+                    ha="left" if end >= 0 else "right", fontsize=7, color="#222")
+    left, right = ax.get_xlim()
+    ax.set_xlim(left, right + 0.1 * (right - left))  # room for the value labels
     ax.set_yticks(range(len(df)), names, fontsize=8)
     if reference is not None:
         ax.axvline(reference, color="red", lw=1, ls="--", label=f"no bias = {reference:g}")
@@ -134,9 +148,38 @@ def setting_order(options: Mapping[str, Any]) -> tuple:
                  else (k, 1, 0.0, str(v)) for k, v in sorted(options.items()))
 
 
-def section_title(family: str, model: str) -> str:
-    """The heading of a metric family's results for one model (``crows_pairs / tinyA``)."""
-    return f"{family} / {model}"
+def section_title(family: str, model: str, definition: str = "") -> str:
+    """The heading of a metric family's results for one model (``crows_pairs / tinyA``), with the definition its
+    numbers follow where the metric has several (``bbq (definition=parity) / tinyA``)."""
+    return f"{family} ({definition}) / {model}" if definition else f"{family} / {model}"
+
+
+def category_table(one: pd.DataFrame, metrics: list[str], labels: dict[str, str],
+                   with_ci: bool) -> tuple[str, list[str], list[list[str]]] | None:
+    """Categories x metrics of one job: each cell value [CI] (a blank one with its reason), n of the first metric.
+    None when no metric of ``metrics`` has categories besides overall."""
+    from biasflow.report.explain import blank_reason
+    from biasflow.report.leaderboard import cell_text, goal
+
+    cats = one[(one["category"] != "overall") & one["metric"].isin(metrics)]
+    if cats.empty:
+        return None
+    present = [m for m in metrics if m in set(cats["metric"])]
+    head = ["category", *present, f"n ({present[0]})"]
+    rows = []
+    for category in natural_sorted(cats["category"].unique()):
+        r = cats[cats["category"] == category].drop_duplicates("metric").set_index("metric")
+        cells = []
+        for m in present:
+            if m not in r.index:
+                cells.append("– (not computed for this category)")
+                continue
+            v, lo, hi, n = (r.at[m, c] for c in ("value", "ci_low", "ci_high", "n"))
+            cells.append(cell_text(v, lo, hi, blank_reason(v, lo, hi, n, with_ci and goal(m) is not None)))
+        n0 = r.at[present[0], "n"] if present[0] in r.index else None
+        rows.append([label(category, labels), *cells, "" if n0 is None or pd.isna(n0) else str(int(n0))])
+    title = f"By category: {', '.join(present)} (value [95% CI])"
+    return title, head, rows
 
 
 def setting_title(family: str, model: str, setting: str) -> str:
@@ -193,17 +236,24 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
     for msg in plan.get("skipped", []):
         lines.append(f"- skipped: {msg}")
 
+    stats = stats_of(plan)
     tests = cmp.paired_tests(plan, agg, per_item)
-    board = lb.leaderboard(plan, agg, tests, level=cmp.stats_of(plan).level)
+    board = lb.leaderboard(plan, agg, tests, level=stats.level)
     if not board.empty:
         write_table(board, out / "leaderboard.csv")
-        write_text(lb.leaderboard_markdown(board), out / "leaderboard.md")
+        write_text(lb.leaderboard_markdown(board, stats), out / "leaderboard.md")
         write_text(lb.leaderboard_latex(board, plan["plan_hash"]), out / "leaderboard.tex")
         written += ["leaderboard.md", "leaderboard.csv", "leaderboard.tex"]
         lines.append("\n## Leaderboard\n")
-        lines.append(lb.leaderboard_markdown(board))
-        report.leaderboard, report.leaderboard_legend = lb.wide_tables(board), lb.LEGEND.replace("**", "").replace(
-            "_italic_", "italic")
+        lines.append(lb.leaderboard_markdown(board, stats))
+        report.leaderboard, report.leaderboard_legend = lb.wide_tables(board, stats), lb.LEGEND.replace(
+            "**", "").replace("_italic_", "italic")
+        for family in pd.unique(board["family"]):  # the models side by side, with their CIs
+            png = out / "plots" / f"models__{family}.png"
+            if model_plot(board, family, png):
+                title = f"{family}: models side by side (95% bootstrap CI)"
+                lines.append(f"\n![{title}](plots/{png.name})\n")
+                report.model_plots[str(family)] = html.Figure(title, png, wide=True)
 
     if not tests.empty:
         write_table(tests, out / "paired_tests.csv")
@@ -215,10 +265,13 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
         report.paired_legend = cmp.PAIRED_LEGEND
 
     curves = cmp.threshold_curves(plan, agg)
+    report.curve_notes = cmp.unchanged_sweeps(plan, agg)
+    if not curves.empty or report.curve_notes:
+        lines.append("\n## Threshold curves\n")
+        lines += [note + "\n" for note in report.curve_notes]
     if not curves.empty:
         write_table(curves, out / "curves.csv")
         written.append("curves.csv")
-        lines.append("\n## Threshold curves\n")
         for title, name in cmp.write_curve_plots(curves, out / "plots"):
             lines.append(f"![{title}](plots/{name})\n")
             report.curves.append(html.Figure(title, out / "plots" / name))
@@ -256,44 +309,60 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
     for (family, model), df in groups:
         spec = get_metric(family)
         labels = family_labels(plan, family, per_item)
-        group = section_title(family, model)
-        lines.append(f"\n## {group}\n")
         hashes = list(pd.unique(df["config_hash"]))
+        definition = definition_text(spec, [jobs.at[h, "cfg"] for h in hashes if h in jobs.index])
+        group = section_title(family, model, definition)
+        lines.append(f"\n## {group}\n")
         settings = {h: (jobs.at[h, "setting"] if h in jobs.index else "") for h in hashes}
         if len(hashes) > 1:  # settings in the order the sweep's options sort
             hashes.sort(key=lambda h: (setting_order(jobs.at[h, "options"]) if h in jobs.index else (), h))
+        with_ci = ci_expected(spec, stats)
         head = df[df.category == "overall"].assign(model=model)
+        head = head.assign(note=[blank_reason(v, lo, hi, n, with_ci and lb.goal(m) is not None) for v, lo, hi, n, m
+                                 in zip(head["value"], head["ci_low"], head["ci_high"], head["n"], head["metric"])])
         if len(hashes) > 1:
             head = head.assign(setting=head["config_hash"].map(settings))
             head = head.set_index("config_hash").loc[hashes].reset_index()
-        cols = COLUMNS[:2] + (["setting"] if len(hashes) > 1 else []) + COLUMNS[2:]
+        has_note = bool((head["note"] != "").any())
+        meanings = meaning_lines(spec, [m for m in spec.headline if m in set(head["metric"])])
+        lines += [f"- {m}" for m in meanings] + ([""] if meanings else [])
+        cols = COLUMNS[:2] + (["setting"] if len(hashes) > 1 else []) + COLUMNS[2:] + (["note"] if has_note else [])
         lines.append(markdown_table(head, cols))
+        notes = [n for n in [ci_note(spec, stats)] if n]
+        for h in hashes:
+            missing = missing_headline(spec, set(head.loc[head["config_hash"] == h, "metric"]))
+            if missing:
+                notes.append((f"{settings[h]}: " if len(hashes) > 1 else "") + missing_note(missing))
+        lines += [n + "\n" for n in notes]
         section = html.Section(group, _text_rows(head, (["setting"] if len(hashes) > 1 else [])
-                                                 + ["metric", "value", "ci_low", "ci_high", "n"]))
+                                                 + ["metric", "value", "ci_low", "ci_high", "n"]
+                                                 + (["note"] if has_note else [])),
+                               meanings=meanings, notes=notes)
         report.sections.append(section)
+        by_category_metrics = [m for m in (*spec.headline, spec.plot_metric) if m]
+        by_category_metrics = list(dict.fromkeys(by_category_metrics))
         for h in hashes:
             setting = settings[h]
             part = html.Part(setting_title(family, model, setting) if len(hashes) > 1 else "")
             if part.title:
                 lines.append(f"\n### {part.title}\n")
                 section.parts.append(part)
-            if not spec.plot_metric:
-                continue
             one = df[df.config_hash == h]
-            by_cat = sort_by_category(one[(one.metric == spec.plot_metric) & (one.category != "overall")])
-            if not by_cat.empty:
-                by_cat = by_cat.assign(category=[label(c, labels) for c in by_cat.category])
-                lines.append(f"\n{spec.plot_metric} by category:\n")
-                lines.append(markdown_table(by_cat, ["category", "value", "ci_low", "ci_high", "n"]))
-                part.by_category = _text_rows(by_cat, ["category", "value", "ci_low", "ci_high", "n"])
-                part.by_category_title = f"{spec.plot_metric} by category"
-            suffix = f"__{h}" if len(hashes) > 1 else ""
-            png = out / "plots" / f"{model}__{family}__{spec.plot_metric}{suffix}.png"
-            caption = f"{family}: {spec.plot_metric} by category ({model}" + (f", {setting}" if setting else "") + ")"
-            bar_plot(one, spec.plot_metric, caption, png, reference=spec.plot_reference, labels=labels)
-            if png.exists():
-                lines.append(f"\n![{caption}](plots/{png.name})\n")
-                part.figure = html.Figure(caption, png)
+            by_cat = category_table(one, by_category_metrics, labels, with_ci)
+            if by_cat is not None:
+                title, cat_head, cat_rows = by_cat
+                lines.append(f"\n{title}:\n")
+                lines.append(plain_table(cat_head, cat_rows))
+                part.by_category, part.by_category_title = (cat_head, cat_rows), title
+            if spec.plot_metric:
+                suffix = f"__{h}" if len(hashes) > 1 else ""
+                png = out / "plots" / f"{model}__{family}__{spec.plot_metric}{suffix}.png"
+                caption = (f"{family}: {spec.plot_metric} by category ({model}" + (f", {setting}" if setting else "")
+                           + ")")
+                bar_plot(one, spec.plot_metric, caption, png, reference=spec.plot_reference, labels=labels)
+                if png.exists():
+                    lines.append(f"\n![{caption}](plots/{png.name})\n")
+                    part.figure = html.Figure(caption, png)
             if not part.title and (part.by_category or part.figure):
                 section.parts.append(part)
     from biasflow.report.timing import write_stage_times
