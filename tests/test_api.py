@@ -29,16 +29,22 @@ def in_project(project, monkeypatch):
     return project
 
 
-def test_the_notebook_runs(in_project):
-    """Every code cell, in order, in one namespace (as a kernel would run them)."""
+def test_the_notebook_runs(tmp_path, monkeypatch):
+    """Every code cell, in order, in one namespace (as a kernel would run them), in a fresh folder that is no
+    biasflow checkout (no conf/, no Snakefile, no BIASFLOW_ROOT): it writes only under results/ and resources/ (downloads)."""
+    monkeypatch.delenv("BIASFLOW_CONF", raising=False)
+    monkeypatch.delenv("BIASFLOW_ROOT", raising=False)
+    monkeypatch.chdir(tmp_path)
     cells = [c for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"]
     assert cells
     namespace: dict = {}
     for i, cell in enumerate(cells):
         exec(compile("".join(cell["source"]), f"{NOTEBOOK.name}[{i}]", "exec"), namespace)
     run, scores = namespace["run"], namespace["scores"]
-    assert (run.run_dir / "report.html").exists() and run.leaderboard is not None
+    assert (tmp_path / run.run_dir / "report.html").exists() and not run.leaderboard.empty
     assert set(scores.aggregate["model"]) == {"my_chatbot"}
+    assert run.leaderboard["langfair_stereotype", "stereotypical_associations", "value"].notna().all()
+    assert {p.name for p in tmp_path.iterdir()} <= {"results", "resources", ".snakemake"}, sorted(tmp_path.iterdir())
 
 
 def test_evaluate_equals_biasflow_run_on_the_same_responses(in_project, tmp_path):

@@ -20,7 +20,7 @@ import yaml
 
 from biasflow import stages
 from biasflow.registry import get_loader, get_metric
-from biasflow.report.leaderboard import leaderboard, leaderboard_latex, leaderboard_markdown
+from biasflow.report.leaderboard import leaderboard, leaderboard_latex, leaderboard_markdown, wide_frame
 from biasflow.report.categories import category_labels, natural_sorted, sort_by_category
 from biasflow.report.paper import paper_latex, paper_markdown, paper_tables
 from biasflow.report.published import compare
@@ -240,6 +240,13 @@ def test_leaderboard_ranks_models_within_each_threshold(sweep):
     assert f"| {best.model} | {best.setting} | **{best.value:.2f} [{best.ci_low:.2f}, {best.ci_high:.2f}]** |" \
         in leaderboard_markdown(board)
     assert r"\textbf{" in leaderboard_latex(board)
+    # the API's view: models x metrics, one row per (model, setting), value and CI of every headline metric
+    wide = wide_frame(pd.read_csv(sweep / "leaderboard.csv"))
+    assert wide.shape == (len(SEEDS) * len(THRESHOLDS), len(UNBIASED) * 3)
+    for r in board.itertuples(index=False):
+        for stat in ("value", "ci_low", "ci_high"):
+            assert wide.at[(r.model, r.setting), ("crows_pairs", r.metric, stat)] == pytest.approx(
+                getattr(r, stat), nan_ok=True)
     tex = (sweep / "leaderboard.tex").read_text()
     assert all(tex.count(rule) == 1 for rule in (r"\toprule", r"\midrule", r"\bottomrule"))
     assert r"tiny\_bert\_2" in tex and "paired test against the next model" in tex

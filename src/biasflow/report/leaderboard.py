@@ -281,6 +281,24 @@ def wide_tables(board: pd.DataFrame, stats: Any = None) -> list[FamilyTable]:
     return out
 
 
+def wide_frame(board: pd.DataFrame) -> pd.DataFrame:
+    """The leaderboard as one DataFrame: a row per (model, setting), a column per (family, metric, stat) with stat
+    ``value``, ``ci_low``, ``ci_high``, in the order the leaderboard lists them (``api.Results.leaderboard``)."""
+    if board.empty:
+        return pd.DataFrame(index=pd.MultiIndex.from_arrays([[], []], names=["model", "setting"]),
+                            columns=pd.MultiIndex.from_arrays([[], [], []], names=["family", "metric", "stat"]))
+    board = board.assign(setting=board["setting"].fillna(""))
+    long = board.melt(id_vars=["family", "metric", "model", "setting"], value_vars=["value", "ci_low", "ci_high"],
+                      var_name="stat", value_name="number")
+    wide = long.pivot_table(index=["model", "setting"], columns=["family", "metric", "stat"], values="number",
+                            aggfunc="first", dropna=False, sort=False)
+    columns = list(dict.fromkeys((f, m, st) for f, m in zip(board["family"], board["metric"])
+                                 for st in ("value", "ci_low", "ci_high")))
+    rows = list(dict.fromkeys(zip(board["model"], board["setting"])))
+    return wide.reindex(index=pd.MultiIndex.from_tuples(rows, names=["model", "setting"]),
+                        columns=pd.MultiIndex.from_tuples(columns, names=["family", "metric", "stat"]))
+
+
 LEGEND = ("Each cell: value [95% bootstrap CI] of the overall category (a blank value or CI says why in "
           "parentheses). Rows sorted by the first ranked metric, "
           "closest to the unbiased value first (within each setting of a sweep); **bold** = best, _italic_ = worst "
