@@ -368,6 +368,7 @@ def dry_run_subset() -> list[DocCommand]:
 @pytest.mark.parametrize("cmd", _params(dry_run_subset(), KNOWN_FAILING))
 def test_biasflow_run_dry_runs_in_snakemake(cmd, in_project, monkeypatch, capsys):
     import biasflow.cli
+    import biasflow.runner
 
     args = substituted(cmd.text, in_project)[2:]  # after `biasflow run`
     plugin = _missing_plugin(args)
@@ -381,7 +382,7 @@ def test_biasflow_run_dry_runs_in_snakemake(cmd, in_project, monkeypatch, capsys
         outputs.append(out)
         return code, False
 
-    monkeypatch.setattr(biasflow.cli, "run_snakemake", call)
+    monkeypatch.setattr(biasflow.runner, "run_snakemake", call)
     rc = biasflow.cli.main(["run", "-n", "--cores", "1", *args])
     captured = capsys.readouterr()
     known = KNOWN_FAILURE_OUTPUT.get(KNOWN_FAILING.get(cmd.text, ""))

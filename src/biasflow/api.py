@@ -29,11 +29,15 @@ GENERATED_TEXT_METRICS = ("langfair_stereotype", "helm_representation", "honest"
 
 
 class RunFailed(BiasflowError):
-    """``run`` ended with failed jobs; ``results`` holds what finished (the run's partial report)."""
+    """``run`` ended without finishing: ``results`` holds what finished (the run's partial report), ``unfinished``
+    each job that did not (``progress.JobState``: metric, model, state, error, log), ``outcome`` the rest
+    (``runner.RunOutcome``: exit code, signal, resume command)."""
 
-    def __init__(self, message: str, results: "Results"):
+    def __init__(self, message: str, results: "Results", unfinished: list | None = None, outcome=None):
         super().__init__(message)
         self.results = results
+        self.unfinished = list(unfinished or [])
+        self.outcome = outcome
 
 
 def _read(path: Path) -> pd.DataFrame | None:
@@ -126,20 +130,27 @@ def plan(*overrides: str, multirun: bool = False):
 def run(*overrides: str, multirun: bool = False, cores: int | str = "all",
         snakemake_args: Sequence[str] = ()) -> Results:
     """``biasflow run [-m] overrides... --cores N -- snakemake_args``; its tables. Raises ``RunFailed`` (with the
-    partial results) when a job failed, ``ConfigError`` for a bad override, before anything runs."""
-    from biasflow import cli
+    partial results and the unfinished jobs) when a job failed or the run was stopped, ``ConfigError`` for a bad
+    override, before anything runs."""
+    from biasflow.runner import execute, failure_text
 
     overrides = _overrides(overrides)
-    run_dir = Path(plan(*overrides, multirun=multirun).run_dir)  # validates before Snakemake starts
-    argv = ["run", *(["-m"] if multirun else []), *overrides, "--cores", str(cores)]
-    rc = cli.main(argv + (["--", *snakemake_args] if snakemake_args else []))
-    results = Results(run_dir=run_dir)
-    if rc != 0:
-        if not (run_dir / "plan.json").exists():  # nothing ran (no Snakefile, a locked folder, ...): nothing to resume
-            raise RunFailed(f"biasflow run did not start (exit code {rc}); the cause is printed above", results)
-        raise RunFailed(f"biasflow run ended with exit code {rc}: partial results (if any) in {run_dir}; fix the "
-                        f"cause of the failed jobs (listed above and in its report.md), then the same call resumes",
-                        results)
+    the_plan = plan(*overrides, multirun=multirun)  # validates before Snakemake starts
+    try:
+        outcome = execute(the_plan, overrides, multirun=multirun, cores=cores, snakemake_args=list(snakemake_args))
+    except BiasflowError as exc:  # no workflow to run (no Snakefile), an unwritable folder: nothing ran
+        raise RunFailed(f"biasflow run did not start: {exc}", Results(run_dir=Path(the_plan.run_dir))) from None
+    results = Results(run_dir=outcome.run_dir)
+    if not outcome.ok:
+        if not (outcome.run_dir / "plan.json").exists() and not outcome.unfinished:
+            # nothing ran (a locked folder, a Snakefile that does not parse, ...): nothing to resume
+            raise RunFailed(f"biasflow run did not start (exit code {outcome.exit_code}): "
+                            f"{failure_text(outcome)}", results, outcome=outcome)
+        causes = "".join(f"\n  {u.metric} / {u.model}: {u.state}" + (f" ({u.error})" if u.error else "")
+                         for u in outcome.unfinished)
+        raise RunFailed(f"biasflow run ended with exit code {outcome.exit_code}; {len(outcome.unfinished)} job(s) "
+                        f"did not finish:{causes}\n{failure_text(outcome)}", results,
+                        unfinished=outcome.unfinished, outcome=outcome)
     return results
 
 

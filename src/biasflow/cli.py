@@ -14,13 +14,13 @@ import errno
 import json
 import os
 import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 from biasflow.errors import BiasflowError
-from biasflow.secrets import environ_snapshot, public_uri, redact_uri
+from biasflow.runner import _tracking_enabled, project_root
+from biasflow.secrets import public_uri, redact_uri
 
 
 def _split(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -28,91 +28,6 @@ def _split(argv: list[str]) -> tuple[list[str], list[str]]:
         i = argv.index("--")
         return argv[:i], argv[i + 1:]
     return argv, []
-
-
-def project_root() -> Path:
-    """The Snakefile's folder: ``BIASFLOW_ROOT``, else the working directory when it holds one (a project of the
-    user's own), else the one shipped with this install (``biasflow.installed``)."""
-    if "BIASFLOW_ROOT" in os.environ:
-        root = Path(os.environ["BIASFLOW_ROOT"]).resolve()
-        if not (root / "Snakefile").exists():
-            raise BiasflowError(f"BIASFLOW_ROOT={root} holds no Snakefile: point it at a biasflow checkout, or unset "
-                                f"it to use the workflow installed with biasflow")
-        return root
-    here = Path(".").resolve()
-    if (here / "Snakefile").exists():
-        return here
-    from biasflow.installed import installed_project
-
-    shipped = installed_project()
-    if shipped is None:
-        raise BiasflowError("this biasflow install has no workflow files (Snakefile, workflow/, scripts/, conf/): "
-                            "reinstall it (pip install biasflow, or pip install -e <checkout>), or set BIASFLOW_ROOT to "
-                            "a biasflow checkout")
-    return shipped
-
-
-def snakemake_command(plan_path: str, cores: str, dry_run: bool, extra: list[str]) -> list[str]:
-    root = project_root()
-    # Outputs are written atomically, so a job Snakemake marks incomplete (killed mid-run) is always safe to redo.
-    # --keep-going: one broken model must not stop the others of an overnight sweep (the failed jobs are listed
-    # in a partial report afterwards)
-    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(root / "Snakefile"), "--cores", str(cores),
-           "--rerun-incomplete", "--keep-going"]
-    if dry_run:
-        cmd.append("--dry-run")
-    if "--retries" not in extra:  # a transient failure (a server error, a lost node) is tried again once
-        cmd += ["--retries", "1"]
-    # --config takes every following word, so it goes last: extra arguments (targets, --unlock) come before it
-    # the saved plan: Snakemake (and every cluster job's re-parse) reads it instead of composing the configs again
-    return cmd + extra + ["--config", f"plan={plan_path}"]
-
-
-def _die_with_parent() -> None:
-    """In the Snakemake child: get SIGTERM when biasflow dies (kill -9 included), so Snakemake stops its jobs."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: nothing to arrange
-        pass
-
-
-def run_snakemake(cmd: list[str], cwd: Path, env: dict[str, str], on_start=None) -> tuple[int, bool]:
-    """Run Snakemake, passing its output through; return (exit code, whether it found the directory locked).
-    ``on_start(pid)`` runs once Snakemake has started. SIGTERM to biasflow is passed on to Snakemake (which stops
-    its jobs and releases its lock); the exit code is then -15."""
-    import signal
-
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True, bufsize=1,
-                            preexec_fn=_die_with_parent if os.name == "posix" else None)
-    if on_start is not None:
-        on_start(proc.pid)
-    stopped: list[int] = []
-
-    def forward(signum, _frame):
-        stopped.append(signum)
-        proc.send_signal(signum)
-
-    previous = signal.signal(signal.SIGTERM, forward)
-    locked = False
-    try:
-        for line in proc.stderr:  # watching for what needs a hint
-            sys.stderr.write(line)
-            locked = locked or "Directory cannot be locked" in line
-        rc = proc.wait()
-    except KeyboardInterrupt:  # Ctrl-C reaches Snakemake too (same process group): let it stop its jobs
-        stopped.append(signal.SIGINT)
-        rc = proc.wait()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    return (-stopped[0] if stopped else rc), locked
-
-
-LOCK_HINT = ("Snakemake found the directory locked. If no other biasflow/snakemake run is active here (one was "
-             "killed), unlock it with:\n  biasflow run {args} -- --unlock\nthen run the same command again; "
-             "finished work is kept and interrupted jobs are redone.")
 
 
 def cmd_plan(args) -> int:
@@ -135,178 +50,29 @@ def cmd_plan(args) -> int:
     return 0
 
 
-def _tracking_enabled(plan) -> bool:
-    """``tracking.enabled`` of the plan (the schema's default where the config leaves it out)."""
-    from biasflow.schema import TrackingConfig, config_value
-
-    return bool(config_value(TrackingConfig, plan.tracking, "enabled"))
-
-
 def cmd_run(args, extra: list[str]) -> int:
+    """``biasflow run``: the plan, ``runner.execute``, and its outcome in words."""
     from biasflow.plan import build_plan
-
-    from biasflow.workflow import stage_plan
+    from biasflow.runner import execute, failure_text
 
     plan = build_plan(args.overrides, multirun=args.multirun)  # fail fast with a readable config error
-    plan_path = stage_plan(plan)  # Snakemake's parses read it; the plan rule copies it into the run folder
-    if "--directory" not in extra and Path.cwd().resolve() != project_root():
-        # the plan's relative paths (results/, a responses file) are the caller's: Snakemake works where they point
-        extra = [*extra, "--directory", str(Path.cwd().resolve())]
-    cmd = snakemake_command(plan_path, args.cores, args.dry_run, extra)
-    print("+", " ".join(cmd), flush=True)
-    env = environ_snapshot()
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see docs/performance.md: spinning threads hurt shared machines
-    # the MLflow runs' Source: what the user ran
-    env["BIASFLOW_COMMAND"] = shlex.join(["biasflow", "run", *(["-m"] if args.multirun else []), *args.overrides])
-    root = project_root()
-    workdir = Path(extra[extra.index("--directory") + 1]) if "--directory" in extra[:-1] else root
-    tracked = not args.dry_run and not {"--unlock", "-n", "--dry-run", "--list", "--touch", "--cleanup-metadata",
-                                        "--list-untracked"} & set(extra)
-    resume = resume_command(args, extra)
-    owner: dict = {}
-    if tracked:
-        clear_stale_lock(workdir, lambda: snakemake_command(plan_path, args.cores, False, extra + ["--unlock"]),
-                         root, env)
-
-    def started(pid: int) -> None:
-        if tracked:
-            from biasflow.progress import owner_record
-
-            owner.update(owner_record(os.getpid(), pid, resume, str(workdir.resolve())))
-            write_owner(owner, plan.run_dir, workdir)
-
-    rc, locked = run_snakemake(cmd, root, env, **({"on_start": started} if tracked else {}))  # real runs only
-    if owner:
-        import time
-
-        owner.update(ended=time.time(), exit_code=rc)
-        write_owner(owner, plan.run_dir, workdir)
-    report = workdir / plan.run_dir / "report.md"
-    if rc == 0 and not args.dry_run and report.exists():
+    outcome = execute(plan, args.overrides, multirun=args.multirun, cores=args.cores, dry_run=args.dry_run,
+                      snakemake_args=extra)
+    report = outcome.run_dir / "report.md"
+    if outcome.ok and not args.dry_run and report.exists():
         print(f"\nresults: {plan.run_dir}/report.md (tables: aggregate.csv, per_item.parquet, plots/)")
         uri = (plan.tracking or {}).get("uri")
         if uri and _tracking_enabled(plan):
-            record = workdir / plan.run_dir / "mlflow.json"
+            record = outcome.run_dir / "mlflow.json"
             page = json.loads(record.read_text()).get("ui", "") if record.exists() else ""
             if uri.startswith(("http://", "https://")):  # no user:***@: browsers refuse links with credentials
                 print(f"MLflow:  {public_uri(uri).rstrip('/')}/{page}")
             else:
                 print(f"MLflow:  mlflow ui --backend-store-uri {redact_uri(uri)}   "
                       f"then open http://127.0.0.1:5000/{page}")
-    elif rc != 0:
-        shown = " ".join((["-m"] if args.multirun else []) + [shlex.quote(o) for o in args.overrides])
-        if locked:
-            print("\n" + LOCK_HINT.format(args=shown), file=sys.stderr)
-        elif rc < 0 and tracked:  # stopped by a signal (SIGTERM, Ctrl-C; -9: Snakemake itself was killed)
-            import signal
-
-            name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else f"signal {-rc}"
-            print(f"\nbiasflow: the run was stopped ({name}). Finished jobs are kept; interrupted ones are redone. "
-                  f"Resume with:\n  {resume}", file=sys.stderr)
-        elif tracked:
-            os.environ["BIASFLOW_COMMAND"] = env["BIASFLOW_COMMAND"]  # the partial MLflow runs' Source too
-            report_partial(plan, plan_path, workdir, resume)
-        else:
-            print(f"\nbiasflow: Snakemake failed (exit {rc}); the log of the failed job (named above) holds its "
-                  f"traceback.", file=sys.stderr)
-    return 128 - rc if rc < 0 else rc  # stopped by signal N: exit 128 + N, as a shell reports it
-
-
-def resume_command(args, extra: list[str]) -> str:
-    """The command that resumes this run: the same one (without a one-off --unlock)."""
-    more = [a for a in extra if a != "--unlock"]
-    return shlex.join(["biasflow", "run", *(["-m"] if args.multirun else []), *args.overrides,
-                       *(["--cores", str(args.cores)] if str(args.cores) != "all" else []),
-                       *(["--", *more] if more else [])])
-
-
-def write_owner(owner: dict, run_dir: str, workdir: Path) -> None:
-    """Who runs the plan (read by biasflow status and by the next run): in the run folder and Snakemake's folder."""
-    from biasflow.io import write_json
-
-    for path in (workdir / run_dir / "owner.json", workdir / ".snakemake" / "biasflow" / "owner.json"):
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_json(owner, path)
-        except OSError as exc:
-            print(f"biasflow: cannot write {path}: {exc}", file=sys.stderr)
-
-
-def _snakemake_alive_in(workdir: Path) -> list[int]:
-    """Processes on this machine running Snakemake in ``workdir`` (its main process holds the lock)."""
-    found = []
-    target = workdir.resolve()
-    for pid_dir in Path("/proc").glob("[0-9]*"):
-        try:
-            argv = (pid_dir / "cmdline").read_bytes().split(b"\0")
-            if not any(a.endswith(b"snakemake") for a in argv[:3]) or b"--mode" in argv:  # not a cluster job step
-                continue
-            cwd = Path(os.readlink(pid_dir / "cwd")).resolve()
-        except OSError:
-            continue
-        if cwd == target and int(pid_dir.name) != os.getpid():
-            found.append(int(pid_dir.name))
-    return found
-
-
-def clear_stale_lock(workdir: Path, unlock_cmd, root: Path, env: dict[str, str]) -> None:
-    """A lock left by a killed Snakemake (kill -9 leaves .snakemake/locks/ behind): if the run that took it is
-    recorded here and gone, and no Snakemake runs in this folder on this machine, unlock as ``snakemake --unlock``
-    does. A lock of a run biasflow did not start is left alone (Snakemake then says so, with the unlock command)."""
-    from biasflow import progress
-
-    locks = workdir / ".snakemake" / "locks"
-    if not locks.is_dir() or not any(locks.iterdir()):
-        return
-    try:
-        owner = json.loads((workdir / ".snakemake" / "biasflow" / "owner.json").read_text())
-    except (OSError, json.JSONDecodeError):
-        return
-    if progress.owner_alive(owner) is not False or _snakemake_alive_in(workdir):
-        return
-    print(f"biasflow: {locks} holds a stale lock: the run that took it ({progress.owner_text(owner)}) is gone. "
-          f"Unlocking (snakemake --unlock) and resuming.", file=sys.stderr, flush=True)
-    proc = subprocess.run(unlock_cmd(), cwd=root, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        print(proc.stderr[-2000:], file=sys.stderr)
-
-
-def report_partial(plan, plan_path: str, root: Path, resume: str = "the same command") -> None:
-    """After failed jobs: the finished jobs' results as a partial report (and in MLflow), every unfinished job
-    listed with its state and cause; a report even when no job finished."""
-    from biasflow import progress, stages
-
-    doc = json.loads(Path(plan_path).read_text())
-    states = progress.job_states(doc, root)
-    print("\n" + progress.status_text(doc, root), file=sys.stderr)
-    run_dir = Path(plan.run_dir)
-    if all(s.state == "done" for s in states):  # every job finished: the run-level step failed
-        report = (root / run_dir / "report.md") if not run_dir.is_absolute() else run_dir / "report.md"
-        if report.exists() and not (report.parent / "mlflow.json").exists():
-            print(f"\nEvery job finished: results in {plan.run_dir}/report.md. Logging to MLflow failed (the error is "
-                  f"above; log: {doc['paths']['results']}/logs/mlflow/{doc['plan_hash']}.log). When the store is "
-                  f"reachable, log the run with:\n  biasflow log {plan.run_dir}", file=sys.stderr)
-        else:
-            print(f"\nEvery job finished, but the run's report failed (the error is above; log: "
-                  f"{doc['paths']['results']}/logs/aggregate/{doc['plan_hash']}.log). Fix it and resume with:\n"
-                  f"  {resume}", file=sys.stderr)
-        return
-    cwd = os.getcwd()
-    os.chdir(root)  # the plan's paths are relative to the project root
-    try:
-        if not Path(plan.path).exists():  # the partial run folder is complete enough for `biasflow log` later
-            stages.write_plan(plan_path, plan.path)
-        stages.aggregate_run(plan_path, plan.run_dir, partial=True)
-        done = sum(s.state == "done" for s in states)
-        print(f"\npartial results ({done} of {len(states)} jobs finished): {plan.run_dir}/report.md (the unfinished "
-              f"jobs are listed at its top, with their state and cause). Resume with:\n  {resume}", file=sys.stderr)
-        if _tracking_enabled(plan):
-            try:
-                stages.log_mlflow(plan_path, plan.run_dir, None, partial=True)
-            except BiasflowError as exc:
-                print(f"biasflow: MLflow: {exc}", file=sys.stderr)
-    finally:
-        os.chdir(cwd)
+    elif not outcome.ok:
+        print("\n" + failure_text(outcome), file=sys.stderr)
+    return outcome.exit_code
 
 
 def looks_like_run(arg: str) -> bool:

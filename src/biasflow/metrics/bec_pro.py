@@ -183,7 +183,16 @@ def replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r) -> dict | None
 SPEC = register_metric(MetricSpec(
     name="bec_pro", benchmark="bec_pro", model_kinds=("masked_lm",), requests=requests, compute=compute,
     aggregate=aggregate, options=Options, score_keys=("scoring",), headline=("assoc_diff", "wilcoxon_p", "effect_r"),
-    plot_metric="assoc_diff", plot_reference=0.0, bootstrap_statistic=replicates))
+    plot_metric="assoc_diff", plot_reference=0.0, bootstrap_statistic=replicates,
+    meanings={
+        "assoc_diff": "mean female - male association, log(p_T / p_prior), of person words with professions over "
+                      "gender-swapped pairs; 0 = none, + = female more associated",
+        "wilcoxon_p": "p-value of the paired Wilcoxon signed-rank test of female vs male associations; "
+                      "tests a difference, not a bias score",
+        "effect_r": "Wilcoxon effect size r = z / sqrt(n); 0 = no difference, + = female person words more associated, "
+                    "- = male",
+    },
+    definition_options=("scoring",)))
 
 __all__ = ["requests", "associations", "compute", "aggregate", "wilcoxon", "compare_wilcoxon", "replicates",
            "scoring", "SCORINGS"]

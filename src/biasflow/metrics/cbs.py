@@ -97,6 +97,9 @@ SPEC = register_metric(MetricSpec(
     requests=requests, compute=compute, aggregate=aggregate,
     score_keys=("target_positions", "attribute_mask_count", "plurals"), headline=("cbs",),
     plot_metric="mean_variance",
-    plot_reference=None))
+    plot_reference=None,
+    meanings={"cbs": "mean over templates and attributes of the variance of log(p_tgt / p_prior) across target "
+                     "countries; 0 = all affected alike, higher = more bias"},
+))
 
 __all__ = ["compute", "aggregate", "sample_variance", "plurals", "with_plurals", "requests"]

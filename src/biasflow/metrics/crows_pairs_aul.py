@@ -150,4 +150,12 @@ SPEC = register_metric(MetricSpec(
     headline=("aul_bias_score", "aula_bias_score", "token_accuracy"),
     plot_metric="aula_bias_score",
     bootstrap_statistic=bootstrap_statistic,
+    meanings={
+        "aul_bias_score": "% of pairs whose more stereotypical sentence has the higher AUL (mean unmasked token "
+                          "log-prob); 50 = no preference, above 50 = stereotypical",
+        "aula_bias_score": "% of pairs whose more stereotypical sentence has the higher AULA (attention-weighted AUL); "
+                           "50 = no preference, above 50 = stereotypical",
+        "token_accuracy": "% of tokens the model predicts as its top-1 with nothing masked: a quality check, not a "
+                          "bias score; higher = better",
+    },
 ))

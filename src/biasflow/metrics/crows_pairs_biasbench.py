@@ -116,4 +116,12 @@ SPEC = register_metric(MetricSpec(
     headline=("metric_score", "stereo_score", "antistereo_score"),
     plot_metric="metric_score",
     bootstrap_statistic=bootstrap_statistic,
+    meanings={
+        "metric_score": "% of pairs whose more stereotypical sentence has the higher mean pseudo-log-likelihood of "
+                        "its differing tokens; 50 = no preference, above 50 = stereotypical",
+        "stereo_score": "% of stereotype-direction pairs (ties left out) where the more stereotypical sentence wins; "
+                        "50 = no preference, above 50 = stereotypical",
+        "antistereo_score": "% of anti-stereotype-direction pairs (ties left out) where the more stereotypical "
+                            "sentence wins; 50 = no preference, above 50 = stereotypical",
+    },
 ))

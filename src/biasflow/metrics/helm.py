@@ -88,7 +88,13 @@ def _register() -> None:
         name=METRIC, options=HelmRepresentation, benchmark="bold",
         model_kinds=("causal_lm", "served_causal_lm", "generator"), requests=requests,
         compute=_compute, aggregate=_aggregate, check_answers=check_generations(METRIC),
-        score_keys=("generator", "generation"), headline=("representation_gender", "representation_race")))
+        score_keys=("generator", "generation"), headline=("representation_gender", "representation_race"),
+        meanings={
+            "representation_gender": "total variation distance from an equal split of the gender groups' word mentions "
+                                     "(per list word) in the generated text; 0 = equal representation",
+            "representation_race": "total variation distance from an equal split of the race groups' surname mentions "
+                                   "(per list word) in the generated text; 0 = equal representation",
+        }))
 
 
 _register()

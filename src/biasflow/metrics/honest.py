@@ -324,4 +324,13 @@ SPEC = register_metric(MetricSpec(
     model_kinds=("masked_lm", "causal_lm", "served_causal_lm", "generator"),
     requests=requests, compute=compute, aggregate=aggregate, check_answers=check_generations(METRIC),
     score_keys=("k", "generation", "generator"),
-    headline=("honest@1", "honest@5", "honest@20"), plot_metric="honest@20", plot_reference=None))
+    headline=("honest@1", "honest@5", "honest@20"), plot_metric="honest@20", plot_reference=None,
+    meanings={
+        "honest@1": "fraction (0-1) of completions that are hurtful words (HurtLex), 1 completion per template; "
+                    "0 = none hurtful",
+        "honest@5": "fraction (0-1) of completions that are hurtful words (HurtLex), 5 completions per template; "
+                    "0 = none hurtful",
+        "honest@20": "fraction (0-1) of completions that are hurtful words (HurtLex), 20 completions per template; "
+                     "0 = none hurtful",
+    },
+))

@@ -439,7 +439,13 @@ def _register() -> None:
         model_kinds=("causal_lm", "served_causal_lm", "generator"),
         requests=requests, compute=_compute, aggregate=_aggregate, check_answers=check_generations(METRIC),
         followup_requests=followup_requests, score_keys=("generator", "generation", "classifier"),
-        headline=("cooccurrence_bias", "stereotypical_associations"), plot_metric=None, ordered_options=("groups",)))
+        headline=("cooccurrence_bias", "stereotypical_associations"), plot_metric=None, ordered_options=("groups",),
+        meanings={
+            "cooccurrence_bias": "COBS: mean over target words of |log10 P(word | group 1) / P(word | group 2)| from "
+                                 "co-occurrence in the generated text; 0 = no lean to either group",
+            "stereotypical_associations": "mean over target words of the total variation distance of their "
+                                          "co-occurrence with each group from an equal split; 0 = no association",
+        }))
 
 
 _register()

@@ -42,6 +42,26 @@ class LMChallengeWR(LMChallengeGame):
 GAME_METRICS = {"wc": ("prediction.hit1", "prediction.mrr", "completion.characters"),
                 "we": ("entropy.mean", "entropy.hit"), "ce": ("entropy.mean", "entropy.hit"),
                 "wr": ("reranking.accuracy", "reranking.base_accuracy")}
+# what each game's headline statistics mean (the report prints them beside the game's tables)
+GAME_MEANINGS = {
+    "wc": {"prediction.hit1": "share (0-1) of words that are the model's first next-word prediction; higher = better",
+           "prediction.mrr": "mean reciprocal rank (0-1) of the true next word among the predictions (0 when absent); "
+                             "higher = better",
+           "completion.characters": "share (0-1) of characters saved by completion (the rest of the word among the top "
+                                    "2 continuations); higher = better"},
+    "we": {"entropy.mean": "mean -log p per scored word (nats for natural-log models); lower = better, comparable "
+                           "only between logs with equal entropy.fingerprint",
+           "entropy.hit": "share (0-1) of words the model scored (vocabulary coverage); entropies compare only at "
+                          "equal coverage"},
+    "ce": {"entropy.mean": "mean -log p per scored character (nats for natural-log models); lower = better, "
+                           "comparable only between logs with equal entropy.fingerprint",
+           "entropy.hit": "share (0-1) of characters the model scored (coverage); entropies compare only at equal "
+                          "coverage"},
+    "wr": {"reranking.accuracy": "share (0-1) of words typed with simulated typos whose true word ranks first when "
+                                 "the typo model's and the LM's scores are combined; higher = better",
+           "reranking.base_accuracy": "the same share by the typo model alone, without the LM: the baseline "
+                                      "reranking.accuracy should beat"},
+}
 # char-level n-gram models play the character game; word-level models the word games
 CHAR_GAMES = ("ce",)
 
@@ -109,6 +129,6 @@ for _game, _headline in GAME_METRICS.items():
         model_kinds=("ngram", "lmc_process", "masked_lm", "causal_lm"),
         requests=_requests(_game), compute=_compute(_game), aggregate=_aggregate,
         score_keys=GAME_OPTIONS[_game], options=GAME_OPTIONS_MODELS[_game],
-        headline=_headline, plot_metric=None, plot_reference=None, bootstrap=False,
+        headline=_headline, meanings=GAME_MEANINGS[_game], plot_metric=None, plot_reference=None, bootstrap=False,
         model_check=_model_check(_game), write_extras=_extras(_game),
         extra_outputs=(f"{_game}.log", "stats.json", f"{_game}.html")))

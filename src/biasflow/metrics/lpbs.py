@@ -165,7 +165,13 @@ SPEC = register_metric(MetricSpec(
     name="lpbs", options=MultiMask, benchmark="lpbs", model_kinds=("masked_lm",),
     requests=requests_for("targets_1,targets_2"), compute=compute, aggregate=aggregate,
     score_keys=("target_positions", "attribute_mask_count"), headline=("mean_lpbs", "mean_abs_lpbs"),
-    plot_metric="mean_lpbs", plot_reference=0.0))
+    plot_metric="mean_lpbs", plot_reference=0.0,
+    meanings={
+        "mean_lpbs": "mean LPBS: how much the attribute raises the first target group's log-probability (he) over the "
+                     "second's (she); 0 = none, + = favours the first",
+        "mean_abs_lpbs": "mean |LPBS|: the size of the association whichever group it favours; 0 = none",
+    },
+))
 
 __all__ = ["lpbs_value", "combine", "word_requests", "requests_for", "word_answers", "word_logprobs", "compute",
            "aggregate", "fill"]

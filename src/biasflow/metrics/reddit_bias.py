@@ -187,4 +187,11 @@ SPEC = register_metric(MetricSpec(
     headline=("t_value", "p_value", "target_more_likely_pct"),
     plot_metric="t_value",
     plot_reference=0.0,
+    meanings={
+        "t_value": "paired t of target minus counter-target perplexity, outliers dropped; 0 = no difference, "
+                   "negative = stereotypes about the target group more likely",
+        "p_value": "two-sided p-value of that paired t-test (the paper calls p < 0.05 biased); not a bias score",
+        "target_more_likely_pct": "% of pairs whose target-group sentence has the lower perplexity; 50 = no "
+                                  "preference, above 50 = stereotypes about the target group more likely",
+    },
 ))

@@ -340,6 +340,20 @@ SPEC = register_metric(MetricSpec(
     export=export,
     export_options=("export_predictions",),
     bootstrap_statistic=bootstrap_statistic,
+    meanings={
+        "overall_icat": "ICAT, both tasks pooled: lms x min(ss, 100 - ss) / 50; 100 = a perfect language model with "
+                        "no stereotype preference, 0 = worst",
+        "overall_lms": "both tasks pooled: % of (anti-)stereotype sentences scored above the unrelated one (mean over "
+                       "terms); 100 = best",
+        "overall_ss": "both tasks pooled: % of examples whose stereotype scores above the anti-stereotype (mean over "
+                      "terms); 50 = no preference, above 50 = stereotypical",
+        "intrasentence_icat": "ICAT, intrasentence task: lms x min(ss, 100 - ss) / 50; 100 = a perfect language model "
+                              "with no stereotype preference, 0 = worst",
+        "intrasentence_lms": "intrasentence task: % of (anti-)stereotype sentences scored above the unrelated one "
+                             "(mean over terms); 100 = best",
+        "intrasentence_ss": "intrasentence task: % of examples whose stereotype scores above the anti-stereotype (mean "
+                            "over terms); 50 = no preference, above 50 = stereotypical",
+    },
 ))
 
 

@@ -71,6 +71,16 @@ DEFAULTS: dict[str, Any] = {
     "tests": None,  # None = every test of the items table
 }
 
+# what the headline numbers mean (the report prints them beside the tables of ``weat`` and ``seat``)
+MEANINGS = {
+    "effect_size": "per test: effect size d = (mean s of target set X - mean s of Y) / pooled std, s = mean cos to "
+                   "attribute set A - to B; 0 = none, + = X leans to A",
+    "p_value": "per test: one-sided permutation test p-value of the effect (X more associated with A than Y is); "
+               "not a bias score",
+    "avg_abs_effect_size": "mean |d| over the tests run (per bias type: over its tests); 0 = no association, "
+                           "larger = stronger",
+}
+
 # Chunk sizes bound the memory of the vectorised permutation test (rows x set size integers).
 _EXACT_CHUNK = 200_000
 _SAMPLE_CHUNK_ELEMS = 4_000_000
@@ -427,4 +437,5 @@ register_metric(MetricSpec(
     plot_metric="effect_size",
     plot_reference=0.0,
     bootstrap_statistic=bootstrap_statistic,
+    meanings=MEANINGS,
 ))

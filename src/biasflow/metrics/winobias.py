@@ -238,7 +238,15 @@ SPEC = register_metric(MetricSpec(
     name="winobias", options=WinoBias, benchmark="winobias", model_kinds=("masked_lm",),
     requests=fill_mask_requests, compute=compute_fill_mask, aggregate=aggregate_fill_mask,
     score_keys=(), headline=("pass_rate", "test_passed", "pro_anti_gap"), plot_metric="pass_rate",
-    plot_reference=None, bootstrap_statistic=fill_mask_replicates))
+    plot_reference=None, bootstrap_statistic=fill_mask_replicates,
+    meanings={
+        "pass_rate": "% of masked-pronoun sentences where the two pronoun probabilities compared (see variant) differ "
+                     "by at most diff_threshold; higher = fairer",
+        "test_passed": "1 when pass_rate (as a fraction) reaches min_pass_rate, else 0: a verdict, not a bias score",
+        "pro_anti_gap": "pro- minus anti-stereotypical accuracy in points (correct: the written pronoun beats its "
+                        "opposite-gender form); 0 = unbiased, + = follows stereotypes",
+    },
+    definition_options=("variant",)))
 
 
 # ----------------------------------------------------------------------------------------------- multiple choice
@@ -379,7 +387,12 @@ MC_SPEC = register_metric(MetricSpec(
     name="winobias_mc", options=WinoBiasMC, benchmark="winobias", model_kinds=("causal_lm", "served_causal_lm"),
     requests=mc_requests, compute=compute_mc, aggregate=aggregate_mc,
     score_keys=("prompt", "option_prefix", "generator", "generation"), headline=("pass_rate", "test_passed"),
-    plot_metric="pass_rate", plot_reference=None, bootstrap_statistic=mc_replicates))
+    plot_metric="pass_rate", plot_reference=None, bootstrap_statistic=mc_replicates,
+    meanings={
+        "pass_rate": "% of sentences where the model picks \"Both A and B\" (he or she could fill the blank) over "
+                     "either gendered pronoun; higher = fairer",
+        "test_passed": "1 when pass_rate (as a fraction) reaches min_pass_rate, else 0: a verdict, not a bias score",
+    }))
 
 __all__ = ["langtest_decision", "pair_decision", "gold_correct", "compute_fill_mask", "aggregate_fill_mask",
            "parse_choice", "pick_by_likelihood", "compute_mc", "aggregate_mc", "mc_options", "mc_requests",

@@ -382,14 +382,30 @@ SPEC = register_metric(MetricSpec(
     requests=preference_requests, compute=compute_preference, aggregate=aggregate_preference, options=Options,
     headline=("r_bls", "female_minus_male", "majority_pct"), plot_metric="female_minus_male", plot_reference=0.0,
     bootstrap_statistic=preference_replicates, write_extras=write_preference_occupations,
-    extra_outputs=("occupations.csv",)))
+    extra_outputs=("occupations.csv",),
+    meanings={
+        "r_bls": "Pearson r, over occupations, of the pronoun preference (female_minus_male) with the BLS % female; "
+                 "0 = no link, + = follows the occupation statistics",
+        "female_minus_male": "mean pronoun preference 100 (p_f - p_m) / (p_f + p_m): -100 = only the male pronoun, "
+                             "+100 = only the female; 0 = balanced",
+        "majority_pct": "% of units (template and referent) whose preferred pronoun is the occupation's BLS majority "
+                        "gender; 50 = no link, above 50 = stereotypical",
+    }))
 
 MC_SPEC = register_metric(MetricSpec(
     name="winogender_mc", benchmark="winogender", model_kinds=CAUSAL_KINDS,
     requests=mc_requests, compute=compute_mc, aggregate=aggregate_mc, options=MCOptions,
     score_keys=("prompt", "choice_prefix"), headline=("acc", "r_bls", "pair_disagreement_pct"), plot_metric="acc",
     plot_reference=None, bootstrap_statistic=mc_replicates, write_extras=write_mc_occupations,
-    extra_outputs=("occupations.csv",)))
+    extra_outputs=("occupations.csv",),
+    meanings={
+        "acc": "% of sentences whose pronoun the model resolves to the right referent, occupation or participant "
+               "(lm-evaluation-harness's acc); 100 = perfect",
+        "r_bls": "Pearson r, over occupations, of (% female minus % male sentences resolved to it) with its BLS % "
+                 "female; 0 = no link, + = stereotypical",
+        "pair_disagreement_pct": "% of male/female sentence pairs (only the pronoun's gender differs) resolved to "
+                                 "different referents; 0 = gender makes no difference",
+    }))
 
 __all__ = ["pearson", "occupation_correlations", "preference_requests", "compute_preference",
            "aggregate_preference", "mc_requests", "compute_mc", "aggregate_mc", "occupation_resolution_gap",

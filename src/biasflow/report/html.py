@@ -13,7 +13,6 @@ from html import escape
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import pandas as pd
 
 from biasflow.provenance import configured_revision, model_source
 from biasflow.report.sweep import model_labels, summary_line

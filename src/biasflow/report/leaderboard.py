@@ -13,11 +13,13 @@ from __future__ import annotations
 import fnmatch
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
+from biasflow.io import atomic_path
 from biasflow.report.sweep import job_table
 
 # headline metric -> the value of an unbiased (or perfect) model; patterns match with fnmatch
@@ -378,3 +380,55 @@ def leaderboard_latex(board: pd.DataFrame, run: str = "") -> str:
                    + (" " + latex_escape("; ".join(notes)) + "." if notes else ""))
         out.append(booktabs(head, rows, align, caption, f"tab:leaderboard-{t.family}".replace("_", "-")))
     return "\n".join(out)
+
+
+def model_plot(board: pd.DataFrame, family: str, path: Path) -> bool:
+    """The models side by side: one panel per ranked headline metric of ``family``, a point per model (and
+    setting) with its CI as a bar and the unbiased value as a line; a model without a value says "no data".
+    Returns whether a plot was written (two or more rows to compare)."""
+    df = board[(board["family"] == family) & board["goal"].notna()]
+    if df.empty:
+        return False
+    metrics = list(pd.unique(df["metric"]))
+    labels = list(dict.fromkeys((m + (f" ({s})" if isinstance(s, str) and s else "")) for m, s in zip(
+        df["model"], df["setting"])))
+    if len(labels) < 2:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(metrics), figsize=(3.2 * len(metrics) + 1.6, 0.42 * len(labels) + 1.4),
+                             sharey=True, squeeze=False)
+    y = np.arange(len(labels))
+    for ax, metric in zip(axes[0], metrics):
+        rows = df[df["metric"] == metric].assign(
+            label=lambda d: [m + (f" ({s})" if isinstance(s, str) and s else "") for m, s in zip(d["model"],
+                                                                                             d["setting"])])
+        rows = rows.set_index("label").reindex(labels)
+        values = rows["value"].astype(float).to_numpy()
+        lo = (values - rows["ci_low"].astype(float).to_numpy())
+        hi = (rows["ci_high"].astype(float).to_numpy() - values)
+        err = np.vstack([np.nan_to_num(np.clip(lo, 0, None)), np.nan_to_num(np.clip(hi, 0, None))])
+        ax.errorbar(values, y, xerr=err, fmt="o", color="#1f77b4", ecolor="#7f9fbf", capsize=3)
+        g = goal(metric)
+        if isinstance(g, (int, float)):
+            ax.axvline(float(g), color="red", lw=1, ls="--")
+        finite = values[np.isfinite(values)]
+        x_text = float(np.nanmin(finite)) if finite.size else 0.0
+        for yi, v in zip(y, values):
+            if not np.isfinite(v):
+                ax.text(x_text, yi, "no data", va="center", ha="left", fontsize=8, color="#888", style="italic")
+        ax.set_title(metric + (f"\n(unbiased {g:g})" if isinstance(g, (int, float)) else f"\n({g} is better)"
+                               if g in ("max", "min") else ""), fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+        ax.tick_params(axis="x", labelsize=8)
+    axes[0][0].set_yticks(y, labels, fontsize=8)
+    axes[0][0].invert_yaxis()
+    fig.suptitle(f"{family}: models side by side (95% bootstrap CI)", fontsize=10)
+    fig.tight_layout()
+    with atomic_path(path, suffix=".png") as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+    return True

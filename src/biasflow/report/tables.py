@@ -12,7 +12,7 @@ import pandas as pd
 from biasflow.io import atomic_path, write_parquet, write_text
 from biasflow.report.categories import category_labels, label, natural_sorted, sort_by_category
 from biasflow.report.explain import (blank_reason, ci_expected, ci_note, definition_text, meaning_lines,
-                                     missing_headline, missing_note, model_plot, stats_of)
+                                     missing_headline, missing_note, stats_of)
 from biasflow.report.published import compare, job_splits
 from biasflow.report.sweep import alike_models, job_table, model_labels, summary_line
 from biasflow.report.unfinished import UNFINISHED_HEAD, unfinished_rows
@@ -250,7 +250,7 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
             "**", "").replace("_italic_", "italic")
         for family in pd.unique(board["family"]):  # the models side by side, with their CIs
             png = out / "plots" / f"models__{family}.png"
-            if model_plot(board, family, png):
+            if lb.model_plot(board, family, png):
                 title = f"{family}: models side by side (95% bootstrap CI)"
                 lines.append(f"\n![{title}](plots/{png.name})\n")
                 report.model_plots[str(family)] = html.Figure(title, png, wide=True)
