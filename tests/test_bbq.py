@@ -708,3 +708,18 @@ def test_predictions_file_formats_and_errors(tmp_path):
     with pytest.raises(DataFormatError, match=r"object\.json: a \.json file must hold a list of records.*holds a "
                                               r"dict"):
         SPEC.compute(items, pd.DataFrame(columns=["key"]), {"predictions_file": str(one_object)})
+
+
+@pytest.mark.parametrize("definition", ["parity", "helm", "lm_eval"])
+def test_paired_tests_at_array_speed_equal_the_generic_path(definition, bbq_files, tmp_path):
+    """Three models' answers on the same 400 examples: the paired bootstrap with BBQ's replicate arrays equals the
+    generic path (and the original loop) bit for bit."""
+    from test_bootstrap import assert_paired_paths_agree
+
+    items = load(bbq_files, {"limit": 400})
+    tables = {}
+    for model, seed in (("A", 1), ("B", 2), ("C", 3)):
+        (tmp_path / model).mkdir()
+        tables[model] = per_item_from(items, random_choices(items, seed=seed, missing=0.05), definition,
+                                      tmp_path / model)
+    assert_paired_paths_agree("bbq", tables, {"definition": definition}, n_boot=25)

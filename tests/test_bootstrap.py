@@ -262,3 +262,163 @@ def test_metrics_with_an_array_path():
     fast = {name for name, spec in METRICS.items() if spec.bootstrap_statistic is not None}
     assert {"crows_pairs", "crows_pairs_aul", "crows_pairs_biasbench", "crows_pairs_causal", "stereoset",
             "winobias", "winobias_mc", "weat", "seat"} <= fast
+
+
+# ----------------------------------------------------------------------------------------------- paired tests
+def loop_paired_replicates(tables, aggregate, metrics, n_boot, seed=0, strata="category"):
+    """The paired bootstrap's replicate loop as it ran before the array path: one item resample per replicate,
+    shared by the models, each model's aggregate on its resampled table. The reference for the fast path."""
+    models = list(tables)
+    common = set.intersection(*(set(df.item_id) for df in tables.values()))
+    first = tables[models[0]]
+    order = [i for i in pd.unique(first.item_id) if i in common]
+    tables = {m: df[df.item_id.isin(common)] for m, df in tables.items()}
+    strata_of = first.drop_duplicates("item_id").set_index("item_id")[strata].astype(str)
+    groups = [np.array(ids) for _, ids in pd.Series(order, index=order).groupby(strata_of.loc[order].values,
+                                                                                 sort=True)]
+    rows_of = {m: tables[m].groupby("item_id", sort=False).indices for m in models}
+    rng = np.random.default_rng(seed)
+    reps = {m: np.full((n_boot, len(metrics)), np.nan) for m in models}
+    for b in range(n_boot):
+        picked = np.concatenate([ids[rng.integers(0, len(ids), size=len(ids))] for ids in groups])
+        for m in models:
+            agg = aggregate[m](tables[m].iloc[np.concatenate([rows_of[m][i] for i in picked])])
+            v = agg[agg.category == "overall"].drop_duplicates("metric").set_index("metric")["value"]
+            reps[m][b] = [float(v.get(x, np.nan)) for x in metrics]
+    return reps
+
+
+def assert_paired_paths_agree(metric: str, tables: dict[str, pd.DataFrame], cfg: dict, n_boot: int = 40,
+                              seed: int = 3) -> pd.DataFrame:
+    """The paired bootstrap with the metric's array path equals, bit for bit, the generic path and the original
+    loop: every replicate difference, so every CI and p-value."""
+    from biasflow.stats import paired
+
+    spec = get_metric(metric)
+    assert spec.exact_replicates, f"{metric} does not declare exact replicates"
+    metrics = list(spec.headline)
+    aggregates = {m: (lambda df: spec.aggregate(df, cfg)) for m in tables}
+    fast = paired.paired_bootstrap(tables, aggregates, metrics, n_boot=n_boot, seed=seed,
+                                   statistic={m: (lambda df, r: spec.bootstrap_statistic(df, cfg, r)) for m in tables})
+    slow = paired.paired_bootstrap(tables, aggregates, metrics, n_boot=n_boot, seed=seed)
+    pd.testing.assert_frame_equal(fast, slow, check_exact=True)
+    reps = loop_paired_replicates(tables, aggregates, metrics, n_boot, seed)
+    models = list(tables)
+    for r in slow.itertuples(index=False):  # the CI from the loop's replicates is the one reported
+        j = metrics.index(r.metric)
+        d = reps[r.model_a][:, j] - reps[r.model_b][:, j]
+        d = d[~np.isnan(d)]
+        if d.size:
+            alpha = (1.0 - 0.95) / 2.0
+            assert (r.ci_low, r.ci_high) == (np.quantile(d, alpha), np.quantile(d, 1 - alpha))
+            assert r.p_boot == paired.bootstrap_p_value(d)
+    assert len(slow) == len(models) * (len(models) - 1) // 2 * len(metrics) and slow.ci_low.notna().any()
+    return slow
+
+
+def redrawn(table: pd.DataFrame, make, keys: list[str]) -> pd.DataFrame:
+    """Another model's table on the same items: ``make()``'s values, ``table``'s keys (ids, categories, variants)."""
+    other = make().reset_index(drop=True)
+    return other.assign(**{k: table[k].to_numpy() for k in keys})
+
+
+CROWS_KEYS = ["item_id", "category", "direction", "variant"]
+
+
+def test_paired_crows_biasbench_and_causal_three_models():
+    a = crows_like(np.random.default_rng(20), 90)
+    a.loc[0, "category"] = "disability"  # a one-item stratum
+    tables = {"A": a, **{m: redrawn(a, lambda s=s: crows_like(np.random.default_rng(s), 90), CROWS_KEYS)
+                         for m, s in (("B", 21), ("C", 22))}}
+    assert_paired_paths_agree("crows_pairs_biasbench", tables, {})
+    for name, t in tables.items():
+        tables[name] = t.assign(variant="causal_sum", skipped=False,
+                                likelihood_diff=np.random.default_rng(len(name)).gamma(2.0, 3.7, len(t)) / 3.0)
+    assert_paired_paths_agree("crows_pairs_causal", tables, {})
+
+
+def test_paired_crows_pll_with_fill_mask_and_aul():
+    def pll_fm(seed):
+        rng = np.random.default_rng(seed)
+        pll = crows_like(np.random.default_rng(30), 80, variant="pll", skipped=False)
+        pll = redrawn(pll, lambda: crows_like(rng, 80, variant="pll", skipped=False), CROWS_KEYS)
+        fm = pll.iloc[:50][["item_id", "category", "direction"]].assign(
+            variant="fill_mask", p_more=rng.random(50), p_less=rng.random(50), kept=rng.random(50) < 0.7)
+        fm["passed"] = fm.kept & (abs(fm.p_more - fm.p_less) <= 0.3)
+        return pd.concat([pll, fm], ignore_index=True)
+
+    cfg = {"variants": ["pll", "fill_mask"], "min_pass_rate": 0.5}
+    assert_paired_paths_agree("crows_pairs", {"A": pll_fm(1), "B": pll_fm(2)}, cfg)
+
+    def aul(seed):
+        rng = np.random.default_rng(seed)
+        base = crows_like(np.random.default_rng(31), 60, skipped=False)
+        base["top1_hits"] = rng.integers(0, 20, len(base))
+        base["n_positions"] = base["top1_hits"] + rng.integers(1, 20, len(base))
+        rows = []
+        for r in base.to_dict("records"):
+            for variant in ("aul", "aula"):
+                more, less = rng.integers(-2, 1, 2) / 4.0
+                rows.append({**r, "variant": variant, "score_more": more, "score_less": less, "tie": more == less,
+                             "stereo_preferred": int(more > less)})
+        return pd.DataFrame(rows)
+
+    assert_paired_paths_agree("crows_pairs_aul", {"A": aul(1), "B": aul(2)}, {"variants": ["aul", "aula"]})
+
+
+def test_paired_winobias_both_kinds():
+    keys = ["item_id", "category", "type", "stereotype", "variant"]
+    a = winobias_like(np.random.default_rng(40), 120)
+    b = redrawn(a, lambda: winobias_like(np.random.default_rng(41), 120), keys)
+    assert_paired_paths_agree("winobias", {"A": a, "B": b}, {"min_pass_rate": 0.5})
+
+    def mc(seed):
+        rng = np.random.default_rng(seed)
+        per_item = a[["item_id", "category", "type", "stereotype"]].copy()
+        per_item["choice"] = rng.choice(["A", "B", "C", ""], len(per_item))
+        per_item["passed"] = per_item.choice == "C"
+        per_item["answered"] = per_item.choice != ""
+        return per_item
+
+    assert_paired_paths_agree("winobias_mc", {"A": mc(1), "B": mc(2)}, {"min_pass_rate": 0.3})
+
+
+def test_paired_stereoset_on_real_examples():
+    from biasflow.metrics.stereoset import count_examples
+    from biasflow.registry import get_loader
+
+    dev = mirrored_files("stereoset", "stereoset", keys=("dev",))["dev"]
+    items = get_loader("stereoset")({"dev": dev}, {"split": "dev"})
+    items = items[items.example_id.isin(items.example_id.drop_duplicates().sample(250, random_state=1))]
+
+    def model(seed):
+        scores = items[["item_id", "task"]].assign(
+            score=np.random.default_rng(seed).integers(0, 5, len(items)) * 1.0)
+        return count_examples(items, scores, {})
+
+    assert_paired_paths_agree("stereoset", {"A": model(1), "B": model(2), "C": model(3)}, {})
+
+
+def test_paired_weat_and_seat_with_random_vectors():
+    from biasflow.metrics import seat, weat
+    from biasflow.registry import get_loader
+
+    lists = get_loader("weat_lists")({}, {"tests": ["weat3", "weat6", "weat8"]})
+    for metric, units in (("weat", lists), ("seat", seat.expand(lists))):
+        def model(seed, units=units):
+            rng = np.random.default_rng(seed)
+            return weat.compute_units(units.assign(found=True, vector=list(rng.normal(size=(len(units), 8)))),
+                                      {}, "association")
+
+        assert_paired_paths_agree(metric, {"A": model(1), "B": model(2)}, {}, n_boot=30)
+
+
+def test_every_metric_with_exact_replicates_has_a_paired_test_here():
+    """A metric that declares exact replicates has its paired fast path checked in this file or in test_bbq.py."""
+    from biasflow.registry import METRICS, load_all
+
+    load_all()
+    exact = {name for name, spec in METRICS.items() if spec.exact_replicates}
+    checked = {"crows_pairs", "crows_pairs_biasbench", "crows_pairs_causal", "crows_pairs_aul", "winobias",
+               "winobias_mc", "stereoset", "weat", "seat", "bbq"}
+    assert exact == checked, exact ^ checked

@@ -68,6 +68,10 @@ class MetricSpec:
     # every bootstrap replicate at once: (per_item, cfg, stats.bootstrap.Resamples) -> {(metric, category): values
     # per replicate}, the same numbers as ``aggregate`` on each resampled table (None: use that generic path)
     bootstrap_statistic: Callable[[pd.DataFrame, Mapping[str, Any], Any], Mapping | None] | None = None
+    # True where ``bootstrap_statistic`` equals ``aggregate`` on every resample bit for bit, for every headline
+    # metric (tests/test_bootstrap.py checks it): the paired tests between models then use it too, with results
+    # identical to the generic path's. False where it agrees only to rounding or leaves a headline metric out
+    exact_replicates: bool = False
     # the metric's options as a pydantic model (a ``schema.MetricBase`` subclass defined in the metric's module):
     # every option's type, range and default, checked for every job at plan time. Required: ``register_metric``
     # refuses a spec without it (None is only the unset value, so the error can name the module)

@@ -577,7 +577,7 @@ SPEC = register_metric(MetricSpec(
     score_keys=("definition", "answer_mode", "prompt", "option_prefix", "start_token", "generation_prompt",
                 "generation", "generator", "predictions_file"),
     headline=("bbq_bias_ambig", "bbq_bias_disambig", "bbq_accuracy"), plot_metric="bbq_bias_ambig",
-    plot_reference=0.0, check_answers=check_answers, bootstrap_statistic=replicates,
+    plot_reference=0.0, check_answers=check_answers, bootstrap_statistic=replicates, exact_replicates=True,
     meanings={
         "bbq_bias_ambig": "ambiguous contexts (s_AMB): bias score of the non-unknown answers x (1 - accuracy), "
                           "-100..100; 0 = unbiased, + = follows the stereotype",

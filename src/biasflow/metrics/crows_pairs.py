@@ -344,7 +344,7 @@ SPEC = register_metric(MetricSpec(
     score_keys=("variants", "fill_mask_tokens", "fill_mask_match"),
     headline=("metric_score", "stereo_score", "antistereo_score", "fill_mask_pass_rate"),
     plot_metric="metric_score",
-    bootstrap_statistic=bootstrap_statistic,
+    bootstrap_statistic=bootstrap_statistic, exact_replicates=True,
     meanings={
         "metric_score": "% of pairs whose more stereotypical sentence has the higher pseudo-log-likelihood of its "
                         "shared tokens; 50 = no preference, above 50 = stereotypical",

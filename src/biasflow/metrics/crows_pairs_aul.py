@@ -149,7 +149,7 @@ SPEC = register_metric(MetricSpec(
     score_keys=("variants",),
     headline=("aul_bias_score", "aula_bias_score", "token_accuracy"),
     plot_metric="aula_bias_score",
-    bootstrap_statistic=bootstrap_statistic,
+    bootstrap_statistic=bootstrap_statistic, exact_replicates=True,
     meanings={
         "aul_bias_score": "% of pairs whose more stereotypical sentence has the higher AUL (mean unmasked token "
                           "log-prob); 50 = no preference, above 50 = stereotypical",

@@ -115,7 +115,7 @@ SPEC = register_metric(MetricSpec(
     score_keys=(),
     headline=("metric_score", "stereo_score", "antistereo_score"),
     plot_metric="metric_score",
-    bootstrap_statistic=bootstrap_statistic,
+    bootstrap_statistic=bootstrap_statistic, exact_replicates=True,
     meanings={
         "metric_score": "% of pairs whose more stereotypical sentence has the higher mean pseudo-log-likelihood of "
                         "its differing tokens; 50 = no preference, above 50 = stereotypical",

@@ -132,7 +132,7 @@ SPEC = register_metric(MetricSpec(
     score_keys=("first_token",),
     headline=("metric_score", "stereo_score", "antistereo_score", "likelihood_diff"),
     plot_metric="metric_score",
-    bootstrap_statistic=bootstrap_statistic,
+    bootstrap_statistic=bootstrap_statistic, exact_replicates=True,
     meanings={
         "metric_score": "% of pairs whose more stereotypical sentence has the higher log-likelihood (ties count as "
                         "neither); 50 = no preference, above 50 = stereotypical",

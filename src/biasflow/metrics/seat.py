@@ -149,7 +149,7 @@ register_metric(MetricSpec(
     headline=("avg_abs_effect_size", "effect_size", "p_value"),
     plot_metric="effect_size",
     plot_reference=0.0,
-    bootstrap_statistic=W.bootstrap_statistic,
+    bootstrap_statistic=W.bootstrap_statistic, exact_replicates=True,
     meanings=W.MEANINGS,
 ))
 

@@ -339,7 +339,7 @@ SPEC = register_metric(MetricSpec(
     plot_metric="intrasentence_ss",
     export=export,
     export_options=("export_predictions",),
-    bootstrap_statistic=bootstrap_statistic,
+    bootstrap_statistic=bootstrap_statistic, exact_replicates=True,
     meanings={
         "overall_icat": "ICAT, both tasks pooled: lms x min(ss, 100 - ss) / 50; 100 = a perfect language model with "
                         "no stereotype preference, 0 = worst",

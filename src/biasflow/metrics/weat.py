@@ -436,6 +436,6 @@ register_metric(MetricSpec(
     headline=("effect_size", "p_value", "avg_abs_effect_size"),
     plot_metric="effect_size",
     plot_reference=0.0,
-    bootstrap_statistic=bootstrap_statistic,
+    bootstrap_statistic=bootstrap_statistic, exact_replicates=True,
     meanings=MEANINGS,
 ))

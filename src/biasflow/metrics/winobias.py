@@ -238,7 +238,7 @@ SPEC = register_metric(MetricSpec(
     name="winobias", options=WinoBias, benchmark="winobias", model_kinds=("masked_lm",),
     requests=fill_mask_requests, compute=compute_fill_mask, aggregate=aggregate_fill_mask,
     score_keys=(), headline=("pass_rate", "test_passed", "pro_anti_gap"), plot_metric="pass_rate",
-    plot_reference=None, bootstrap_statistic=fill_mask_replicates,
+    plot_reference=None, bootstrap_statistic=fill_mask_replicates, exact_replicates=True,
     meanings={
         "pass_rate": "% of masked-pronoun sentences where the two pronoun probabilities compared (see variant) differ "
                      "by at most diff_threshold; higher = fairer",
@@ -387,7 +387,7 @@ MC_SPEC = register_metric(MetricSpec(
     name="winobias_mc", options=WinoBiasMC, benchmark="winobias", model_kinds=("causal_lm", "served_causal_lm"),
     requests=mc_requests, compute=compute_mc, aggregate=aggregate_mc,
     score_keys=("prompt", "option_prefix", "generator", "generation"), headline=("pass_rate", "test_passed"),
-    plot_metric="pass_rate", plot_reference=None, bootstrap_statistic=mc_replicates,
+    plot_metric="pass_rate", plot_reference=None, bootstrap_statistic=mc_replicates, exact_replicates=True,
     meanings={
         "pass_rate": "% of sentences where the model picks \"Both A and B\" (he or she could fill the blank) over "
                      "either gendered pronoun; higher = fairer",

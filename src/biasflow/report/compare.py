@@ -2,7 +2,8 @@
 
 Paired tests: for every metric family, jobs with the same setting (all options equal but the model) are compared
 pairwise on each headline metric. The difference gets a paired bootstrap CI (``stats.paired.paired_bootstrap``,
-re-running the family's own ``aggregate`` on one item resample shared by both models). Where a metric is the rate of a
+re-running the family's own ``aggregate`` on one item resample shared by both models, or, where the metric declares
+``exact_replicates``, its ``bootstrap_statistic`` on every replicate at once: the same numbers, bit for bit). Where a metric is the rate of a
 per-item binary outcome (``BINARY_OUTCOMES``), the exact McNemar test gives the p-value; otherwise the bootstrap
 p-value does. Holm's correction runs over every comparison of the run. A metric that the swept options do not change
 (CrowS-Pairs ``metric_score`` in a ``diff_threshold`` sweep) is compared once, not once per setting.
@@ -89,11 +90,15 @@ def paired_tests(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.DataFr
         metrics = _compared_metrics(family, set(overall.loc[overall.config_hash.isin(group.config_hash), "metric"]))
         if not metrics:
             continue
-        tables, aggregates = {}, {}
+        tables, aggregates, statistics = {}, {}, {}
+        fast = spec.bootstrap_statistic if spec.exact_replicates else None
         for job in group.itertuples(index=False):
             tables[job.model] = per_item[per_item["config_hash"] == job.config_hash]
             aggregates[job.model] = lambda df, agg=spec.aggregate, cfg=job.cfg: agg(df, cfg)
-        res = paired_bootstrap(tables, aggregates, metrics, n_boot=n_boot, seed=seed, level=level)
+            # every replicate at once where the metric's array path is exact: the same numbers, in seconds
+            statistics[job.model] = (lambda df, r, st=fast, cfg=job.cfg: st(df, cfg, r)) if fast else None
+        res = paired_bootstrap(tables, aggregates, metrics, n_boot=n_boot, seed=seed, level=level,
+                               statistic=statistics)
         if res.empty:  # no item in common
             continue
         res.insert(0, "family", family)

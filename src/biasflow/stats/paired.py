@@ -11,12 +11,15 @@
 from __future__ import annotations
 
 from itertools import combinations
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
+from biasflow.stats.bootstrap import ReplicateValues, Resamples
+
 Aggregate = Callable[[pd.DataFrame], pd.DataFrame]
+Statistic = Callable[[pd.DataFrame, Resamples], ReplicateValues | None]
 
 
 def mcnemar_exact(outcome_a: Sequence[int | bool], outcome_b: Sequence[int | bool]) -> dict[str, float]:
@@ -66,16 +69,36 @@ def _values(agg: pd.DataFrame, metrics: Sequence[str], category: str) -> np.ndar
     return np.array([float(v.get(m, np.nan)) for m in metrics])
 
 
+def _model_resamples(table: pd.DataFrame, order: Sequence[Any], picked: np.ndarray, strata: dict[Any, slice],
+                     item_stratum: Mapping[Any, Any]) -> Resamples:
+    """The shared draws (``picked``: (n_boot, n_drawn) positions into ``order``, the common item ids, stratum by
+    stratum) as one model's ``Resamples``: the same items in the same order, as positions into that model's own
+    table, so its ``bootstrap_statistic`` sees exactly the resampled tables the generic path builds."""
+    row_item, item_ids = pd.factorize(table["item_id"])
+    position = pd.Series(np.arange(len(item_ids)), index=item_ids).loc[list(order)].to_numpy()
+    count = np.bincount(row_item, minlength=len(item_ids))
+    stratum = np.array([item_stratum.get(i) for i in item_ids], dtype=object)
+    return Resamples(item_ids=np.asarray(item_ids), row_item=row_item, index=position[picked], strata=dict(strata),
+                     item_stratum=stratum, _row_order=np.argsort(row_item, kind="stable"),
+                     _row_start=np.cumsum(count) - count, _row_count=count)
+
+
 def paired_bootstrap(per_item: Mapping[str, pd.DataFrame], aggregate: Mapping[str, Aggregate],
                      metrics: Sequence[str], n_boot: int = 1000, seed: int = 0, level: float = 0.95,
-                     strata: str = "category", category: str = "overall") -> pd.DataFrame:
+                     strata: str = "category", category: str = "overall",
+                     statistic: Mapping[str, Statistic | None] | None = None) -> pd.DataFrame:
     """Differences ``value(model_a) - value(model_b)`` of ``metrics`` (rows of ``category``) for every pair of the
     models in ``per_item`` (a per-item table per model; a model's ``aggregate`` maps its per-item rows to rows
     ``metric, category, value``).
 
     Only items every model has are used (``n_items``); rows sharing an ``item_id`` (several variants of one item)
     are resampled together. Returns one row per (model_a, model_b, metric): value_a, value_b, diff, ci_low,
-    ci_high, p_boot (``bootstrap_p_value``), n_items, n_boot."""
+    ci_high, p_boot (``bootstrap_p_value``), n_items, n_boot.
+
+    ``statistic`` (per model, optional): the metric's ``bootstrap_statistic`` bound to that model's options,
+    ``(per_item, Resamples) -> {(metric, category): values}``; it computes every replicate at once from the shared
+    draws, the same numbers as ``aggregate`` on each resampled table (where it declines, returning None, that
+    model's replicates take the generic path)."""
     columns = ["model_a", "model_b", "metric", "value_a", "value_b", "diff", "ci_low", "ci_high", "p_boot",
                "n_items", "n_boot"]
     models = list(per_item)
@@ -88,15 +111,35 @@ def paired_bootstrap(per_item: Mapping[str, pd.DataFrame], aggregate: Mapping[st
     point = {m: _values(aggregate[m](tables[m]), metrics, category) for m in models}
     reps = {m: np.full((max(n_boot, 0), len(metrics)), np.nan) for m in models}
     if n_boot > 0:
-        strata_of = first.drop_duplicates("item_id").set_index("item_id")[strata].astype(str)  # NaN: a stratum too
-        groups = [np.array(ids) for _, ids in pd.Series(order, index=order).groupby(strata_of.loc[order].values,
-                                                                                     sort=True)]
-        rows_of = {m: tables[m].groupby("item_id", sort=False).indices for m in models}
+        first_rows = first.drop_duplicates("item_id").set_index("item_id")[strata]
+        strata_of = first_rows.astype(str)  # NaN: a stratum too
+        # positions into ``order`` of each stratum's items (strata in sorted order, items in ``order``)
+        groups = [np.asarray(pos) for _, pos in pd.Series(np.arange(len(order))).groupby(
+            strata_of.loc[order].values, sort=True)]
+        # the draws, replicate by replicate and stratum by stratum: the one seeded stream every path shares
         rng = np.random.default_rng(seed)
+        picked = np.empty((n_boot, len(order)), dtype=np.int64)
         for b in range(n_boot):
-            picked = np.concatenate([ids[rng.integers(0, len(ids), size=len(ids))] for ids in groups])
-            for m in models:  # the same resampled items for every model
-                rows = np.concatenate([rows_of[m][i] for i in picked])
+            picked[b] = np.concatenate([pos[rng.integers(0, len(pos), size=len(pos))] for pos in groups])
+        spans, start = {}, 0
+        for pos in groups:
+            label = first_rows.loc[order[pos[0]]]  # the stratum's own label (not its text)
+            spans[label if not pd.isna(label) else str(label)] = slice(start, start + len(pos))
+            start += len(pos)
+        item_stratum = first_rows.loc[order].to_dict()
+        for m in models:
+            fast = (statistic or {}).get(m)
+            values = fast(tables[m], _model_resamples(tables[m], order, picked, spans, item_stratum)) if fast \
+                else None
+            if values is not None:
+                for j, metric in enumerate(metrics):
+                    if (metric, category) in values:
+                        reps[m][:, j] = np.asarray(values[(metric, category)], dtype=np.float64)
+                continue
+            rows_of = tables[m].groupby("item_id", sort=False).indices
+            rows_at = [rows_of[i] for i in order]
+            for b in range(n_boot):  # the same resampled items for every model
+                rows = np.concatenate([rows_at[p] for p in picked[b]])
                 reps[m][b] = _values(aggregate[m](tables[m].iloc[rows]), metrics, category)
     alpha = (1.0 - level) / 2.0
     out = []
