@@ -22,6 +22,7 @@ from biasflow import stages
 from biasflow.io import sha256_file
 from biasflow.plan import build_plan
 from biasflow.registry import get_metric
+from biasflow.tracking.mlflow_log import front_columns
 from biasflow.workflow import Lookups
 from conftest import ROOT
 from mlflow_services import Browser, mlflow_server, postgres
@@ -178,7 +179,8 @@ def test_team_server_on_postgresql(tmp_path, tiny_bert_dir, crows_csv, timings):
             pd.testing.assert_frame_equal(parquet, pd.read_parquet(first / job["metric_dir"] / "aggregate.parquet"))
             table = json.loads(rest.artifact(run_id, "tables/per_item.json"))  # MLflow's table format
             per_item = pd.read_parquet(first / job["metric_dir"] / "per_item.parquet")
-            assert table["columns"] == list(per_item.columns) and len(table["data"]) == len(per_item)
+            # the columns a reader looks for first lead (model, metric, category, value, CI), then the rest
+            assert table["columns"] == list(front_columns(per_item).columns) and len(table["data"]) == len(per_item)
             assert {"path": "tables/per_item.json", "type": "table"} in json.loads(tags["mlflow.loggedArtifacts"])
         assert b"# biasflow run" in rest.artifact(record["parent_run_id"], "report.md")
         timings["checks"] = time.monotonic() - t
@@ -221,7 +223,7 @@ def test_mlflow_ui_in_a_browser(tmp_path, tiny_bert_dir, crows_csv, timings):
             assert f"plan-{run_dir.name}" in page and f"crows_pairs ({digest})" in page, page[:3000]
             # the parent run: the report as its description, its children, the command as its source
             page = browser.text(f"{url}/{record['ui']}", ["Description", f"biasflow run {run_dir.name}", name])
-            assert f"biasflow run {run_dir.name}" in page and "metric_score by category" in page, page[:3000]
+            assert f"biasflow run {run_dir.name}" in page and "By category: metric_score" in page, page[:3000]
             assert name in page and "diff_threshold=0.1" in page and COMMAND in page, page[:3000]
             assert f"crows_pairs ({digest})" in page, page[:3000]
             # a child run: its summary, a metric value beside its name, its dataset and digest, its source

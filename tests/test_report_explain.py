@@ -1,0 +1,72 @@
+"""What the report says about its numbers (issue 33): why a cell is blank, which definition a table follows, what a
+slice of the data lacks, what each headline metric means; checked by hand on small cases."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from biasflow.registry import METRICS, get_metric, load_all
+from biasflow.report.explain import (blank_reason, ci_note, definition_text, meaning_lines, missing_headline,
+                                     missing_note)
+from biasflow.report.leaderboard import cell_text
+from biasflow.schema import StatsConfig
+
+NAN = math.nan
+
+
+@pytest.mark.parametrize("value, lo, hi, n, with_ci, reason", [
+    (55.0, 50.0, 60.0, 40, True, ""),                                   # nothing blank
+    (NAN, NAN, NAN, 0, True, "no items"),                               # an empty category
+    (NAN, NAN, NAN, None, True, "no items"),
+    (NAN, NAN, NAN, 6, True, "undefined on its 6 items"),               # LangFair cooccurrence_bias, n = 6
+    (12.5, NAN, NAN, 5, True, "no CI: undefined in every resample of 5 items"),
+    (12.5, NAN, NAN, 5, False, ""),                                     # a table without CIs says so once
+    (NAN, NAN, NAN, 1, True, "undefined on its 1 item"),
+])
+def test_every_blank_has_its_reason(value, lo, hi, n, with_ci, reason):
+    assert blank_reason(value, lo, hi, n, with_ci) == reason
+    text = cell_text(value, lo, hi, reason)
+    assert (reason in text) if reason else ("(" not in text)
+    assert text.startswith("–") == (isinstance(value, float) and math.isnan(value))
+
+
+def test_a_table_without_cis_says_why_once():
+    assert ci_note(get_metric("crows_pairs"), StatsConfig(n_boot=0)) == \
+        "No CIs: the bootstrap is off in this run (stats.n_boot=0)."
+    assert ci_note(get_metric("crows_pairs"), StatsConfig(n_boot=100)) == ""
+    assert "without a bootstrap" in ci_note(get_metric("lmc_wc"), StatsConfig(n_boot=100))
+
+
+def test_the_definition_is_named_where_one_value_holds_for_every_job():
+    bbq = get_metric("bbq")
+    assert definition_text(bbq, [{"definition": "parity"}, {"definition": "parity"}]) == "definition=parity"
+    assert definition_text(bbq, [{"definition": "parity"}, {"definition": "helm"}]) == ""  # the sweep's setting
+    assert definition_text(get_metric("crows_pairs"), [{"diff_threshold": 0.1}]) == ""
+
+
+def test_a_stereoset_slice_of_intrasentence_items_names_what_it_lacks():
+    spec = get_metric("stereoset")
+    missing = missing_headline(spec, {"intrasentence_icat", "intrasentence_lms", "intrasentence_ss"})
+    assert missing == ["overall_icat", "overall_lms", "overall_ss"]
+    assert missing_note(missing).startswith("Not computed here: overall_icat, overall_lms, overall_ss (these items")
+
+
+def test_every_headline_metric_has_a_meaning():
+    load_all()
+    for name, spec in METRICS.items():
+        assert set(spec.meanings) == set(spec.headline), name
+        assert all(0 < len(text) <= 200 and "\n" not in text for text in spec.meanings.values()), name
+        for option in spec.definition_options:
+            assert option in spec.options.model_fields, f"{name}: {option} is no option"
+    lines = meaning_lines(get_metric("bbq"), ["bbq_accuracy", "not_a_metric"])
+    assert len(lines) == 1 and lines[0].startswith("bbq_accuracy: ")
+
+
+def test_cells_say_zero_and_no_data_differently():
+    assert cell_text(0.0, 0.0, 0.0) == "0.00 [0.00, 0.00]"
+    assert cell_text(NAN, NAN, NAN) == "–"
+    assert cell_text(NAN, NAN, NAN, "no items") == "– (no items)"
+    frame = pd.DataFrame({"v": [0.0, NAN]})
+    assert [cell_text(v, v, v) for v in frame.v] == ["0.00 [0.00, 0.00]", "–"]
