@@ -115,3 +115,31 @@ def test_plan_names_each_jobs_setting(tmp_path, monkeypatch, capsys):
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("  crows_pairs")]
     assert rows == [["crows_pairs", "demo_bert", "diff_threshold=0.05"],
                     ["crows_pairs", "demo_bert", "diff_threshold=0.1"]]
+
+
+def test_a_conf_folder_of_ones_own_layers_over_the_shipped_one(tmp_path, monkeypatch, capsys):
+    """A project folder with conf/model/my_tiny.yaml only (no config.yaml): the shipped configuration with that file
+    added; a changed file is a new layer (the folder is named by the content)."""
+    from biasflow.cli import main
+    from biasflow.plan import build_plan, conf_dir
+
+    monkeypatch.delenv("BIASFLOW_CONF", raising=False)
+    monkeypatch.delenv("BIASFLOW_ROOT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    (weights / "config.json").write_text("{}")
+    own = tmp_path / "conf" / "model" / "my_tiny.yaml"
+    own.parent.mkdir(parents=True)
+    own.write_text(f"name: my_tiny\nkind: masked_lm\npath: {weights}\ndevice: cpu\n")
+    assert main(["plan", "metric=[crows_pairs]", "model=my_tiny"]) == 0
+    assert "crows_pairs              my_tiny" in capsys.readouterr().out
+    first = conf_dir()
+    assert first.parent == tmp_path / ".biasflow" and (first / "model" / "bert_base_uncased.yaml").exists()
+    assert (first / "model" / "my_tiny.yaml").read_text() == own.read_text()
+    # a shipped file replaced by one's own: its values win
+    bench = tmp_path / "conf" / "benchmark" / "crows_pairs.yaml"
+    bench.parent.mkdir()
+    bench.write_text((ROOT / "conf" / "benchmark" / "crows_pairs.yaml").read_text().replace("limit: null", "limit: 7"))
+    job = build_plan(["metric=[crows_pairs]", "model=my_tiny"]).jobs[0]
+    assert job.benchmark_cfg["limit"] == 7 and conf_dir() != first

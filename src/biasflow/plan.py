@@ -38,17 +38,51 @@ log = logging.getLogger(__name__)
 
 
 def conf_dir() -> Path:
-    """``BIASFLOW_CONF``, else ``conf/`` of the working directory, else the conf/ shipped with this install (the
-    checkout of an editable install, or the wheel's copy: ``biasflow.installed``), so biasflow works in any folder."""
-    if "BIASFLOW_CONF" in os.environ:
-        return Path(os.environ["BIASFLOW_CONF"]).resolve()
-    here = Path("conf").resolve()
+    """The configuration to compose: ``BIASFLOW_CONF``, else ``conf/`` of the working directory, else the conf/
+    shipped with this install (the checkout of an editable install, or the wheel's copy: ``biasflow.installed``), so
+    biasflow works in any folder. A conf folder without ``config.yaml`` is a layer of the user's own files (a model,
+    a benchmark, an experiment) over the shipped configuration: ``layered_conf`` joins the two."""
     from biasflow.installed import installed_project
 
     shipped = installed_project()
-    if (here / "config.yaml").exists() or shipped is None or not (shipped / "conf" / "config.yaml").exists():
-        return here
-    return shipped / "conf"
+    base = shipped / "conf" if shipped is not None and (shipped / "conf" / "config.yaml").exists() else None
+    if "BIASFLOW_CONF" in os.environ:
+        own = Path(os.environ["BIASFLOW_CONF"]).resolve()
+    else:
+        own = Path("conf").resolve()
+        if not own.is_dir() and base is not None:
+            return base
+    if (own / "config.yaml").exists() or base is None or not own.is_dir() or own == base.resolve():
+        return own
+    return layered_conf(own, base)
+
+
+def layered_conf(own: Path, base: Path) -> Path:
+    """``base`` with the YAML files of ``own`` on top (a file of ``own`` replaces the one at the same place), as a
+    folder named by the content of both (``.biasflow/conf-<digest>`` beside ``own``): written once, atomically, and
+    reused while neither changes."""
+    import hashlib
+    import shutil
+    import tempfile
+
+    files = {p.relative_to(base): p for p in base.rglob("*.yaml")}
+    files.update({p.relative_to(own): p for p in own.rglob("*.yaml")})
+    digest = hashlib.sha256()
+    for rel in sorted(files):
+        digest.update(str(rel).encode() + b"\0" + files[rel].read_bytes() + b"\0")
+    dest = own.parent / ".biasflow" / f"conf-{digest.hexdigest()[:16]}"
+    if (dest / "config.yaml").exists():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".conf-", dir=dest.parent))
+    for rel, src in files.items():
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, tmp / rel)
+    try:
+        tmp.rename(dest)
+    except OSError:  # made meanwhile by another process: the same content
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
 
 
 # Hydra's override parser takes time quadratic in a list's length (each element is looked up among all the
