@@ -99,13 +99,15 @@ class Resamples:
     def totals_by(self, groups: np.ndarray, n_groups: int, *per_item: np.ndarray) -> list[np.ndarray]:
         """Per replicate and group (``groups``: a code in 0..n_groups-1 per item), the number of draws and, for each
         ``per_item`` array, the sum of its values over the draws: a list of (n_boot, n_groups) arrays. Exact like
-        ``totals``, for integer values."""
-        flat = (np.arange(self.n_boot)[:, None] * n_groups + np.asarray(groups)[self.index]).ravel()
-        size = self.n_boot * n_groups
-        out = [np.bincount(flat, minlength=size).astype(np.float64)]
-        out += [np.bincount(flat, weights=np.asarray(v, dtype=np.float64)[self.index].ravel(), minlength=size)
-                for v in per_item]
-        return [a.reshape(self.n_boot, n_groups) for a in out]
+        ``totals``, for integer values: one product of the draw counts with the values spread over their groups
+        (every product and partial sum an integer below 2**53, so the order of the additions cannot matter)."""
+        groups = np.asarray(groups)
+        columns = [np.ones(self.n_items), *(np.asarray(v, dtype=np.float64) for v in per_item)]
+        spread = np.zeros((self.n_items, len(columns) * n_groups))
+        for j, values in enumerate(columns):  # column j * n_groups + g: values of the items of group g
+            spread[np.arange(self.n_items), j * n_groups + groups] = values
+        product = self.counts @ spread
+        return [product[:, j * n_groups:(j + 1) * n_groups] for j in range(len(columns))]
 
     def ordered_sums(self, per_item: np.ndarray, stratum: Any = None) -> np.ndarray:
         """(n_boot,) sums of per-item float values over each replicate's draws (of one stratum, or all), added in
