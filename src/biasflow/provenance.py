@@ -49,7 +49,21 @@ def cpu_description() -> str:
         isa = "AVX2 (no bf16 in oneDNN)"
     else:
         isa = "no AVX2" if flags else "instruction set unknown"
-    return f"{model or platform.processor() or 'unknown CPU'}, {platform.machine()}, {os.cpu_count()} cores, {isa}"
+    restricted = isa_restrictions()
+    note = ("; kernels restricted by " + ", ".join(f"{k}={v}" for k, v in restricted.items())) if restricted else ""
+    return (f"{model or platform.processor() or 'unknown CPU'}, {platform.machine()}, {os.cpu_count()} cores, "
+            f"{isa}{note}")
+
+
+# the variables that make ATen, oneDNN and MKL use fewer instruction sets than the CPU has (to time, on an AVX-512
+# machine, what a CPU with AVX2 only would do)
+ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+WITHOUT_AVX512 = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+
+
+def isa_restrictions() -> dict[str, str]:
+    """The instruction-set limits set in this process's environment (``ISA_VARIABLES``), as set."""
+    return {k: os.environ[k] for k in ISA_VARIABLES if os.environ.get(k)}
 
 
 def model_source(model: Mapping[str, Any]) -> str:
