@@ -143,3 +143,28 @@ def test_a_conf_folder_of_ones_own_layers_over_the_shipped_one(tmp_path, monkeyp
     bench.write_text((ROOT / "conf" / "benchmark" / "crows_pairs.yaml").read_text().replace("limit: null", "limit: 7"))
     job = build_plan(["metric=[crows_pairs]", "model=my_tiny"]).jobs[0]
     assert job.benchmark_cfg["limit"] == 7 and conf_dir() != first
+
+
+@pytest.mark.parametrize("layered", [False, True])
+def test_a_config_file_that_is_not_yaml_is_one_line_naming_it(tmp_path, monkeypatch, capsys, layered):
+    """A broken model file, in a full conf folder or in a layer of one's own: one line naming the user's own file
+    and line (not biasflow's copy of it), no traceback."""
+    import shutil
+
+    from biasflow.cli import main
+
+    monkeypatch.delenv("BIASFLOW_ROOT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    conf = tmp_path / "conf"
+    if layered:
+        monkeypatch.delenv("BIASFLOW_CONF", raising=False)
+        (conf / "model").mkdir(parents=True)
+    else:
+        shutil.copytree(ROOT / "conf", conf)
+        monkeypatch.setenv("BIASFLOW_CONF", str(conf))
+    broken = conf / "model" / "mine.yaml"
+    broken.write_text("name: mine\nkind: masked_lm\n  path: [oops\n")
+    assert main(["plan", "metric=[crows_pairs]", "model=mine"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"biasflow: error: {broken}, line 3: not valid YAML (mapping values are not allowed here); fix "
+                   "the file (YAML: key: value, two-space indents)")

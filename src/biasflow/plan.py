@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import yaml
 from omegaconf import OmegaConf
 
 from biasflow.errors import ConfigError
@@ -57,6 +58,29 @@ def conf_dir() -> Path:
     return layered_conf(own, base)
 
 
+SOURCES = ".sources.json"  # in a layered conf folder: each file's original, for error messages
+
+
+def source_file(path: str | os.PathLike) -> str:
+    """The file a user wrote for a config file biasflow read (a layered conf's copy names its original)."""
+    path = Path(path)
+    for folder in path.parents:
+        if folder.name.startswith("conf-") and (folder / SOURCES).exists():
+            try:
+                return json.loads((folder / SOURCES).read_text())[str(path.relative_to(folder))]
+            except (OSError, ValueError, KeyError):
+                break
+    return str(path)
+
+
+def yaml_error_text(exc: Exception) -> str:
+    """A YAML syntax error as one line naming the user's file and line."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    where = f"{source_file(mark.name)}, line {mark.line + 1}" if mark is not None else "a config file"
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"{where}: not valid YAML ({problem}); fix the file (YAML: key: value, two-space indents)"
+
+
 def layered_conf(own: Path, base: Path) -> Path:
     """``base`` with the YAML files of ``own`` on top (a file of ``own`` replaces the one at the same place), as a
     folder named by the content of both (``.biasflow/conf-<digest>`` beside ``own``): written once, atomically, and
@@ -71,13 +95,15 @@ def layered_conf(own: Path, base: Path) -> Path:
     for rel in sorted(files):
         digest.update(str(rel).encode() + b"\0" + files[rel].read_bytes() + b"\0")
     dest = own.parent / ".biasflow" / f"conf-{digest.hexdigest()[:16]}"
-    if (dest / "config.yaml").exists():
+    if (dest / SOURCES).exists():  # complete (renamed into place whole)
         return dest
+    shutil.rmtree(dest, ignore_errors=True)  # a folder of an older biasflow, without its sources
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".conf-", dir=dest.parent))
     for rel, src in files.items():
         (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, tmp / rel)
+    (tmp / SOURCES).write_text(json.dumps({str(rel): str(src) for rel, src in files.items()}, indent=1))
     try:
         tmp.rename(dest)
     except OSError:  # made meanwhile by another process: the same content
@@ -249,7 +275,12 @@ def compose(overrides: Sequence[str]) -> dict[str, Any]:
         ConfigLoaderImpl._apply_overrides_to_config(parse_overrides(values), cfg)
         return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except (HydraException, OmegaConfBaseException) as exc:
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, yaml.YAMLError):
+            raise ConfigError(yaml_error_text(cause)) from None
         raise ConfigError(_override_error(exc, typed, base)) from exc
+    except yaml.YAMLError as exc:  # a config file that is not YAML (the model file swapped in, say)
+        raise ConfigError(yaml_error_text(exc)) from None
 
 
 def _section_options(parent: str) -> set[str]:
