@@ -169,11 +169,12 @@ def test_batches_hold_one_width_each_and_respect_the_budget():
             assert len(b) == 1 or len(b) * padded_width(lengths[b[0]]) <= budget
 
 
-@pytest.mark.parametrize("layer", ["mkl", "conv1d", "onednn", "onednn-bf16", "torch-bf16"])
+@pytest.mark.parametrize("layer", ["mkl", "conv1d", "onednn", "onednn-bf16", "widened-bf16", "torch-bf16"])
 @pytest.mark.parametrize("in_features, out_features", [(384, 1536), (3072, 768), (384, 30522)])
 def test_linear_rows_do_not_depend_on_the_row_count_inside_batch_invariant(layer, in_features, out_features):
-    """Without the block, MKL and oneDNN bf16 (and oneDNN fp32 for one row) differ in the last bits here. torch-bf16:
-    torch's own bf16 linear, which scores bf16 models on CPUs whose oneDNN cannot (no AVX-512)."""
+    """Without the block, MKL and oneDNN bf16 (and oneDNN fp32 for one row) differ in the last bits here.
+    widened-bf16: a bf16 layer as a float32 oneDNN product, what scores bf16 models on CPUs whose oneDNN has no bf16
+    kernels (no AVX-512); torch-bf16: torch's own bf16 linear (model.cpu_linear=default there)."""
     from transformers.pytorch_utils import Conv1D
 
     from biasflow.models.onednn import BF16_CPU_FEATURES, onednn_runs_bf16
@@ -188,6 +189,10 @@ def test_linear_rows_do_not_depend_on_the_row_count_inside_batch_invariant(layer
             pytest.skip(f"oneDNN cannot run bf16 on this CPU (it needs {BF16_CPU_FEATURES}); the torch-bf16 case "
                         f"covers the path bf16 takes here")
         lin = OneDNNLinear(lin)
+    elif layer == "widened-bf16":
+        if not torch.backends.mkldnn.is_available():
+            pytest.skip("torch built without oneDNN")
+        lin = OneDNNLinear(lin, widen=True)
     elif layer == "conv1d":
         lin = Conv1D(out_features, in_features)
     model = torch.nn.Sequential(lin)

@@ -32,12 +32,19 @@ class OneDNNLinear(torch.nn.Module):
     GELU fused in; falls back to converting activations to and from oneDNN tensors on torch builds without it.
     """
 
-    def __init__(self, linear: torch.nn.Module):
+    def __init__(self, linear: torch.nn.Module, widen: bool = False):
         super().__init__()
         weight = linear.weight.detach()
         weight = (weight.t() if _is_conv1d(linear) else weight).contiguous()  # (out, in)
         self.out_features, self.in_features = weight.shape
         self.bias = None if linear.bias is None else linear.bias.detach().contiguous()
+        # widen: a bfloat16 layer on a CPU whose oneDNN has no bf16 kernels, computed as a float32 product of its
+        # bf16 weights and inputs (exact in float32) rounded back to bfloat16: float32 accumulation, as oneDNN's bf16
+        # inner product does, at float32 speed; torch's own bf16 kernels there are ~10x slower than float32
+        self.output_dtype = weight.dtype if widen else None
+        if widen:
+            weight = weight.float()
+            self.bias = None if self.bias is None else self.bias.float()
         self.fused_activation = "none"
         self.gelu_approximation = "none"  # "tanh": GPT-2's gelu_new, fused the same way
         self.use_pointwise = _POINTWISE is not None
@@ -50,7 +57,16 @@ class OneDNNLinear(torch.nn.Module):
             self.weight = weight.to_mkldnn()
             self.bias_onednn = None if self.bias is None else self.bias.to_mkldnn()
 
+    @property
+    def widened(self) -> bool:
+        return self.output_dtype is not None
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.output_dtype is not None:
+            return self._forward(x.float()).to(self.output_dtype)
+        return self._forward(x)
+
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
         lead = x.shape[:-1]
         flat = x.reshape(-1, self.in_features).contiguous()
         if self.use_pointwise:
@@ -70,19 +86,21 @@ def use_onednn_linears(module: torch.nn.Module) -> int:
     (``*Intermediate`` with ``dense`` and ``intermediate_act_fn``) and GPT-2's tanh approximation (``gelu_new``: an
     MLP with ``c_fc`` and ``act``). One pass over the feed-forward activations instead of eight elementwise ones.
     """
-    dtypes = (torch.float32, torch.bfloat16) if onednn_runs_bf16() else (torch.float32,)
-    swapped = kept_bf16 = 0
+    widen = not onednn_runs_bf16()
+    swapped = widened = 0
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
-            if (isinstance(child, torch.nn.Linear) or _is_conv1d(child)) and child.weight.dtype in dtypes:
-                setattr(parent, name, OneDNNLinear(child))
+            if (isinstance(child, torch.nn.Linear) or _is_conv1d(child)) and child.weight.dtype in (torch.float32,
+                                                                                                     torch.bfloat16):
+                bf16_widened = widen and child.weight.dtype == torch.bfloat16
+                setattr(parent, name, OneDNNLinear(child, widen=bf16_widened))
                 swapped += 1
-            elif (isinstance(child, torch.nn.Linear) or _is_conv1d(child)) and child.weight.dtype == torch.bfloat16:
-                kept_bf16 += 1
-    if kept_bf16:
+                widened += bf16_widened
+    if widened:
         log.warning("bfloat16 on this CPU: oneDNN cannot run bfloat16 linear layers here (it needs %s); %d layers "
-                    "run on torch's own kernels instead (slower: model.dtype=float32 may be faster on this CPU)",
-                    BF16_CPU_FEATURES, kept_bf16)
+                    "run as float32 products of their bfloat16 weights and inputs, rounded back to bfloat16 (float32 "
+                    "accumulation, as oneDNN's bf16 does; their weights take twice the memory)",
+                    BF16_CPU_FEATURES, widened)
     for parent in list(module.modules()):
         act = getattr(parent, "intermediate_act_fn", None)
         dense = getattr(parent, "dense", None)
@@ -114,10 +132,6 @@ def want_onednn(cfg: Mapping[str, Any], device: torch.device, dtype: torch.dtype
     if choice == "onednn" and not usable:
         raise ValueError("model.cpu_linear=onednn needs device=cpu, dtype float32 or bfloat16 and a torch built "
                          "with oneDNN")
-    if choice == "onednn" and dtype == torch.bfloat16 and not onednn_runs_bf16():
-        raise ValueError(f"model.cpu_linear=onednn with model.dtype=bfloat16: oneDNN cannot run bfloat16 linear "
-                         f"layers on this CPU (it needs {BF16_CPU_FEATURES}); use model.cpu_linear=auto (torch's own "
-                         f"kernels run them) or model.dtype=float32")
     return usable and choice != "default"
 
 
