@@ -91,6 +91,11 @@ NOT_RUNNABLE = {
     "python benchmarks/pipeline_stages.py": "runs the default pipeline twice (20 minutes), not a test",
     "python benchmarks/pipeline_stages.py --quick --project /work/main": "a benchmark of another checkout (minutes)",
     "python benchmarks/bootstrap_speed.py": "a benchmark (minutes), not a test",
+    "python benchmarks/paired_tests.py": "a benchmark (minutes), not a test; tests/test_bootstrap.py checks the "
+                                         "paired fast path it times",
+    "python benchmarks/paired_tests.py --models 3 --quick": "a benchmark (about a minute), not a test",
+    "python benchmarks/cpu_isa.py scoring -- --quick --sections tiny,base,gpt2": "a benchmark (minutes), not a test",
+    "python benchmarks/cpu_isa.py pipeline": "a benchmark (two pipeline runs, ~20 min), not a test",
     "python benchmarks/bootstrap_speed.py --old-reps 1000": "a benchmark (minutes), not a test",
     "python benchmarks/job_overhead.py --before /work/main": "a benchmark of two checkouts (minutes), not a test",
     "vllm serve meta-llama/Llama-3.1-8B --served-model-name llama-3.1-8b --port 8000 --no-enable-prefix-caching":
