@@ -253,3 +253,4 @@ def test_the_api_raises_the_unfinished_jobs_as_data(project, monkeypatch):
     assert "Resume with:\n  biasflow run model=tiny_broken" in str(err.value)
     assert err.value.results.report is not None and err.value.results.aggregate.empty
     assert err.value.outcome.exit_code != 0 and err.value.outcome.partial_report
+    assert "BIASFLOW_COMMAND" not in os.environ  # the caller's environment is left as it was

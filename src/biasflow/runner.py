@@ -184,8 +184,16 @@ def execute(plan, overrides: Sequence[str], multirun: bool = False, cores: int |
 
         outcome.signal = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else f"signal {-rc}"
     elif rc != 0 and tracked and not locked:
-        os.environ["BIASFLOW_COMMAND"] = env["BIASFLOW_COMMAND"]  # the partial MLflow runs' Source too
-        partial_results(outcome, plan_path)
+        # the partial MLflow runs' Source too, for this call only (an API caller's process keeps its environment)
+        before = os.environ.get("BIASFLOW_COMMAND")
+        os.environ["BIASFLOW_COMMAND"] = env["BIASFLOW_COMMAND"]
+        try:
+            partial_results(outcome, plan_path)
+        finally:
+            if before is None:
+                os.environ.pop("BIASFLOW_COMMAND", None)
+            else:
+                os.environ["BIASFLOW_COMMAND"] = before
     return outcome
 
 

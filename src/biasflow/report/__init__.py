@@ -11,5 +11,6 @@ METRIC_FILES = ("per_item.parquet", "aggregate.parquet", "config.yaml", "score_m
 # with nothing to show (one model: no paired tests) is written with its header and the report says why it is empty
 RUN_FILES = ("aggregate.parquet", "aggregate.csv", "per_item.parquet", "leaderboard.csv", "leaderboard.md",
              "leaderboard.tex", "paired_tests.csv", "paired_tests.md", "curves.csv", "comparison.csv",
-             "paper_tables.md", "paper_tables.tex", "stage_times.csv", "report.md", "report.html")
+             "paper_tables.md", "paper_tables.tex", "stage_times.csv", "report.md", "report.html",
+             "run_times.json")  # run_times.json: the aggregate job's start and end (the MLflow parent run's end)
 RUN_DIRS = ("plots",)
