@@ -127,10 +127,9 @@ def test_crows_causal_float_means():
     assert assert_paths_agree("crows_pairs_causal", per_item, {}) > 0
 
 
-def test_crows_aul_two_variants_per_item():
-    rng = np.random.default_rng(6)
-    base = crows_like(rng, 90, skipped=False)
-    base["top1_hits"] = rng.integers(0, 20, len(base))
+def aul_like(base: pd.DataFrame, rng) -> pd.DataFrame:
+    """An AUL/AULA per-item table on ``base``'s pairs: two variant rows per pair, top-1 hits per pair."""
+    base = base.assign(top1_hits=rng.integers(0, 20, len(base)))
     base["n_positions"] = base["top1_hits"] + rng.integers(1, 20, len(base))
     rows = []
     for r in base.to_dict("records"):
@@ -138,7 +137,13 @@ def test_crows_aul_two_variants_per_item():
             more, less = rng.integers(-2, 1, 2) / 4.0
             rows.append({**r, "variant": variant, "score_more": more, "score_less": less, "tie": more == less,
                          "stereo_preferred": int(more > less)})
-    assert assert_paths_agree("crows_pairs_aul", pd.DataFrame(rows), {"variants": ["aul", "aula"]}) > 0
+    return pd.DataFrame(rows)
+
+
+def test_crows_aul_two_variants_per_item():
+    rng = np.random.default_rng(6)
+    per_item = aul_like(crows_like(rng, 90, skipped=False), rng)
+    assert assert_paths_agree("crows_pairs_aul", per_item, {"variants": ["aul", "aula"]}) > 0
 
 
 def winobias_like(rng, n):
@@ -350,20 +355,9 @@ def test_paired_crows_pll_with_fill_mask_and_aul():
     cfg = {"variants": ["pll", "fill_mask"], "min_pass_rate": 0.5}
     assert_paired_paths_agree("crows_pairs", {"A": pll_fm(1), "B": pll_fm(2)}, cfg)
 
-    def aul(seed):
-        rng = np.random.default_rng(seed)
-        base = crows_like(np.random.default_rng(31), 60, skipped=False)
-        base["top1_hits"] = rng.integers(0, 20, len(base))
-        base["n_positions"] = base["top1_hits"] + rng.integers(1, 20, len(base))
-        rows = []
-        for r in base.to_dict("records"):
-            for variant in ("aul", "aula"):
-                more, less = rng.integers(-2, 1, 2) / 4.0
-                rows.append({**r, "variant": variant, "score_more": more, "score_less": less, "tie": more == less,
-                             "stereo_preferred": int(more > less)})
-        return pd.DataFrame(rows)
-
-    assert_paired_paths_agree("crows_pairs_aul", {"A": aul(1), "B": aul(2)}, {"variants": ["aul", "aula"]})
+    pairs = crows_like(np.random.default_rng(31), 60, skipped=False)
+    tables = {m: aul_like(pairs, np.random.default_rng(seed)) for m, seed in (("A", 1), ("B", 2))}
+    assert_paired_paths_agree("crows_pairs_aul", tables, {"variants": ["aul", "aula"]})
 
 
 def test_paired_winobias_both_kinds():
