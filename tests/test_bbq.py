@@ -432,19 +432,23 @@ def lm_eval_answers(n: int) -> np.ndarray:
     return answers
 
 
+@pytest.mark.parametrize("context_pass", ["per_option", "once"])
 @pytest.mark.parametrize("n", [120, pytest.param(1000, marks=pytest.mark.slow)])
-def test_lm_eval_likelihoods_and_choices_match_lm_evaluation_harness(n, bbq_files, tiny_gpt2_256, tmp_path):
-    """The same 12 log-likelihoods and the same choice per example as lm-eval's bbq task (the first ``n``)."""
+def test_lm_eval_likelihoods_and_choices_match_lm_evaluation_harness(n, context_pass, bbq_files, tiny_gpt2_256,
+                                                                     tmp_path):
+    """The same 12 log-likelihoods and the same choice per example as lm-eval's bbq task (the first ``n``), with
+    lm-eval's one request per option and with the prompt computed once for its options."""
     from biasflow.metrics.bbq import likelihood_options
     from biasflow.scoring.answer import lookup, metric_answers
-    from biasflow.scoring.requests import ContinuationLogprobs
+    from biasflow.scoring.requests import continuation_request
 
     items = load(bbq_files, {"limit": 1000}).head(n)
-    cfg = {"benchmark": "bbq", "definition": "lm_eval"}
+    cfg = {"benchmark": "bbq", "definition": "lm_eval", "context_pass": context_pass}
     model = {"name": "tiny-gpt2-256", "kind": "causal_lm", "path": str(tiny_gpt2_256), "device": "cpu"}
     answers = metric_answers("bbq", items, cfg, model, tmp_path / "cache", progress=False)
     opts = options_of(cfg)
-    lls = np.array([lookup(answers, [ContinuationLogprobs(prompt, o) for o in options], "total")
+    lls = np.array([lookup(answers, [continuation_request(prompt, o, context_pass=context_pass) for o in options],
+                           "total")
                     for prompt, options in (likelihood_options(it, opts) for it in items.itertuples(index=False))])
     assert lls.shape == (n, 12)
     np.testing.assert_allclose(lls[:4], LM_EVAL_LOGLIKELIHOODS, atol=2e-4)

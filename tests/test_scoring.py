@@ -465,3 +465,118 @@ def test_a_text_longer_than_the_model_context_is_an_error_naming_it(tiny_gpt2):
         causal_token_logprobs(tiny_gpt2, ids, progress=False)
     exact = encode(tiny_gpt2, ["word " * limit])[0][: limit - 1]  # with the prefix token: exactly the limit
     assert np.isfinite(causal_token_logprobs(tiny_gpt2, [exact], progress=False)[0]).all()
+
+
+# ------------------------------------------------------------------------ a context scored once for its options
+def test_shared_prefix_layout_by_hand():
+    """A tree of prefix 2 with branches of 2 and 1 tokens, then a prefix of 1 with an empty branch: positions continue
+    the prefix in every branch; each branch sees the prefix and itself, causally."""
+    from biasflow.models.packed import SharedPrefixLayout
+
+    layout = SharedPrefixLayout.of_trees([(2, [2, 1]), (1, [0])])
+    assert layout.lengths == (5, 1) and layout.starts() == [0, 5]
+    assert layout.position_ids().tolist() == [[0, 1, 2, 3, 2, 0]]
+    assert SharedPrefixLayout.tree_mask(2, [2, 1]).int().tolist() == [
+        [1, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0],
+        [1, 1, 1, 0, 0],
+        [1, 1, 1, 1, 0],
+        [1, 1, 0, 0, 1]]
+    assert [m.shape for m in layout.group_masks()] == [(1, 1, 5, 5), (1, 1, 1, 1)]
+    with pytest.raises(ValueError, match="prefix of at least one token"):
+        SharedPrefixLayout.of_trees([(0, [2])])
+
+
+@pytest.mark.parametrize("model_type", ["gpt2", "llama", "qwen3", "opt"])
+def test_shared_prefix_equals_one_text_per_branch(model_type, monkeypatch):
+    """Each branch's log-probabilities after a prefix computed once equal those of prefix + branch scored as one text
+    (within float rounding; exactly where the model does not pack and runs them as texts), branches of one token
+    included; a tree scores the same, to the bit, alone and among others, however the budget splits the trees."""
+    from types import SimpleNamespace
+
+    from biasflow.models.packed import PACKABLE_TYPES
+    from biasflow.scoring import causal
+    from biasflow.scoring.causal import next_token_logprobs, shared_prefix_logprobs
+
+    _plain, fast = _tiny_decoder(model_type)
+    adapter = SimpleNamespace(model=fast, tokenizer=SimpleNamespace(pad_token_id=0), device=torch.device("cpu"),
+                              name=model_type, bos_token_id=1)
+    trees = []
+    real = causal._packed_tree_logprobs
+    monkeypatch.setattr(causal, "_packed_tree_logprobs", lambda model, batch, *a: trees.append(len(batch))
+                        or real(model, batch, *a))
+    rng = random.Random(model_type)
+    prefixes = [[rng.randrange(3, 97) for _ in range(n)] for n in (1, 7, 7, 12, 3, 25)]
+    branches = [[[rng.randrange(3, 97) for _ in range(m)] for m in sizes]
+                for sizes in ([1], [3, 1, 4], [2, 2], [5, 1, 1, 6], [9], [2, 3, 4])]
+    got = shared_prefix_logprobs(adapter, prefixes, branches, batch_tokens=30)
+    joined = [p + b for p, bs in zip(prefixes, branches) for b in bs]
+    want = iter(next_token_logprobs(adapter, joined, batch_tokens=30))
+    exact = model_type not in PACKABLE_TYPES
+    assert bool(trees) == (not exact) and (exact or max(trees) > 1)
+    for p, bs, lps in zip(prefixes, branches, got):
+        for b, lp in zip(bs, lps):
+            ref = next(want)[len(p) - 1:]
+            assert len(lp) == len(b)
+            if exact:
+                assert np.array_equal(lp, ref)
+            else:
+                assert np.abs(lp - ref).max() < 1e-5
+    for p, bs, lps in zip(prefixes, branches, got):
+        alone = shared_prefix_logprobs(adapter, [p], [bs], batch_tokens=4096)[0]
+        assert all(np.array_equal(a, b) for a, b in zip(alone, lps))
+
+
+def test_shared_context_requests_answer_like_one_request_per_option(tiny_gpt2, tmp_path):
+    """Through the answer cache: the same token ids and totals within 1e-5 as ``ContinuationLogprobs``, in the order
+    asked, each kind in a cache folder of its own; a start token and an option repeated across contexts."""
+    from biasflow.scoring.requests import ContinuationLogprobs, SharedContextContinuation
+
+    contexts = ["The nurse said that", "Q: who was late?\nA:", "The nurse said that"]
+    options = [" she was tired.", " he was tired.", " The doctor"]
+    pairs = [(c, o, s) for c in contexts[:2] for o in options for s in (False, True)]
+    pairs += [(c, o, False) for c, o in zip(contexts, options)]  # repeats, interleaved
+    shared = answer_requests([SharedContextContinuation(*p) for p in pairs], tiny_gpt2.cfg, tmp_path,
+                             model=tiny_gpt2, progress=False)
+    separate = answer_requests([ContinuationLogprobs(*p) for p in pairs], tiny_gpt2.cfg, tmp_path,
+                               model=tiny_gpt2, progress=False)
+    assert len(shared) == len(separate) == len(set(pairs))
+    assert [(r.context, r.continuation, r.start_token) for r in shared.itertuples()] == list(dict.fromkeys(pairs))
+    assert shared.token_ids.map(list).tolist() == separate.token_ids.map(list).tolist()
+    np.testing.assert_allclose(shared.total, separate.total, atol=1e-5, rtol=0)
+    folders = {p.name for p in tmp_path.glob("*/*") if p.is_dir()}
+    assert {"shared_context_continuation", "continuation_logprobs.r2"} <= folders
+
+
+def test_shared_context_refuses_an_empty_option_or_context(tiny_gpt2):
+    from biasflow.scoring.answer import Budget
+    from biasflow.scoring.causal_options import answer_shared_context
+    from biasflow.scoring.requests import SharedContextContinuation
+
+    with pytest.raises(ValueError, match="option '' has no tokens"):
+        answer_shared_context(tiny_gpt2, [SharedContextContinuation("Q:", " A"), SharedContextContinuation("Q:", "")],
+                              Budget(progress=False))
+    with pytest.raises(ValueError, match="empty prompt"):
+        answer_shared_context(tiny_gpt2, [SharedContextContinuation("", " A")], Budget(progress=False))
+    assert len(answer_shared_context(tiny_gpt2, [SharedContextContinuation("", " A", start_token=True)],
+                                     Budget(progress=False))) == 1
+
+
+def test_every_metric_asking_continuations_lets_the_user_choose_the_context_pass():
+    """The multiple-choice metrics on causal LMs have ``context_pass`` among their options (default ``once``) and
+    their score keys (a scores file of one pass is never read for the other); no metric module builds a
+    ``ContinuationLogprobs`` itself (``continuation_request`` picks the pass's kind)."""
+    from biasflow.registry import METRICS, load_all
+    from biasflow.scoring.requests import CONTINUATION_REQUESTS, ContinuationLogprobs
+
+    load_all()
+    asking = {name for name, spec in METRICS.items() if spec.options is not None
+              and "context_pass" in spec.options.model_fields}
+    assert asking == {"bbq", "stereoset", "winobias_mc", "winogender_mc"}
+    for name in asking:
+        spec = METRICS[name]
+        assert "context_pass" in spec.score_keys and spec.options().context_pass == "once", name
+    assert set(CONTINUATION_REQUESTS) == {"once", "per_option"}
+    assert all(issubclass(k, ContinuationLogprobs) for k in CONTINUATION_REQUESTS.values())
+    metrics_dir = Path(__file__).resolve().parents[1] / "src" / "biasflow" / "metrics"
+    assert not [f.name for f in metrics_dir.glob("*.py") if "ContinuationLogprobs(" in f.read_text()]

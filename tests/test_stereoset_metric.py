@@ -162,7 +162,10 @@ def test_requests_follow_the_model_kind_and_name_what_cannot_be_scored():
 
     items, _ = make_items(HAND)
     kinds = lambda reqs: sorted({r.kind for r in reqs})  # noqa: E731
-    assert kinds(SPEC.requests(items, {}, "causal_lm")) == ["continuation_logprobs", "stereoset_sentence_logprobs"]
+    assert kinds(SPEC.requests(items, {}, "causal_lm")) == ["shared_context_continuation",
+                                                            "stereoset_sentence_logprobs"]
+    assert kinds(SPEC.requests(items, {"context_pass": "per_option"}, "causal_lm")) == [
+        "continuation_logprobs", "stereoset_sentence_logprobs"]
     assert kinds(SPEC.requests(items, {"tasks": ["intersentence"]}, "bert_nsp")) == ["next_sentence"]
     assert kinds(SPEC.requests(items, {"intersentence_scorer": "nsp"}, "masked_lm")) == ["blank_fill",
                                                                                          "next_sentence"]

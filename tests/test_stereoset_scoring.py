@@ -285,7 +285,13 @@ def test_score_stage_causal_lm_both_tasks(tmp_path, tiny_gpt2):
     intra = items[items.task == "intrasentence"]
     for iid, sent in zip(intra.item_id, intra.sentence):
         assert scores.at[iid, "score"] == pytest.approx(naive_causal(tiny_gpt2, sent), rel=1e-5)
-    assert set(scores.loc[scores.task == "intersentence", "kind"]) == {"continuation_logprobs"}
+    assert set(scores.loc[scores.task == "intersentence", "kind"]) == {"shared_context_continuation"}
+    # one request per sentence instead: the same scores up to float rounding
+    separate = metric_answers("stereoset", items, {**cfg, "context_pass": "per_option"}, {"kind": "causal_lm"},
+                              tmp_path / "cache", model=adapter)
+    again = sentence_scores(items, separate, cfg | {"context_pass": "per_option"}).set_index("item_id")
+    assert set(again.loc[again.task == "intersentence", "kind"]) == {"continuation_logprobs"}
+    np.testing.assert_allclose(again.score.to_numpy(), scores.score.to_numpy(), rtol=1e-5)
 
 
 def test_blank_fill_with_an_uncased_model_keeps_the_blank_marker(tiny_bert_dir):

@@ -294,6 +294,7 @@ register_model_kind(ModelKindSpec(
         "token_logprobs": Answer("biasflow.scoring.causal:answer_token_logprobs", revision=2),
         "stereoset_sentence_logprobs": Answer("biasflow.scoring.stereoset:answer_sentence_logprobs", revision=3),
         "continuation_logprobs": Answer("biasflow.scoring.causal_options:answer_continuation_logprobs", revision=2),
+        "shared_context_continuation": "biasflow.scoring.causal_options:answer_shared_context",
         "lmc_line": _LMC,
         "generation": _GENERATION,
     },
@@ -308,6 +309,9 @@ register_model_kind(ModelKindSpec(
     answers={
         "token_logprobs": Answer("biasflow.models.served:answer_token_logprobs", revision=2),
         "continuation_logprobs": Answer("biasflow.models.served:answer_continuation_logprobs", revision=2),
+        # the same requests: vLLM's automatic prefix caching computes a context once for all its continuations
+        # (docs/served_models.md), and the work key keeps them in one chunk, so the context alone is sent once
+        "shared_context_continuation": "biasflow.models.served:answer_continuation_logprobs",
         # StereoSet's sentence log-probabilities (its reference arithmetic): first_token=separate
         "stereoset_sentence_logprobs": Answer("biasflow.models.served:answer_separate_logprobs", revision=2),
         "generation": _GENERATION,

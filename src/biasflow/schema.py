@@ -58,6 +58,9 @@ HttpUrl = Annotated[str, AfterValidator(_http_url)]
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
+# how a multiple-choice metric has a causal LM score its options (``scoring.requests.CONTINUATION_REQUESTS``): the context
+# once for all options, or once per option (lm-evaluation-harness's requests)
+ContextPass = Literal["once", "per_option"]
 
 
 def _scalar_kinds(annotation: Any) -> set:

@@ -3,7 +3,9 @@
 Every example has three answers (two people and an "unknown" answer); the model's choice is one of them:
 
 * **likelihood** mode (causal LMs in process, ``served_causal_lm``): each answer's log-probability as the
-  continuation of the prompt (``ContinuationLogprobs``); the choice is the best ``option_score``: ``sum`` (raw total
+  continuation of the prompt (``context_pass``: ``once``, the default, computes the prompt once for its options;
+  ``per_option`` makes one request per option, as lm-evaluation-harness does); the choice is the best
+  ``option_score``: ``sum`` (raw total
   log-probability, lm-evaluation-harness's ``acc``), or the length-normalised ``per_token`` (mean per token) or
   ``per_char`` (total / characters of the answer, lm-evaluation-harness's ``acc_norm`` convention). First answer wins
   ties. Under ``definition: lm_eval`` the prompt and the option list are lm-evaluation-harness's ``bbq`` task's
@@ -50,9 +52,9 @@ from biasflow.data.bbq import CATEGORIES as BBQ_CATEGORIES
 from biasflow.errors import DataFormatError, did_you_mean
 from biasflow.metrics._choice import parse_choice as choose
 from biasflow.registry import MetricSpec, register_metric
-from biasflow.schema import Generating, GenerationSettings as GenerationOptions
+from biasflow.schema import ContextPass, Generating, GenerationSettings as GenerationOptions
 from biasflow.scoring.answer import lookup
-from biasflow.scoring.requests import ContinuationLogprobs, Generation
+from biasflow.scoring.requests import Generation, continuation_request
 
 METRIC = "bbq"
 LETTERS = ("A", "B", "C")
@@ -100,6 +102,7 @@ class BBQOptions(Generating):
     option_prefix: str = " "                           # between the prompt and each answer (likelihood mode)
     option_score: Literal["sum", "per_token", "per_char"] = "sum"
     start_token: bool = False                          # likelihood mode: the prompt follows the model's BOS
+    context_pass: ContextPass = "once"                 # likelihood mode: the prompt scored once for all options
     generation_prompt: str = DEFAULT_GENERATION_PROMPT  # generation mode
     generation: BBQGeneration = Field(default_factory=BBQGeneration)
     predictions_file: Optional[str] = None
@@ -178,7 +181,7 @@ def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> li
     out = []
     for it in items.itertuples(index=False):
         prompt, options = likelihood_options(it, opts)
-        out += [ContinuationLogprobs(prompt, o, start_token=opts.start_token) for o in options]
+        out += [continuation_request(prompt, o, opts.start_token, opts.context_pass) for o in options]
     return out
 
 
@@ -321,7 +324,7 @@ def lm_eval_biased(answers: Sequence[str], answer_info: Mapping[str, list], ster
 def _likelihood_choices(items: pd.DataFrame, answers: pd.DataFrame, opts: BBQOptions) -> pd.DataFrame:
     """Per item: the chosen option index (in the option list of the mode) and the option scores."""
     plan = [likelihood_options(it, opts) for it in items.itertuples(index=False)]
-    asked = [ContinuationLogprobs(p, o, start_token=opts.start_token) for p, options in plan for o in options]
+    asked = [continuation_request(p, o, opts.start_token, opts.context_pass) for p, options in plan for o in options]
     totals = lookup(answers, asked, "total")
     n_tokens = [len(lp) for lp in lookup(answers, asked, "logprobs")]
     rows, k = [], 0
@@ -574,8 +577,8 @@ def check_answers(answers: pd.DataFrame, cfg: Mapping[str, Any]) -> None:
 SPEC = register_metric(MetricSpec(
     name=METRIC, benchmark="bbq", model_kinds=("causal_lm", "served_causal_lm"),
     requests=requests, compute=compute, aggregate=aggregate, options=BBQOptions,
-    score_keys=("definition", "answer_mode", "prompt", "option_prefix", "start_token", "generation_prompt",
-                "generation", "generator", "predictions_file"),
+    score_keys=("definition", "answer_mode", "prompt", "option_prefix", "start_token", "context_pass",
+                "generation_prompt", "generation", "generator", "predictions_file"),
     headline=("bbq_bias_ambig", "bbq_bias_disambig", "bbq_accuracy"), plot_metric="bbq_bias_ambig",
     plot_reference=0.0, check_answers=check_answers, bootstrap_statistic=replicates, exact_replicates=True,
     meanings={

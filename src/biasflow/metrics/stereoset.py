@@ -11,7 +11,8 @@ examples gives NaN with n = 0). The reference prints per-domain "Count" three ti
 appends each example once per sentence); that changes no score, our ``n`` counts each example once.
 
 A sentence's score is a model's answer to the sentence's request (``requests``: ``BlankFill`` or
-``StereoSetSentenceLogprobs`` for intrasentence, ``NextSentence`` or ``ContinuationLogprobs`` for intersentence,
+``StereoSetSentenceLogprobs`` for intrasentence, ``NextSentence`` or a continuation after the context for
+intersentence (its three sentences after one pass over the context, or one request each: ``context_pass``),
 chosen by the model kind and ``intersentence_scorer``; log-probs count as their geometric-mean probability), or is
 read from a StereoSet predictions file (``metric.stereoset.predictions_file``: then the metric asks the model
 nothing and ``compute`` reads the file, a declared input of the metric stage). The sentence scores can be exported
@@ -30,11 +31,12 @@ from pydantic import Field
 from biasflow.data.stereoset import GOLD_LABELS, TASKS
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.io import write_json
-from biasflow.schema import MetricBase
+from biasflow.schema import ContextPass, MetricBase
 from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.scoring.answer import can_answer, lookup
 from biasflow.scoring.requests import (BlankFill, ContinuationLogprobs, NextSentence, Request,
-                                       StereoSetSentenceLogprobs)
+                                       StereoSetSentenceLogprobs, CONTINUATION_REQUESTS,
+                                       continuation_request)
 from biasflow.stats.bootstrap import Resamples
 
 
@@ -44,6 +46,7 @@ class StereoSet(MetricBase):
     tasks: list[Literal["intrasentence", "intersentence"]] = Field(["intrasentence", "intersentence"], min_length=1)
     word_prefix_space: bool = False
     intersentence_scorer: Literal["auto", "nsp", "causal_conditional"] = "auto"
+    context_pass: ContextPass = "once"  # causal_conditional: the context computed once for its three sentences
     domains: list[Literal["gender", "profession", "race", "religion"]] = Field(
         ["gender", "profession", "race", "religion"], min_length=1)
     predictions_file: Optional[str] = None
@@ -120,14 +123,15 @@ def intersentence_scorer(cfg: Mapping[str, Any], kind: str) -> str:
 def _request_builders(cfg: Mapping[str, Any]) -> dict[str, dict[str, Callable[[Any], Request]]]:
     """task -> {request kind: the request of one item row}."""
     prefix_space = bool(cfg["word_prefix_space"])
+    how = cfg["context_pass"]
+    continuation = CONTINUATION_REQUESTS[how]
     return {"intrasentence": {
                 BlankFill.kind: lambda it: BlankFill(it.context, it.candidate_word, prefix_space),
                 StereoSetSentenceLogprobs.kind: lambda it: StereoSetSentenceLogprobs(it.sentence)},
             "intersentence": {
                 NextSentence.kind: lambda it: NextSentence(it.context, it.sentence),
                 # the sentence after " ", given <start token> + context (a biasflow extension)
-                ContinuationLogprobs.kind: lambda it: ContinuationLogprobs(it.context, " " + it.sentence,
-                                                                           start_token=True)}}
+                continuation.kind: lambda it: continuation_request(it.context, " " + it.sentence, True, how)}}
 
 
 def _request_kind(task: str, cfg: Mapping[str, Any], model_kind: str) -> str:
@@ -137,7 +141,7 @@ def _request_kind(task: str, cfg: Mapping[str, Any], model_kind: str) -> str:
         hint = " (for kind bert_nsp set metric.stereoset.tasks=[intersentence])"
     else:
         how = intersentence_scorer(cfg, model_kind)
-        kind = NextSentence.kind if how == "nsp" else ContinuationLogprobs.kind
+        kind = NextSentence.kind if how == "nsp" else CONTINUATION_REQUESTS[cfg["context_pass"]].kind
         hint = f" (metric.stereoset.intersentence_scorer={how})"
     if not can_answer(model_kind, kind):
         raise ConfigError(f"StereoSet {task} cannot be scored by model.kind={model_kind!r}{hint}")
@@ -333,7 +337,7 @@ SPEC = register_metric(MetricSpec(
     requests=requests,
     compute=compute,
     aggregate=aggregate,
-    score_keys=("tasks", "word_prefix_space", "intersentence_scorer", "predictions_file"),
+    score_keys=("tasks", "word_prefix_space", "intersentence_scorer", "context_pass", "predictions_file"),
     headline=("overall_icat", "overall_lms", "overall_ss", "intrasentence_icat", "intrasentence_lms",
               "intrasentence_ss"),
     plot_metric="intrasentence_ss",

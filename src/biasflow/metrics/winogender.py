@@ -26,7 +26,8 @@ occupation); on ``participant`` units a model that tracks the coreference follow
 ``winogender_mc`` (causal LMs, ``served_causal_lm``): lm-evaluation-harness's ``winogender`` tasks
 (``lm_eval/tasks/winogender``): the prompt ``{sentence} ‘{Pronoun}’ refers to the`` and the choices
 ``[occupation, participant]`` (" someone" included, as its data has it), each scored by its log-likelihood after
-the prompt (``ContinuationLogprobs``, a space before the choice: lm-eval's target delimiter); the choice is the
+the prompt (a space before the choice: lm-eval's target delimiter; ``context_pass``: the prompt computed once for
+both choices, the default, or once per choice as lm-eval's requests are); the choice is the
 likelier (a tie goes to the occupation, as ``argmax``); ``acc`` = the choice is the answer. Categories follow
 lm-eval's tasks: ``overall`` (``winogender``), ``male`` / ``female`` / ``neutral`` (``winogender_<gender>``),
 ``gotcha``, ``gotcha_male``, ``gotcha_female`` (``winogender_gotcha*``). With the same choices, the paper's
@@ -47,9 +48,9 @@ from pydantic import field_validator
 
 from biasflow.io import write_text
 from biasflow.registry import MetricSpec, register_metric
-from biasflow.schema import MetricBase
+from biasflow.schema import ContextPass, MetricBase
 from biasflow.scoring.answer import lookup
-from biasflow.scoring.requests import ContinuationLogprobs, MaskCandidates, TokenLogprobs
+from biasflow.scoring.requests import ContinuationLogprobs, MaskCandidates, TokenLogprobs, continuation_request
 
 LM_EVAL_PROMPT = "{sentence} ‘{Pronoun}’ refers to the"
 CAUSAL_KINDS = ("causal_lm", "served_causal_lm")
@@ -64,6 +65,7 @@ class Options(MetricBase):
 class MCOptions(MetricBase):
     prompt: str = LM_EVAL_PROMPT
     choice_prefix: str = " "  # lm-evaluation-harness's target_delimiter
+    context_pass: ContextPass = "once"
 
     @field_validator("prompt")
     @classmethod
@@ -181,12 +183,12 @@ def mc_prompt(row, prompt: str) -> str:
 
 def mc_requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[ContinuationLogprobs]:
     """Per sentence, the occupation then the participant after the prompt."""
-    prompt, prefix = cfg["prompt"], cfg["choice_prefix"]
+    prompt, prefix, how = cfg["prompt"], cfg["choice_prefix"], cfg["context_pass"]
     out = []
     for r in items.itertuples(index=False):
         context = mc_prompt(r, prompt)
-        out += [ContinuationLogprobs(context, prefix + r.occupation),
-                ContinuationLogprobs(context, prefix + r.participant)]
+        out += [continuation_request(context, prefix + r.occupation, context_pass=how),
+                continuation_request(context, prefix + r.participant, context_pass=how)]
     return out
 
 
@@ -395,7 +397,8 @@ SPEC = register_metric(MetricSpec(
 MC_SPEC = register_metric(MetricSpec(
     name="winogender_mc", benchmark="winogender", model_kinds=CAUSAL_KINDS,
     requests=mc_requests, compute=compute_mc, aggregate=aggregate_mc, options=MCOptions,
-    score_keys=("prompt", "choice_prefix"), headline=("acc", "r_bls", "pair_disagreement_pct"), plot_metric="acc",
+    score_keys=("prompt", "choice_prefix", "context_pass"), headline=("acc", "r_bls", "pair_disagreement_pct"),
+    plot_metric="acc",
     plot_reference=None, bootstrap_statistic=mc_replicates, write_extras=write_mc_occupations,
     extra_outputs=("occupations.csv",),
     meanings={

@@ -15,6 +15,11 @@ ops are row by row (the linear layers through ``batch_invariant``). ``tests/test
 On a GPU in bfloat16/float16 the texts of a pass attend in one variable-length flash-attention call
 (``_flash_varlen``) instead of one SDPA call per length; float32 and the CPU keep the loop.
 
+Texts that begin with one shared prefix (a multiple-choice question and its options) can be packed as a tree
+(``SharedPrefixLayout``): the prefix once, then each branch with positions that continue the prefix's, attending to
+the prefix and to itself (an explicit mask per tree), so the prefix's keys and values are computed once for all its
+branches, as a key/value cache would give them.
+
 Only model types whose decoder goes through transformers' attention interface with positions from
 ``position_ids`` are packed (``PACKABLE_TYPES``); anything else runs the padded path.
 """
@@ -82,14 +87,69 @@ class PackedLayout:
         return out
 
 
+@dataclass(frozen=True)
+class SharedPrefixLayout(PackedLayout):
+    """A packed row of trees: each a prefix followed by its branches (``trees``: prefix length, branch lengths).
+    ``lengths``/``groups`` are the trees' total lengths, as for texts; positions restart at 0 for each tree and
+    continue from the prefix's end in every branch; ``group_masks`` say who attends to whom."""
+
+    trees: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    _masks: dict = field(default_factory=dict, compare=False, repr=False)  # device -> group_masks(), made once
+
+    @classmethod
+    def of_trees(cls, trees: Sequence[tuple[int, Sequence[int]]]) -> "SharedPrefixLayout":
+        """Trees laid end to end in the given order; trees of one total length must be adjacent."""
+        shaped = tuple((int(p), tuple(map(int, branches))) for p, branches in trees)
+        if any(p < 1 or min(b, default=0) < 0 for p, b in shaped):
+            raise ValueError("shared-prefix layout: a tree needs a prefix of at least one token")
+        texts = PackedLayout.of([p + sum(b) for p, b in shaped])
+        return cls(texts.lengths, texts.groups, trees=shaped)
+
+    def position_ids(self, device=None) -> torch.Tensor:
+        parts = []
+        for prefix, branches in self.trees:
+            parts.append(torch.arange(prefix, device=device))
+            parts += [torch.arange(prefix, prefix + b, device=device) for b in branches]
+        return torch.cat(parts)[None]
+
+    @staticmethod
+    def tree_mask(prefix: int, branches: Sequence[int]) -> torch.Tensor:
+        """(tokens, tokens) bool, True where a row attends to a column: causal within the prefix and within each
+        branch, and every branch sees the whole prefix."""
+        total = prefix + sum(branches)
+        mask = torch.zeros((total, total), dtype=torch.bool)
+        mask[:prefix, :prefix] = torch.ones((prefix, prefix), dtype=torch.bool).tril()
+        mask[prefix:, :prefix] = True
+        start = prefix
+        for b in branches:
+            mask[start:start + b, start:start + b] = torch.ones((b, b), dtype=torch.bool).tril()
+            start += b
+        return mask
+
+    def group_masks(self, device=None) -> list[torch.Tensor]:
+        """One (trees, 1, length, length) bool mask per group of ``groups``."""
+        key = str(device)
+        cached = self._masks.get(key)
+        if cached is None:
+            cached, t = [], 0
+            for _start, count, _length in self.groups:
+                cached.append(torch.stack([self.tree_mask(*tree) for tree in self.trees[t:t + count]])[:, None]
+                              .to(device))
+                t += count
+            self._masks[key] = cached
+        return cached
+
+
 def packed_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                      attention_mask: torch.Tensor | None, *, biasflow_layout: PackedLayout,
                      scaling: float | None = None, **kwargs) -> tuple[torch.Tensor, None]:
-    """Causal attention of each packed text on its own; query (1, heads, tokens, dim), key/value (1, kv heads,
+    """Causal attention of each packed text on its own (a ``SharedPrefixLayout``'s trees: by their masks); query
+    (1, heads, tokens, dim), key/value (1, kv heads,
     tokens, dim); returns (1, tokens, heads, dim) like transformers' attention functions."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    if _use_varlen(query):
+    masks = biasflow_layout.group_masks(query.device) if isinstance(biasflow_layout, SharedPrefixLayout) else None
+    if masks is None and _use_varlen(query):
         try:
             return _flash_varlen(query, key, value, biasflow_layout, scaling), None
         except (RuntimeError, TypeError) as exc:  # an older torch or an unsupported shape: the loop below
@@ -103,10 +163,10 @@ def packed_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Te
         # (1, h, count*length, d) -> (count, h, length, d): a view whose strides do not depend on the company
         return x[0, :, start:start + count * length].unflatten(1, (count, length)).transpose(0, 1)
 
-    for start, count, length in biasflow_layout.groups:
+    for g, (start, count, length) in enumerate(biasflow_layout.groups):
         part, _ = sdpa_attention_forward(module, texts(query, start, count, length), texts(key, start, count, length),
-                                         texts(value, start, count, length), None, dropout=0.0, scaling=scaling,
-                                         is_causal=True)
+                                         texts(value, start, count, length), None if masks is None else masks[g],
+                                         dropout=0.0, scaling=scaling, is_causal=masks is None)
         out[0, start:start + count * length] = part.reshape(count * length, heads, dim)
     return out, None
 

@@ -30,7 +30,7 @@ import torch
 from tqdm.auto import tqdm
 
 from biasflow.models.batch_invariant import batch_invariant, gpu_tile_rows, row_logsumexp
-from biasflow.models.packed import PackedLayout, packable, packed
+from biasflow.models.packed import PackedLayout, SharedPrefixLayout, packable, packed
 from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_LOGITS
 from biasflow.scoring.batching import packed_batches, pad_right, token_budget_batches, with_padding_column
 
@@ -151,6 +151,37 @@ def _packed_target_logprobs(model, seqs: Sequence[Sequence[int]], device, head_r
     return [lp[start:start + len(s) - 1] for start, s in zip(layout.starts(), seqs)]
 
 
+@torch.inference_mode()
+def _packed_tree_logprobs(model, trees: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]], device,
+                          head_rows: int = HEAD_ROWS) -> list[list[np.ndarray]]:
+    """log P(branch[j] | prefix + branch[:j]) for every token of every branch of each (prefix, branches) tree, the
+    trees packed in one pass (``SharedPrefixLayout``). A branch's last token is not fed: nothing is predicted from
+    it and nothing attends to it. The head runs only on the rows that predict a branch token."""
+    fed = [(list(prefix), [list(b)[:-1] for b in branches]) for prefix, branches in trees]
+    layout = SharedPrefixLayout.of_trees([(len(p), [len(b) for b in bs]) for p, bs in fed])
+    ids = torch.tensor([t for p, bs in fed for t in p + [x for b in bs for x in b]], dtype=torch.long, device=device)
+    rows: list[int] = []
+    targets: list[int] = []
+    for start, (prefix, fed_branches), (_, branches) in zip(layout.starts(), fed, trees):
+        at = start + len(prefix)
+        for fed_branch, branch in zip(fed_branches, branches):
+            # token 0 of a branch is predicted at the prefix's last position, token j at the branch's position j - 1
+            rows += [start + len(prefix) - 1] + list(range(at, at + len(fed_branch)))
+            targets += list(branch)
+            at += len(fed_branch)
+    with batch_invariant(model), packed(model):
+        hidden = model.base_model(input_ids=ids[None], position_ids=layout.position_ids(device), use_cache=False,
+                                  biasflow_layout=layout).last_hidden_state[0]
+        lp = _head_logprobs(model.get_output_embeddings(), hidden[torch.tensor(rows, device=device)],
+                            torch.tensor(targets, dtype=torch.long, device=device), head_rows).cpu().numpy()
+    out, at = [], 0
+    for _, branches in trees:
+        out.append([lp[at + sum(len(b) for b in branches[:k]):][:len(branch)].astype(np.float64)
+                    for k, branch in enumerate(branches)])
+        at += sum(len(b) for b in branches)
+    return out
+
+
 def context_limit(model) -> int | None:
     """The most tokens ``model`` takes in one text (its position table), None when its config does not say."""
     config = getattr(model, "config", None)
@@ -171,6 +202,19 @@ def _check_lengths(adapter, seqs: Sequence[Sequence[int]]) -> None:
                          f"longer, the first ({len(seqs[i])} tokens with any prefix token) starts {text!r}")
 
 
+def _head_rows(device, vocab: int, max_logits: int) -> int:
+    """Vocabulary-head rows per slice (the padded path of a model whose logits are not a plain head holds a whole
+    batch's logits at once instead)."""
+    rows = max(1, min(HEAD_ROWS if torch.device(device).type == "cpu" else int(max_logits),
+                      int(max_logits) // max(1, vocab)))
+    if torch.device(device).type == "cuda":
+        # whole fixed tiles of the head (``batch_invariant``'s GPU tile), at least one: a slice that is not a
+        # multiple of the tile would be padded up to one
+        tile = gpu_tile_rows(vocab)
+        rows = max(tile, rows // tile * tile)
+    return rows
+
+
 def next_token_logprobs(adapter, seqs: Sequence[Sequence[int]], batch_tokens: int = DEFAULT_BATCH_TOKENS,
                         max_logits: int = DEFAULT_MAX_LOGITS, progress: bool = False,
                         desc: str = "causal log-probs") -> list[np.ndarray]:
@@ -184,15 +228,8 @@ def next_token_logprobs(adapter, seqs: Sequence[Sequence[int]], batch_tokens: in
     _check_lengths(adapter, seqs)
     head = model.get_output_embeddings()
     vocab = int(head.weight.shape[0]) if head is not None else len(tok)
-    # the padded path of a model whose logits are not a plain head holds a whole batch's logits at once; the other
-    # paths hold head_rows rows of logits at a time
     on_cpu = torch.device(device).type == "cpu"
-    head_rows = max(1, min(HEAD_ROWS if on_cpu else int(max_logits), int(max_logits) // max(1, vocab)))
-    if torch.device(device).type == "cuda":
-        # whole fixed tiles of the head (``batch_invariant``'s GPU tile), at least one: a slice that is not a
-        # multiple of the tile would be padded up to one
-        tile = gpu_tile_rows(vocab)
-        head_rows = max(tile, head_rows // tile * tile)
+    head_rows = _head_rows(device, vocab, max_logits)
     out = [np.zeros(max(0, len(s) - 1), dtype=np.float64) for s in seqs]
     todo = [i for i, s in enumerate(seqs) if len(s) > 1]  # a single token predicts nothing
     lengths = [len(seqs[i]) for i in todo]
@@ -217,6 +254,41 @@ def next_token_logprobs(adapter, seqs: Sequence[Sequence[int]], batch_tokens: in
                 out[i][:] = lp[r, : len(seqs[i]) - 1]
             bar.update(len(batch))
     bar.close()
+    return out
+
+
+def shared_prefix_logprobs(adapter, prefixes: Sequence[Sequence[int]], branches: Sequence[Sequence[Sequence[int]]],
+                           batch_tokens: int = DEFAULT_BATCH_TOKENS, max_logits: int = DEFAULT_MAX_LOGITS,
+                           progress: bool = False, desc: str = "contexts") -> list[list[np.ndarray]]:
+    """For each prefix and each of its branches, log P(branch[j] | prefix + branch[:j]) for every token of the
+    branch (float64): the prefix computed once for all its branches.
+
+    Packed as trees (``SharedPrefixLayout``) when the model packs; any other model scores prefix + branch as one
+    text per branch (``next_token_logprobs``), which is what the tree computes, up to float rounding."""
+    if len(prefixes) != len(branches):
+        raise ValueError("prefixes and branches must have the same length")
+    model, device = adapter.model, adapter.device
+    for prefix, bs in zip(prefixes, branches):
+        if not prefix or any(not b for b in bs):
+            raise ValueError("shared-prefix scoring: a prefix or a branch without tokens")
+    joined = [list(p) + list(b) for p, bs in zip(prefixes, branches) for b in bs]
+    _check_lengths(adapter, joined)
+    on_cpu = torch.device(device).type == "cpu"
+    if not (joined and _head_on_real_tokens(model) and packable(model, max(map(len, joined)))):
+        found = iter(next_token_logprobs(adapter, joined, batch_tokens, max_logits, progress, desc))
+        return [[next(found)[len(p) - 1:] for _ in bs] for p, bs in zip(prefixes, branches)]
+    head_rows = _head_rows(device, int(model.get_output_embeddings().weight.shape[0]), max_logits)
+    # a tree feeds its prefix and every branch but the branch's last token
+    sizes = [len(p) + sum(len(b) - 1 for b in bs) for p, bs in zip(prefixes, branches)]
+    tokens = min(int(batch_tokens), PACKED_CPU_TOKENS) if on_cpu else int(batch_tokens)
+    out: list[list[np.ndarray] | None] = [None] * len(prefixes)
+    with tqdm(total=len(prefixes), desc=f"{desc} {adapter.name}", unit="context", disable=not progress,
+              mininterval=1.0) as bar:
+        for batch in packed_batches(list(range(len(prefixes))), sizes, max(1, tokens)):
+            trees = [(prefixes[i], branches[i]) for i in batch]
+            for i, lps in zip(batch, _packed_tree_logprobs(model, trees, device, head_rows)):
+                out[i] = lps
+            bar.update(len(batch))
     return out
 
 

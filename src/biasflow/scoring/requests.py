@@ -233,6 +233,34 @@ class ContinuationLogprobs(Request):
 
 
 @dataclass(frozen=True)
+class SharedContextContinuation(ContinuationLogprobs):
+    """``ContinuationLogprobs`` with the context computed once for every continuation asked after it (a causal LM in
+    process: one pass over the context, each continuation attending to its keys and values; served: the server's
+    prefix cache). The same answer columns; the numbers equal the separate pass's up to float rounding, so they are
+    cached under a kind of their own and never mixed with its answers."""
+
+    kind: ClassVar[str] = "shared_context_continuation"
+
+    @property
+    def work_key(self) -> str:  # the continuations of one context share its pass
+        return request_key(self.kind, {"context": self.context, "start_token": self.start_token})
+
+
+# how a multiple-choice metric has a causal LM score its options (the metric option ``context_pass``): the context
+# once for all options, or once per option (lm-evaluation-harness's requests)
+CONTINUATION_REQUESTS: dict[str, type[ContinuationLogprobs]] = {
+    "once": SharedContextContinuation, "per_option": ContinuationLogprobs}
+
+
+def continuation_request(context: str, continuation: str, start_token: bool = False,
+                         context_pass: str = "once") -> ContinuationLogprobs:
+    """The request for ``continuation`` after ``context`` under a metric's ``context_pass``."""
+    if context_pass not in CONTINUATION_REQUESTS:
+        raise ValueError(f"context_pass={context_pass!r} is not one of {list(CONTINUATION_REQUESTS)}")
+    return CONTINUATION_REQUESTS[context_pass](context, continuation, start_token)
+
+
+@dataclass(frozen=True)
 class Generation(Request):
     """Sample ``sample_index`` of a response to ``prompt`` under the settings that determine it (temperature 0:
     greedy). Answered by every generator (a causal LM's ``generate``, an OpenAI-compatible server, a responses
