@@ -252,11 +252,15 @@ def test_pll_on_the_gpu_does_not_depend_on_the_company(model_dir):
 
 # ------------------------------------------------------------------------------------------------ causal LMs
 def causal_requests():
-    from biasflow.scoring.requests import ContinuationLogprobs, StereoSetSentenceLogprobs, TokenLogprobs
+    from biasflow.scoring.requests import (ContinuationLogprobs, SharedContextContinuation,
+                                           StereoSetSentenceLogprobs, TokenLogprobs)
 
     reqs = [TokenLogprobs(t, first_token=m) for t in TEXTS for m in ("prefix", "separate", "none")]
     reqs += [StereoSetSentenceLogprobs(t) for t in TEXTS[:6]]
     reqs += [ContinuationLogprobs("The nurse said that", c) for c in (" she was tired.", " he was tired.")]
+    # the context once for its options (a masked tree pass on packable models)
+    reqs += [SharedContextContinuation(t, c, start_token=True) for t in TEXTS[:8]
+             for c in (" she was tired.", " he was.", " Both A and B")]
     return reqs
 
 
@@ -264,8 +268,9 @@ def causal_requests():
 @pytest.mark.parametrize("size", list(SIZES))
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_causal_scorers_on_the_gpu_match_the_cpu(model_dir, family, size, dtype):
-    """Token log-probabilities (three first-token modes), StereoSet's sentence scores and continuations; gpt2 and
-    llama run packed (SDPA per text, no padding), gpt_neox padded."""
+    """Token log-probabilities (three first-token modes), StereoSet's sentence scores and continuations (one text per
+    option, and the context once for its options); gpt2 and llama run packed (SDPA per text, no padding), gpt_neox
+    padded."""
     path = model_dir(family, size)
     reqs = causal_requests()
     want = _answers(path, "causal_lm", "cpu", "float32", reqs)

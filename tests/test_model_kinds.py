@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 
 import pytest
 
@@ -237,3 +238,35 @@ def test_every_kind_option_is_a_model_config_field_and_every_field_is_read_by_so
         assert options <= fields, (kind, options - fields)
     read_by_some = set(model_kinds.COMMON_OPTIONS).union(*declared.values())
     assert fields - read_by_some == set()
+
+
+def test_metrics_choose_requests_by_what_a_kind_answers_not_by_its_name(kinds):
+    """A kind declared like causal_lm is asked what a causal LM is asked (HONEST generates, RedditBias and
+    HolisticBias ask token log-probabilities); one like masked_lm what a masked LM is; no metric compares kind
+    names."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from biasflow.registry import get_metric
+
+    def never(model, requests, budget):
+        raise AssertionError("not called here")
+
+    register_model_kind(ModelKindSpec(name="my_causal", factory="my_project.models:Causal", like="causal_lm",
+                                      resources=SMALL, answers={"token_logprobs": never, "generation": never}))
+    register_model_kind(ModelKindSpec(name="my_masked", factory="my_project.models:Masked", like="masked_lm",
+                                      resources=SMALL, answers={"pll": never, "mask_top_k": never}))
+    reddit = pd.DataFrame({"sentence_target": ["a b"], "sentence_counter": ["c d"]})
+    holistic = pd.DataFrame({"text": ["I am a grandson."]})
+    for kind, pseudo in (("my_causal", False), ("my_masked", True)):
+        asked = {r.kind for r in get_metric("reddit_bias").requests(reddit, {}, kind)}
+        asked |= {r.kind for r in get_metric("holistic_bias").requests(holistic, {}, kind)}
+        assert asked == ({"pll"} if pseudo else {"token_logprobs"}), kind
+    from biasflow.metrics.honest import generates
+
+    assert generates({"generator": None}, "my_causal") and not generates({"generator": None}, "my_masked")
+    metrics = Path(model_kinds.__file__).parent / "metrics"
+    named = [f.name for f in metrics.glob("*.py")
+             if re.search(r"model_kind\s*(==|!=|in\s*\()|kind\s*==\s*\"(masked|causal)", f.read_text())]
+    assert named == []

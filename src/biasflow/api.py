@@ -24,8 +24,14 @@ import pandas as pd
 
 from biasflow.errors import BiasflowError, ConfigError, DataFormatError
 
-# the metrics that score generated text, and so accept a table of responses
-GENERATED_TEXT_METRICS = ("langfair_stereotype", "helm_representation", "honest")
+
+def generated_text_metrics() -> list[str]:
+    """The metrics that score generated text, and so accept a table of responses: those that take a ``generator``
+    model (derived from the metrics' declarations, so a new one appears here by itself)."""
+    from biasflow.registry import METRICS, load_all
+
+    load_all()
+    return [name for name, spec in METRICS.items() if "generator" in spec.model_kinds]
 
 
 class RunFailed(BiasflowError):
@@ -191,9 +197,10 @@ def evaluate(metric: str, responses: pd.DataFrame | str | Path, *overrides: str,
     from biasflow import stages
     from biasflow.plan import build_plan, compose
 
-    if metric not in GENERATED_TEXT_METRICS:
+    scoring_text = generated_text_metrics()
+    if metric not in scoring_text:
         raise ConfigError(f"evaluate: metric {metric!r} does not score generated text; one of "
-                          f"{', '.join(GENERATED_TEXT_METRICS)} (other metrics: run(...))")
+                          f"{', '.join(scoring_text)} (other metrics: run(...))")
     overrides = _overrides(overrides)
     results_dir = Path(compose(overrides)["paths"]["results"])
     path = _responses_file(responses, results_dir / "api")
@@ -220,4 +227,4 @@ def evaluate(metric: str, responses: pd.DataFrame | str | Path, *overrides: str,
     return Results(run_dir=None, jobs=[Path(j.metric_dir) for j in the_plan.jobs])
 
 
-__all__ = ["plan", "run", "evaluate", "Results", "RunFailed", "GENERATED_TEXT_METRICS"]
+__all__ = ["plan", "run", "evaluate", "Results", "RunFailed", "generated_text_metrics"]

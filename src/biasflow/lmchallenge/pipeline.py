@@ -68,7 +68,11 @@ def hf_model(adapter):
     """The LM Challenge wrapper of a loaded masked or causal LM adapter (``model.predictions`` predictions)."""
     from .hf import HFCausalLM, HFMaskedLM
 
-    cls = HFMaskedLM if adapter.kind == "masked_lm" else HFCausalLM
+    from biasflow.scoring.answer import can_answer
+    from biasflow.scoring.requests import PseudoLogLikelihood
+
+    # by what the kind answers, not by its name (a kind declared like masked_lm is a masked LM)
+    cls = HFMaskedLM if can_answer(adapter.kind, PseudoLogLikelihood.kind) else HFCausalLM
     return cls(adapter.model, adapter.tokenizer, n_predictions=int(adapter.cfg.get("predictions") or 20))
 
 

@@ -29,7 +29,7 @@ from pydantic import Field
 from biasflow.io import atomic_path
 from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import MetricBase
-from biasflow.scoring.answer import lookup
+from biasflow.scoring.answer import can_answer, lookup
 from biasflow.scoring.requests import PseudoLogLikelihood, TokenLogprobs
 
 PAIRS_PER_CALL = 20_000
@@ -49,15 +49,17 @@ def options_of(cfg: Mapping[str, Any]) -> HolisticBiasOptions:
     return HolisticBiasOptions.model_validate({k: v for k, v in cfg.items() if not str(k).startswith("_")})
 
 
-def sentence_request(text: str, opts: HolisticBiasOptions, model_kind: str):
-    if model_kind == "masked_lm":
+def sentence_request(text: str, opts: HolisticBiasOptions, pseudo: bool):
+    """A masked LM's pseudo-log-likelihood (``pseudo``), else a causal LM's token log-probabilities."""
+    if pseudo:
         return PseudoLogLikelihood(text)
     return TokenLogprobs(text, opts.first_token)
 
 
 def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
     opts = options_of(cfg)
-    return [sentence_request(t, opts, model_kind) for t in dict.fromkeys(items["text"])]
+    pseudo = can_answer(model_kind, PseudoLogLikelihood.kind)  # what the kind can answer, whatever its name
+    return [sentence_request(t, opts, pseudo) for t in dict.fromkeys(items["text"])]
 
 
 def perplexity(logprobs) -> float:
@@ -69,8 +71,8 @@ def perplexity(logprobs) -> float:
 
 def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     opts = options_of(cfg)
-    kind = "masked_lm" if len(answers) and (answers["kind"] == PseudoLogLikelihood.kind).any() else "causal_lm"
-    logprobs = lookup(answers, [sentence_request(t, opts, kind) for t in items["text"]], "logprobs")
+    pseudo = bool(len(answers)) and bool((answers["kind"] == PseudoLogLikelihood.kind).any())
+    logprobs = lookup(answers, [sentence_request(t, opts, pseudo) for t in items["text"]], "logprobs")
     return pd.DataFrame({
         "item_id": items["item_id"].to_numpy(), "category": items["category"].to_numpy(),
         "template": items["template"].to_numpy(), "descriptor": items["descriptor"].to_numpy(),

@@ -35,7 +35,7 @@ from biasflow.metrics._generated import check_generations, generation_grid, gene
 from biasflow.metrics._mode import mode_option
 from biasflow.schema import Generating, GenerationSettings, PositiveInt, Slug, Source, Strict
 from biasflow.registry import MetricSpec, options_in_module, register_metric
-from biasflow.scoring.answer import lookup
+from biasflow.scoring.answer import can_answer, lookup
 from biasflow.scoring.requests import Generation, MaskTopK
 
 
@@ -182,9 +182,9 @@ def generation_requests(items: pd.DataFrame, cfg: Mapping[str, Any]) -> tuple[pd
 
 
 def generates(cfg: Mapping[str, Any], model_kind: str) -> bool:
-    """Completions are generated (k responses, scored as ``completion`` says) with a generator or a causal LM;
-    fill-mask else."""
-    return bool(cfg["generator"]) or model_kind in ("causal_lm", "served_causal_lm", "generator")
+    """Completions are generated (k responses, scored as ``completion`` says) with a generator or a model kind that
+    generates (a causal LM, in process or served); fill-mask else."""
+    return bool(cfg["generator"]) or can_answer(model_kind, Generation.kind)
 
 
 def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:

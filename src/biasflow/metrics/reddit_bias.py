@@ -33,7 +33,7 @@ from pydantic import Field
 from biasflow.metrics._mode import mode_option, run_mode
 from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import MetricBase
-from biasflow.scoring.answer import lookup
+from biasflow.scoring.answer import can_answer, lookup
 from biasflow.scoring.requests import PseudoLogLikelihood, TokenLogprobs
 
 FIRST_TOKEN = ("prefix", "none")
@@ -59,15 +59,17 @@ def first_token(cfg: Mapping[str, Any]) -> str:
                        parity="none", corrected="prefix", allowed=FIRST_TOKEN)
 
 
-def sentence_request(text: str, cfg: Mapping[str, Any], model_kind: str):
-    if model_kind == "masked_lm":
+def sentence_request(text: str, cfg: Mapping[str, Any], pseudo: bool):
+    """A masked LM's pseudo-log-likelihood (``pseudo``), else a causal LM's token log-probabilities."""
+    if pseudo:
         return PseudoLogLikelihood(text)
     return TokenLogprobs(text, first_token(cfg))
 
 
 def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
     texts = list(dict.fromkeys(list(items["sentence_target"]) + list(items["sentence_counter"])))
-    return [sentence_request(t, cfg, model_kind) for t in texts]
+    pseudo = can_answer(model_kind, PseudoLogLikelihood.kind)  # what the kind can answer, whatever its name
+    return [sentence_request(t, cfg, pseudo) for t in texts]
 
 
 def perplexity(logprobs) -> float:
@@ -77,9 +79,9 @@ def perplexity(logprobs) -> float:
     return float(np.exp(-lp.mean())) if lp.size else float("nan")
 
 
-def _model_kind(answers: pd.DataFrame) -> str:
-    kinds = set(answers["kind"]) if len(answers) else set()
-    return "masked_lm" if PseudoLogLikelihood.kind in kinds else "causal_lm"
+def answered_pseudo(answers: pd.DataFrame) -> bool:
+    """Whether the scores hold pseudo-log-likelihoods (a masked LM answered) rather than token log-probabilities."""
+    return bool(len(answers)) and PseudoLogLikelihood.kind in set(answers["kind"])
 
 
 def outlier_mask(values: np.ndarray, outlier_sd: float | None) -> np.ndarray:
@@ -100,10 +102,10 @@ def pair_outliers(target: np.ndarray, counter: np.ndarray, outlier_sd: float | N
 
 def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     opts = options_of(cfg)
-    kind = _model_kind(answers)
-    target = [perplexity(lp) for lp in lookup(answers, [sentence_request(t, cfg, kind) for t in items.sentence_target],
-                                              "logprobs")]
-    counter = [perplexity(lp) for lp in lookup(answers, [sentence_request(t, cfg, kind)
+    pseudo = answered_pseudo(answers)
+    target = [perplexity(lp) for lp in lookup(answers, [sentence_request(t, cfg, pseudo)
+                                                        for t in items.sentence_target], "logprobs")]
+    counter = [perplexity(lp) for lp in lookup(answers, [sentence_request(t, cfg, pseudo)
                                                          for t in items.sentence_counter], "logprobs")]
     out = pd.DataFrame({
         "item_id": items.item_id.to_numpy(), "category": items.category.to_numpy(),

@@ -80,8 +80,9 @@ MIN_BATCH_TOKENS = 16
 
 @dataclass(frozen=True)
 class Budget:
-    """How much one forward pass may hold: ``batch_tokens`` (rows x padded length) and ``max_logits`` (rows x
-    length x vocabulary floats), from the model config; ``progress`` shows bars."""
+    """How much one forward pass may hold: ``batch_tokens`` (rows x padded length, the model config's) and
+    ``max_logits`` (rows x length x vocabulary floats: not a config option; a GPU's grows with its memory,
+    ``device_budget``); ``progress`` shows bars."""
 
     batch_tokens: int = DEFAULT_BATCH_TOKENS
     max_logits: int = DEFAULT_MAX_LOGITS
@@ -89,8 +90,7 @@ class Budget:
 
     @classmethod
     def from_model_cfg(cls, cfg: Mapping[str, Any], progress: bool = True) -> "Budget":
-        return cls(batch_tokens=int(cfg.get("batch_tokens") or DEFAULT_BATCH_TOKENS),
-                   max_logits=int(cfg.get("max_logits") or DEFAULT_MAX_LOGITS), progress=progress)
+        return cls(batch_tokens=int(cfg.get("batch_tokens") or DEFAULT_BATCH_TOKENS), progress=progress)
 
 
 # on a GPU the budgets scale with the free memory of the device (``device_budget``): a pass may hold about
