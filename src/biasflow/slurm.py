@@ -21,6 +21,10 @@ The Snakefile calls ``install()`` in the Snakemake process that submits the jobs
 * **No account guessing.** Without ``slurm_account`` (the profile's ``default-resources``) the plugin asks ``sacct``
   for one on every submission and prints its errors; here it says once that none is set and submits without
   ``-A`` (the cluster's default account).
+
+These wrap and replace functions of the plugin, so they are installed only on the plugin code they were written for
+(``biasflow.upstream``, checked by ``tests/test_upstream.py``); the bugs and the fixes to send upstream are in
+docs/upstream.md.
 """
 from __future__ import annotations
 
@@ -244,7 +248,8 @@ def accounting_works() -> bool:
 
 
 def install() -> bool:
-    """Wrap the SLURM executor (idempotent). False when the plugin is not installed."""
+    """Wrap the SLURM executor (idempotent). False when the plugin is not installed, or when its code is not the
+    code these wrappers were written for (``biasflow.upstream``: a warning says so)."""
     try:
         import snakemake_executor_plugin_slurm as plugin
     except ImportError:
@@ -252,6 +257,11 @@ def install() -> bool:
     Executor = plugin.Executor
     if getattr(Executor, "_biasflow_installed", False):
         return True
+    from biasflow.upstream import unchanged_or_warn
+
+    if not unchanged_or_warn("slurm", "the SLURM executor fixes (attempt records, outage handling, no account "
+                                      "guessing)"):
+        return False
     Executor._biasflow_installed = True
 
     # ---- status command: keep the last MinJobAge the controller told (a down controller must not switch the
