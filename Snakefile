@@ -3,7 +3,7 @@
 #   snakemake --cores 2 --config overrides='["model=bert_base_uncased"]'
 #   snakemake --cores 2 --config multirun=true overrides='["model=a,b","metric.crows_pairs.diff_threshold=0.05,0.1"]'
 # or, the same thing:  biasflow run [-m] [hydra overrides...]
-# The whole (sweep) plan is composed here, at parse time, from the Hydra config (src/biasflow/plan.py), and staged
+# The whole (sweep) plan is composed here, at parse time, from the Hydra config (src/biasflow/plan/), and staged
 # under .snakemake/biasflow/plans/; parsing writes nothing under results/ (the run folder's plan.json is a rule's).
 import os
 import re

@@ -181,7 +181,7 @@ class ModelResources(Strict):
 
 
 class ModelConfig(Strict):
-    name: Optional[Slug] = None  # null: the folder's name, the hub id's last part or the served name (plan.py)
+    name: Optional[Slug] = None  # null: the folder's name, the hub id's last part or the served name (plan/names.py)
     kind: ModelKind
     hub_id: Optional[str] = None
     path: Optional[str] = None

@@ -18,8 +18,13 @@ import logging
 
 log = logging.getLogger(__name__)
 
-# group -> {"module:qualified.name": sha256 of its source, first 16 hex digits}
+# group -> {"module:qualified.name": sha256 of its source, first 16 hex digits}. "hydra" is called, not patched: the
+# fast composition of a sweep applies value overrides with it (plan/composition.py) and falls back to Hydra's public
+# compose where it differs.
 PATCHED: dict[str, dict[str, str]] = {
+    "hydra": {
+        "hydra._internal.config_loader_impl:ConfigLoaderImpl._apply_overrides_to_config": "d2862382c3a745cd",
+    },
     "snakemake": {
         "snakemake.persistence:ParamsChange.__iter__": "754d9b6c499e8e3b",
     },
@@ -35,7 +40,7 @@ PATCHED: dict[str, dict[str, str]] = {
     },
 }
 # the releases those digests were taken from (requirements.lock pins them)
-WRITTEN_FOR = {"snakemake": {"snakemake": "9.27.1"},
+WRITTEN_FOR = {"hydra": {"hydra-core": "1.3.8"}, "snakemake": {"snakemake": "9.27.1"},
                "slurm": {"snakemake-executor-plugin-slurm": "2.8.0",
                          "snakemake-interface-executor-plugins": "9.4.0"}}
 

@@ -1,0 +1,123 @@
+"""Hydra overrides -> a plan: every job of a run or sweep, with the paths of every stage.
+
+A sweep (``-m model=a,b metric.crows_pairs.diff_threshold=0.05,0.1``) is expanded here with Hydra's own override
+parser, each combination is composed with Hydra's compose API, and all jobs go into ONE plan, hence one Snakemake
+DAG: two jobs that need the same model outputs point at the same score file, which Snakemake builds once.
+
+Paths carry hashes of exactly what can change their content:
+  items   results/items/<benchmark>-<hash of benchmark config>.parquet
+  scores  results/scores/<model_key>/<metric>-<hash of model, benchmark, score options>.parquet
+  metric  results/metrics/<model_key>/<metric>/<hash of everything of the job>/
+  run     results/runs/<hash of the set of jobs and tracking>/
+so a threshold change creates a new metric folder and reuses the score file.
+
+The work is split by job: ``conf`` (where the configuration comes from), ``overrides`` (parsing, sweeps),
+``composition`` (one job's configuration), ``options`` (metric options validated once), ``screening`` (secrets kept
+out), ``names`` (display names), ``user_files`` (the user's files and their digests), ``jobs`` (``Job`` and
+``Plan``), ``checks`` (whole-plan checks); ``build_plan`` here puts them together.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+from biasflow.errors import ConfigError
+from biasflow.generation.config import job_model as generation_job_model
+from biasflow.generation.config import with_generation_options
+from biasflow.io import write_json
+from biasflow.model_kinds import accepts as accepts_kind
+from biasflow.plan.checks import check_exports, check_generator_settings
+from biasflow.plan.composition import compose, load_model_config, with_every_benchmark
+from biasflow.plan.conf import conf_dir, layered_conf, source_file, yaml_error_text
+from biasflow.plan.jobs import PLAN_FORMAT, Job, Plan, canonical, model_key
+from biasflow.plan.names import display_name, with_display_names
+from biasflow.plan.options import with_option_dumps, with_ordered_options
+from biasflow.plan.overrides import LIST_CHUNK, expand_sweep, parse_overrides
+from biasflow.plan.screening import reject_secret_overrides, without_secrets
+from biasflow.plan.user_files import USER_FILE_OPTIONS, content_digest, user_files
+from biasflow.schema import validate_model_config
+
+log = logging.getLogger(__name__)
+
+
+def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
+    from biasflow.registry import check_loader_options, get_metric
+
+    sweep = []
+    jobs: dict[str, Job] = {}
+    skipped: list[str] = []
+    tracking = paths = None
+    benchmarks: dict[str, Any] = {}
+    digests: dict[str, str] = {}  # path -> content digest, once per plan
+    composed = []
+    for job_overrides in expand_sweep(overrides, multirun):
+        reject_secret_overrides(job_overrides)
+        composed.append((job_overrides, compose(job_overrides)))
+    with_display_names([cfg["model"] for _, cfg in composed])
+    for job_overrides, cfg in composed:
+        cfg = with_option_dumps(cfg)
+        cfg = with_ordered_options(without_secrets(cfg))
+        sweep.append({"overrides": job_overrides, "config": cfg})
+        tracking = tracking or cfg.get("tracking", {})
+        paths = paths or cfg["paths"]
+        for bname, bcfg in (cfg.get("benchmark") or {}).items():
+            if bname not in benchmarks:  # what the loader can check without data: before any download
+                check_loader_options(str((bcfg or {}).get("loader") or bname), bcfg or {})
+            benchmarks.setdefault(bname, bcfg)
+        metrics = cfg.get("metric") or {}
+        if not metrics:
+            raise ConfigError("no metric selected: set metric=[crows_pairs,...]")
+        for name, mcfg in metrics.items():
+            try:
+                spec = get_metric(name)
+            except KeyError as exc:
+                raise ConfigError(f"metric.{name}: {exc.args[0]}") from exc
+            model = cfg["model"]
+            check_generator_settings(cfg.get("generator"), name, spec, mcfg)
+            generated_by = generation_job_model(cfg, name, mcfg)  # text from +generator: filed under its model
+            reason = (spec.model_check(model) if generated_by is None and spec.model_check
+                      and accepts_kind(spec.model_kinds, model.get("kind")) else None)
+            if reason:
+                msg = f"metric {name} skipped for model {model.get('name')}: {reason}"
+                log.warning(msg)
+                skipped.append(msg)
+                continue
+            if generated_by is not None:
+                model = generated_by
+            elif not accepts_kind(spec.model_kinds, model.get("kind")):  # listed, or declared like a listed kind
+                fallback = mcfg.get("default_model")
+                if not fallback:
+                    msg = (f"metric {name} skipped for model {model.get('name')}: it needs a model of kind "
+                           f"{list(spec.model_kinds)}, got {model.get('kind')!r}")
+                    log.warning(msg)
+                    skipped.append(msg)
+                    continue
+                model = load_model_config(fallback, cfg)
+                validate_model_config(model, f"metric.{name}.default_model={fallback}: model")
+            model = with_generation_options(model, mcfg)  # hf_generate's chat template / generate kwargs
+            bench = mcfg.get("benchmark", spec.benchmark)
+            bcfg = None
+            if bench:
+                if bench not in (cfg.get("benchmark") or {}):
+                    raise ConfigError(f"metric.{name}.benchmark={bench!r} has no config conf/benchmark/{bench}.yaml")
+                bcfg = cfg["benchmark"][bench]
+            job = Job(metric=name, model=model, metric_cfg=mcfg, benchmark=bench, benchmark_cfg=bcfg,
+                      stats=cfg["stats"], mode=cfg["run"]["mode"],  # filled in (with_option_dumps)
+                      results=cfg["paths"]["results"], score_keys=tuple(spec.score_keys),
+                      extra_outputs=tuple(spec.extra_outputs),
+                      exports={o: str(mcfg[o]) for o in spec.export_options if mcfg.get(o)})
+            job.user_files = canonical(user_files(job, digests))
+            job = jobs.setdefault(job.metric_dir, job)
+            job.sweep_overrides.append(job_overrides)
+    if not jobs:
+        raise ConfigError("the configuration selects no runnable job: " + "; ".join(skipped))
+    check_exports(list(jobs.values()), paths or {}, benchmarks)
+    return Plan(jobs=list(jobs.values()), sweep=sweep, tracking=tracking or {}, paths=paths or {}, skipped=skipped,
+                benchmarks=canonical(benchmarks))
+
+
+__all__ = ["build_plan", "expand_sweep", "parse_overrides", "compose", "conf_dir", "layered_conf", "source_file",
+           "yaml_error_text", "load_model_config", "with_every_benchmark", "model_key", "Plan", "Job", "PLAN_FORMAT",
+           "canonical", "USER_FILE_OPTIONS", "content_digest", "user_files", "reject_secret_overrides",
+           "without_secrets", "display_name", "with_display_names", "with_option_dumps", "with_ordered_options",
+           "check_exports", "check_generator_settings", "LIST_CHUNK", "write_json"]

@@ -1,0 +1,75 @@
+"""The user's own files a job reads (a predictions file, a word list, a prompts file): each option that names one,
+and the content digests that make a changed file a changed job."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from biasflow.errors import ConfigError
+from biasflow.ordered import is_ordered_list, ordered_items
+
+if TYPE_CHECKING:
+    from biasflow.plan.jobs import Job
+
+
+USER_FILE_OPTIONS = {
+    "metric": ("predictions_file", "responses_file", "stop_words", "groups", "targets", "lexicon.path",
+               "generator.path", "generator.model", "classifier.model"),
+    "benchmark": ("lists_dir", "templates_file", "attributes_file", "attribute_files"),
+    "model": ("path",),
+}
+
+
+def _lookup(cfg: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(cfg, dict):
+            return None
+        cfg = cfg.get(part)
+    return cfg
+
+
+def content_digest(path: Path) -> str:
+    """sha256 of a file; for a folder (a model checkpoint) the cheap digest of models.hf.local_weights_digest."""
+    from biasflow.io import sha256_file
+    from biasflow.models.fingerprint import local_weights_digest
+
+    return local_weights_digest(path) if path.is_dir() else sha256_file(path)[:16]
+
+
+def user_files(job: "Job", digests: dict[str, str]) -> dict[str, dict[str, str]]:
+    """Every user-provided file or folder feeding ``job``: option -> {path, digest}.
+
+    Values of these options may also be names of packaged resources (``targets: adjectives``) or hub ids
+    (``generator.model: gpt2``); only values that look like paths are checked, and a path-looking value that does not
+    exist is an error naming the option. Models the workflow builds itself are outputs, not user files."""
+    sections = {"metric": (f"metric.{job.metric}", job.metric_cfg),
+                "benchmark": (f"benchmark.{job.benchmark}", job.benchmark_cfg or {}),
+                "model": ("model", {} if job.model.get("build") else job.model)}
+    found: dict[str, dict[str, str]] = {}
+    for section, keys in USER_FILE_OPTIONS.items():
+        prefix, cfg = sections[section]
+        for key in keys:
+            value = _lookup(cfg, key)
+            if is_ordered_list(value):  # [{group: file}, ...] (biasflow.ordered)
+                value = dict(ordered_items(value, f"{prefix}.{key}"))
+            values = value.items() if isinstance(value, dict) else [("", value)]
+            for sub, v in values:
+                if not isinstance(v, str) or not v:
+                    continue
+                option = f"{prefix}.{key}" + (f".{sub}" if sub else "")
+                path = Path(v).expanduser()
+                looks_like_path = path.is_absolute() or v.startswith(".") or path.suffix != "" or os.sep in v
+                if not path.exists():
+                    is_hub_id = key in ("generator.model", "classifier.model") and not path.is_absolute() \
+                        and not v.startswith(".")
+                    if looks_like_path and not is_hub_id and section != "model":
+                        raise ConfigError(f"{option}={v!r}: no such file or folder")
+                    if section == "model" and job.model.get("path") and not job.model.get("hub_id"):
+                        raise ConfigError(f"{option}={v!r}: no such model folder")
+                    continue
+                real = str(path.resolve())
+                if real not in digests:
+                    digests[real] = content_digest(path)
+                found[option] = {"path": real, "digest": digests[real]}
+    return found
