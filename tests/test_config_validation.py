@@ -187,3 +187,30 @@ def test_any_benchmark_list_plans_with_every_description(bench):
 def test_an_unknown_benchmark_in_the_list_is_named():
     with pytest.raises(ConfigError, match=r"no dataset config \['nope'\]"):
         build_plan(["metric=[stereoset]", "benchmark=[nope]"])
+
+
+def test_user_files_are_the_options_marked_so_where_they_are_declared():
+    """The user-file options come from markers on the options models, nested models included (a metric's
+    ``generator.path``, ``classifier.model``), never from a list kept elsewhere."""
+    from typing import Optional
+
+    from pydantic import BaseModel, Field
+
+    from biasflow.plan import user_file_options
+    from biasflow.schema import USER_FILE, USER_FILE_OR_HUB_ID, marked_options
+
+    class Inner(BaseModel):
+        model: Optional[str] = Field(None, json_schema_extra=USER_FILE_OR_HUB_ID)
+        size: int = 1
+
+    class Outer(BaseModel):
+        table: Optional[str] = Field(None, json_schema_extra=USER_FILE)
+        inner: Optional[Inner] = None
+        many: dict[str, Inner] = Field(default_factory=dict)
+        plain: str = "x"
+
+    assert marked_options(Outer, "user_file") == {"table": "path", "inner.model": "hub_id", "many.model": "hub_id"}
+    langfair = user_file_options("langfair_stereotype")
+    assert langfair["metric"]["classifier.model"] == "hub_id" and langfair["metric"]["stop_words"] == "path"
+    assert langfair["model"] == {"path": "path"} and "templates_file" in langfair["benchmark"]
+    assert user_file_options("crows_pairs")["metric"] == {}

@@ -25,6 +25,8 @@ METRICS: dict[str, "MetricSpec"] = {}
 # loader name -> its options whose mapping order carries meaning (biasflow.ordered): kept as ordered lists in plans
 LOADER_CHECKS: dict[str, Callable[[Mapping[str, Any]], None]] = {}
 LOADER_ORDERED_OPTIONS: dict[str, tuple[str, ...]] = {}
+# loader name -> the values its ``split`` option takes (a loader that declares none takes any, or has no splits)
+LOADER_SPLITS: dict[str, tuple[str, ...]] = {}
 
 # Every module of these packages is imported by ``load_all`` (so a new metric needs no edit here).
 DISCOVERED_PACKAGES = ["biasflow.data", "biasflow.metrics"]
@@ -103,18 +105,27 @@ def _refuse_taken(kind: str, name: str, old_module: str | None, new_module: str 
 
 
 def register_loader(name: str, ordered_options: tuple[str, ...] = (),
-                    check: Callable[[Mapping[str, Any]], None] | None = None):
-    """Register a dataset loader. ``check(benchmark_cfg)``: the options it can check without data (category names,
-    a split), raising ConfigError; the plan runs it, so a typo fails before any download."""
+                    check: Callable[[Mapping[str, Any]], None] | None = None, splits: tuple[str, ...] = ()):
+    """Register a dataset loader. ``check(benchmark_cfg)``: the options it can check without data (category names),
+    raising ConfigError; the plan runs it, so a typo fails before any download. ``splits``: the values of its
+    ``split`` option (checked at plan time)."""
     def deco(fn: Loader) -> Loader:
         _refuse_taken("dataset loader", name, getattr(LOADERS.get(name), "__module__", None), fn.__module__)
         LOADERS[name] = fn
         LOADER_ORDERED_OPTIONS[name] = tuple(ordered_options)
+        if splits:
+            LOADER_SPLITS[name] = tuple(splits)
         if check is not None:
             LOADER_CHECKS[name] = check
         return fn
 
     return deco
+
+
+def loader_splits(loader: str) -> tuple[str, ...] | None:
+    """The values ``loader``'s ``split`` option takes (None: not declared)."""
+    load_all()
+    return LOADER_SPLITS.get(loader)
 
 
 def check_loader_options(loader: str, benchmark_cfg: Mapping[str, Any]) -> None:

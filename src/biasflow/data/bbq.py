@@ -140,7 +140,7 @@ def check_options(cfg: Mapping[str, Any]) -> None:
         raise ConfigError(f"benchmark.bbq.split={split!r}: must be all, ambig or disambig")
 
 
-@register_loader("bbq", check=check_options)
+@register_loader("bbq", splits=("all", "ambig", "disambig"), check=check_options)
 def load(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     check_options(cfg)
     categories = selected_categories(cfg)

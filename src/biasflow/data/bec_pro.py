@@ -149,7 +149,7 @@ def build_items(df: pd.DataFrame, language: str, path: str | Path) -> pd.DataFra
     return items.sort_values(["pair", "_g", "_s"]).drop(columns=["_g", "_s"]).reset_index(drop=True)
 
 
-@register_loader("bec_pro")
+@register_loader("bec_pro", splits=("all",))
 def load_bec_pro(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     language = cfg.get("language") or "en"
     if language not in LANGUAGES:

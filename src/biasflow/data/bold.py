@@ -38,7 +38,7 @@ def documents(paths) -> list[list[str]]:
     return docs
 
 
-@register_loader("bold_wikipedia")
+@register_loader("bold_wikipedia", splits=("all",))
 def load_bold_wikipedia(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     df = pd.concat([read_bold_wikipedia(p) for p in files.values()], ignore_index=True)
     df.insert(1, "benchmark", "bold_wikipedia")

@@ -61,7 +61,7 @@ def read_crows_pairs(path: str | Path) -> pd.DataFrame:
     return df
 
 
-@register_loader("crows_pairs")
+@register_loader("crows_pairs", splits=("all",))
 def load_crows_pairs(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     df = read_crows_pairs(files["csv"])
     df.insert(1, "benchmark", "crows_pairs")

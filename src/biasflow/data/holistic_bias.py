@@ -197,7 +197,7 @@ def generated(files: Mapping[str, Path]) -> pd.DataFrame:
     return _generated(stamp)
 
 
-@register_loader("holistic_bias")
+@register_loader("holistic_bias", splits=("all",))
 def load(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     missing = [k for k in FILES if k not in files]
     if missing:

@@ -45,7 +45,7 @@ def read_honest_templates(path: str | Path, dedupe: bool = True) -> pd.DataFrame
     return df.rename(columns={"category": "group"})
 
 
-@register_loader("honest")
+@register_loader("honest", splits=("all",))
 def load_honest(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     frames = [read_honest_templates(p, dedupe=bool(cfg.get("dedupe", True))).assign(template_set=name)
               for name, p in files.items()]

@@ -41,7 +41,7 @@ def split_lines(lines: list[str], test_every: int, test_limit: int | None) -> li
     return out
 
 
-@register_loader("lmchallenge_text")
+@register_loader("lmchallenge_text", splits=("all",))
 def load_lmchallenge_text(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     rows = []
     for key, path in sorted(files.items(), key=lambda kv: Path(kv[1]).name):  # file order fixes the split

@@ -38,7 +38,7 @@ def _finish(df: pd.DataFrame, benchmark: str, cfg: Mapping[str, Any]) -> pd.Data
     return df.reset_index(drop=True)
 
 
-@register_loader("langfair_prompts")
+@register_loader("langfair_prompts", splits=("all",))
 def load_langfair_prompts(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     df = pd.DataFrame([{"item_id": f"langfair-{rel}", "category": grp, "relative": rel,
                         "prompt": LANGFAIR_TEMPLATE.format(relative=rel)} for rel, grp in LANGFAIR_RELATIVES.items()])
@@ -63,7 +63,7 @@ def read_bold_prompts(path: str | Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-@register_loader("bold")
+@register_loader("bold", splits=("all",))
 def load_bold_prompts(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     df = pd.concat([read_bold_prompts(p) for p in files.values()], ignore_index=True)
     if cfg.get("per_group"):  # a small, balanced slice: the first N prompts of every group

@@ -102,7 +102,7 @@ def check_options(cfg: Mapping[str, Any]) -> None:
                           f"{did_you_mean(unknown[0], DIMENSIONS)}; choose from {list(DIMENSIONS)}")
 
 
-@register_loader("reddit_bias", check=check_options)
+@register_loader("reddit_bias", splits=("test",), check=check_options)
 def load(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     check_options(cfg)
     selected = cfg.get("categories") or list(DIMENSIONS)

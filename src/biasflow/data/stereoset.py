@@ -106,7 +106,7 @@ def read_stereoset(path: str | Path, split: str = "dev") -> pd.DataFrame:
     return df
 
 
-@register_loader("stereoset")
+@register_loader("stereoset", splits=("dev", "test"))
 def load_stereoset(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     """``files`` maps a split name (``dev``/``test``) to its JSON; ``cfg.split`` picks one."""
     split = str(cfg.get("split", "dev"))

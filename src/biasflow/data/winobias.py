@@ -147,7 +147,7 @@ def build_items(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:
     return df[cols]
 
 
-@register_loader("winobias")
+@register_loader("winobias", splits=("dev", "test", "all"))
 def load_winobias(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     split = cfg.get("split", "test")
     wanted = SPLITS if split == "all" else (split,)

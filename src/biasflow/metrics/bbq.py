@@ -52,7 +52,7 @@ from biasflow.data.bbq import CATEGORIES as BBQ_CATEGORIES
 from biasflow.errors import DataFormatError, did_you_mean
 from biasflow.metrics._choice import parse_choice as choose
 from biasflow.registry import MetricSpec, register_metric
-from biasflow.schema import ContextPass, Generating, GenerationSettings as GenerationOptions
+from biasflow.schema import USER_FILE, ContextPass, Generating, GenerationSettings as GenerationOptions
 from biasflow.scoring.answer import lookup
 from biasflow.scoring.requests import Generation, continuation_request
 
@@ -105,7 +105,7 @@ class BBQOptions(Generating):
     context_pass: ContextPass = "once"                 # likelihood mode: the prompt scored once for all options
     generation_prompt: str = DEFAULT_GENERATION_PROMPT  # generation mode
     generation: BBQGeneration = Field(default_factory=BBQGeneration)
-    predictions_file: Optional[str] = None
+    predictions_file: Optional[str] = Field(None, json_schema_extra=USER_FILE)
 
     @field_validator("prompt")
     @classmethod

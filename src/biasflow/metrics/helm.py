@@ -19,7 +19,7 @@ from pydantic import Field
 from biasflow.metrics._generated import check_generations, generation_grid, with_responses
 from biasflow.metrics.langfair import (group_counts_to_tvd, group_lists, response_rows, stereotypical_associations,
                                        word_list, word_tokenize)
-from biasflow.schema import Generating, GenerationSettings
+from biasflow.schema import USER_FILE, Generating, GenerationSettings
 from biasflow.scoring.requests import Generation
 
 
@@ -30,7 +30,7 @@ class HelmRepresentation(Generating):
     demographics: dict[str, Union[str, dict[str, list[str]]]] = Field(
         default_factory=lambda: {"gender": "helm_gender", "race": "helm_race"})
     targets: dict[str, Union[str, list[str]]] = Field(
-        default_factory=lambda: {"adjective": "adjectives", "profession": "professions"})
+        default_factory=lambda: {"adjective": "adjectives", "profession": "professions"}, json_schema_extra=USER_FILE)
 
 
 HELM_CATEGORIES = {"gender": "helm_gender", "race": "helm_race"}

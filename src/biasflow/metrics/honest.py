@@ -33,7 +33,7 @@ from biasflow.errors import ConfigError, DataFormatError
 from biasflow.generation.answer import read_responses_file
 from biasflow.metrics._generated import check_generations, generation_grid, generator_settings, responses_path
 from biasflow.metrics._mode import mode_option
-from biasflow.schema import Generating, GenerationSettings, PositiveInt, Slug, Source, Strict
+from biasflow.schema import USER_FILE, Generating, GenerationSettings, PositiveInt, Slug, Source, Strict
 from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.scoring.answer import can_answer, lookup
 from biasflow.scoring.requests import Generation, MaskTopK
@@ -42,7 +42,8 @@ from biasflow.scoring.requests import Generation, MaskTopK
 class HonestLexicon(Strict):
     filename: Slug = "hurtlex_EN.tsv"
     level: Literal["conservative", "inclusive"] = "conservative"
-    path: Optional[str] = None  # a local lexicon file (TSV: lemma, category, level) instead of the packaged one
+    # a local lexicon file (TSV: lemma, category, level) instead of the packaged one
+    path: Optional[str] = Field(None, json_schema_extra=USER_FILE)
     # true = HurtLex 1.2 EN shipped in biasflow (src/biasflow/resources/honest/; licence CC BY-NC-SA 4.0,
     # attribution in its README.md); false = download `filename` from `sources`
     packaged: bool = True

@@ -31,13 +31,15 @@ from pydantic import Field
 from biasflow.errors import ConfigError
 from biasflow.ordered import ordered_items
 from biasflow.metrics._generated import check_generations, generation_grid, with_responses
-from biasflow.schema import Generating, GenerationSettings, PositiveInt, Probability, Strict
+from biasflow.schema import (USER_FILE, USER_FILE_OR_HUB_ID, Generating, GenerationSettings, PositiveInt, Probability,
+                             Strict)
 from biasflow.scoring.answer import lookup
 from biasflow.scoring.requests import Classification, Generation
 
 
 class Classifier(Strict):
-    model: Optional[str] = None  # e.g. wu981526092/Sentence-Level-Stereotype-Detector (LangFair's default)
+    # e.g. wu981526092/Sentence-Level-Stereotype-Detector (LangFair's default), or a local folder
+    model: Optional[str] = Field(None, json_schema_extra=USER_FILE_OR_HUB_ID)
     labels: dict[str, str] = Field(default_factory=lambda: {"gender": "stereotype_gender", "race": "stereotype_race"})
     mode: Literal["parity", "probability"] = "parity"
     threshold: Probability = 0.5
@@ -51,10 +53,11 @@ class LangFairStereotype(Generating):
     # LangFair's demo: 25 responses per prompt
     generation: GenerationSettings = Field(default_factory=lambda: GenerationSettings(
         count=25, system_prompt="Play the role of a helpful assistant."))
-    groups: Union[str, dict[str, Union[list[str], str]], list[dict[str, Union[list[str], str]]]] = "langfair_gender"
-    targets: Union[str, list[str]] = "adjectives"
+    groups: Union[str, dict[str, Union[list[str], str]], list[dict[str, Union[list[str], str]]]] = Field(
+        "langfair_gender", json_schema_extra=USER_FILE)
+    targets: Union[str, list[str]] = Field("adjectives", json_schema_extra=USER_FILE)
     beta: float = Field(0.95, gt=0.0)
-    stop_words: Union[str, list[str], None] = None
+    stop_words: Union[str, list[str], None] = Field(None, json_schema_extra=USER_FILE)
     classifier: Classifier = Field(default_factory=Classifier)
 
 

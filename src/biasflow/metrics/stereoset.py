@@ -31,7 +31,7 @@ from pydantic import Field
 from biasflow.data.stereoset import GOLD_LABELS, TASKS
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.io import write_json
-from biasflow.schema import ContextPass, MetricBase
+from biasflow.schema import USER_FILE, ContextPass, MetricBase
 from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.scoring.answer import can_answer, lookup
 from biasflow.scoring.requests import (BlankFill, ContinuationLogprobs, NextSentence, Request,
@@ -49,7 +49,7 @@ class StereoSet(MetricBase):
     context_pass: ContextPass = "once"  # causal_conditional: the context computed once for its three sentences
     domains: list[Literal["gender", "profession", "race", "religion"]] = Field(
         ["gender", "profession", "race", "religion"], min_length=1)
-    predictions_file: Optional[str] = None
+    predictions_file: Optional[str] = Field(None, json_schema_extra=USER_FILE)
     export_predictions: Optional[str] = None
 
 

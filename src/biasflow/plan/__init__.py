@@ -34,7 +34,7 @@ from biasflow.plan.names import display_name, with_display_names
 from biasflow.plan.options import with_option_dumps, with_ordered_options
 from biasflow.plan.overrides import LIST_CHUNK, expand_sweep, parse_overrides
 from biasflow.plan.screening import reject_secret_overrides, without_secrets
-from biasflow.plan.user_files import USER_FILE_OPTIONS, content_digest, user_files
+from biasflow.plan.user_files import content_digest, user_file_options, user_files
 from biasflow.schema import validate_model_config
 
 log = logging.getLogger(__name__)
@@ -118,6 +118,6 @@ def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
 
 __all__ = ["build_plan", "expand_sweep", "parse_overrides", "compose", "conf_dir", "layered_conf", "source_file",
            "yaml_error_text", "load_model_config", "with_every_benchmark", "model_key", "Plan", "Job", "PLAN_FORMAT",
-           "canonical", "USER_FILE_OPTIONS", "content_digest", "user_files", "reject_secret_overrides",
+           "canonical", "user_file_options", "content_digest", "user_files", "reject_secret_overrides",
            "without_secrets", "display_name", "with_display_names", "with_option_dumps", "with_ordered_options",
            "check_exports", "check_generator_settings", "LIST_CHUNK", "write_json"]

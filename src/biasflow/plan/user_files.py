@@ -13,12 +13,16 @@ if TYPE_CHECKING:
     from biasflow.plan.jobs import Job
 
 
-USER_FILE_OPTIONS = {
-    "metric": ("predictions_file", "responses_file", "stop_words", "groups", "targets", "lexicon.path",
-               "generator.path", "generator.model", "classifier.model"),
-    "benchmark": ("lists_dir", "templates_file", "attributes_file", "attribute_files"),
-    "model": ("path",),
-}
+def user_file_options(metric: str) -> dict[str, dict[str, str]]:
+    """Per config section of a job of ``metric``: option -> how its value is read (``path``, or ``hub_id``: a hub id
+    when no such file exists), from the ``USER_FILE`` markers of the options models (``biasflow.schema``)."""
+    from biasflow.registry import metric_options
+    from biasflow.schema import BenchmarkConfig, ModelConfig, marked_options
+
+    options = metric_options(metric)
+    return {"metric": marked_options(options, "user_file") if options is not None else {},
+            "benchmark": marked_options(BenchmarkConfig, "user_file"),
+            "model": marked_options(ModelConfig, "user_file")}
 
 
 def _lookup(cfg: Any, dotted: str) -> Any:
@@ -47,9 +51,9 @@ def user_files(job: "Job", digests: dict[str, str]) -> dict[str, dict[str, str]]
                 "benchmark": (f"benchmark.{job.benchmark}", job.benchmark_cfg or {}),
                 "model": ("model", {} if job.model.get("build") else job.model)}
     found: dict[str, dict[str, str]] = {}
-    for section, keys in USER_FILE_OPTIONS.items():
+    for section, keys in user_file_options(job.metric).items():
         prefix, cfg = sections[section]
-        for key in keys:
+        for key, kind in keys.items():
             value = _lookup(cfg, key)
             if is_ordered_list(value):  # [{group: file}, ...] (biasflow.ordered)
                 value = dict(ordered_items(value, f"{prefix}.{key}"))
@@ -61,8 +65,7 @@ def user_files(job: "Job", digests: dict[str, str]) -> dict[str, dict[str, str]]
                 path = Path(v).expanduser()
                 looks_like_path = path.is_absolute() or v.startswith(".") or path.suffix != "" or os.sep in v
                 if not path.exists():
-                    is_hub_id = key in ("generator.model", "classifier.model") and not path.is_absolute() \
-                        and not v.startswith(".")
+                    is_hub_id = kind == "hub_id" and not path.is_absolute() and not v.startswith(".")
                     if looks_like_path and not is_hub_id and section != "model":
                         raise ConfigError(f"{option}={v!r}: no such file or folder")
                     if section == "model" and job.model.get("path") and not job.model.get("hub_id"):
