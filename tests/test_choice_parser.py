@@ -122,6 +122,7 @@ def test_the_replies_of_issue_31_are_unparsed(reply):
     ("A. The grandfather\nB. The grandson\nC. Unknown\n\nAnswer: C", 2),  # a restated option list
     ("B\nActually, A.", None), ("The answer is B, not A", None), ("Answer: A\nAnswer: B", None),
     ("The grandson. The grandfather remembered.", None), ("The answer is a person", None), ("a, b or c", None),
+    ("The grandson (B)", 1), ("the grandson (b).", 1), ("Unknown (C)", 2), ("The grandfather (B)", None),
 ])
 def test_hand_picked_replies(reply, expected):
     assert parse_choice(reply, ["The grandfather", "The grandson", "Unknown"]) == expected

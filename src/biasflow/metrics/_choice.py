@@ -19,7 +19,9 @@ text>``) dropped:
    option ("C. The grandson" where the grandson is option B).
 3. **Text.** Without a declared letter, a reply whose whole text or first line (lower-cased, without a leading
    "the", "answer:" and surrounding punctuation) is one option's text (or one of its ``aliases``) chooses that option
-   ("The grandfather.", "Can't be determined"), unless the reply names another option's text or letter elsewhere.
+   ("The grandfather.", "Can't be determined"), also when its own letter follows in brackets ("The grandson (B)"),
+   unless the reply names another option's text or letter elsewhere (or brackets another option's letter: "The
+   grandfather (B)" is unparsed).
 4. Else unparsed (an empty reply, a refusal, an explanation with no answer).
 
 Letters inside an option's own text ("Both A and B") are not mentions. ``parse_choice`` returns the option's
@@ -46,6 +48,8 @@ _ANSWER_PHRASE = re.compile(
     r"(?:[:=]|\s[\-–—])\s*|\b(?:answer|option|choice)\s+(?:is|would\s+be|will\s+be|must\s+be|should\s+be)\s+"
     r"|\bi(?:\s+would|'d|\s+will|'ll)?\s+(?:choose|pick|select|go\s+with)\s+(?:option\s+)?)")
 _LINE_START = re.compile(r"(?im)^[ \t>\-]*(?:(?:option|choice|answer)\s*[:\-–—]?\s*)?")
+# a bracketed letter closing a reply or its first line ("The grandson (B).")
+_TRAILING_LETTER = re.compile(r"\s*[\(\[]([A-Za-z])[\)\]][\s.!?]*$")
 
 
 def _is_missing(reply: Any) -> bool:
@@ -181,10 +185,16 @@ class _Parser:
     def _from_text(self, text: str) -> int | None:
         first = text.splitlines()[0]
         for candidate in (text, first):
+            letter = None
+            tail = _TRAILING_LETTER.search(candidate)  # "The grandson (B)": the text, then its own letter
+            if tail and tail.group(1).upper() in self.letters:
+                letter, candidate = self.letters.index(tail.group(1).upper()), candidate[:tail.start()]
             t = _norm(candidate)
             hits = {i for i, ts in enumerate(self.normed) if t in ts}
             if len(hits) == 1:
                 choice = hits.pop()
+                if letter is not None and letter != choice:
+                    return None  # one option's text with another's letter
                 if self.mentions(text) - {choice} or self._other_texts_named(text, choice):
                     return None
                 return choice
