@@ -564,13 +564,12 @@ def test_generation_mode_with_a_chat_server(bbq_files, tmp_path):
 
 
 def test_leaderboard_goals_and_paired_outcome(tmp_path):
-    from biasflow.report.compare import BINARY_OUTCOMES
     from biasflow.report.leaderboard import goal
 
     assert [goal(m) for m in SPEC.headline] == [0.0, 0.0, 100.0]
     items = hand_items()
     per_item = per_item_from(items, [-1] + HAND_CHOICES[1:], "parity", tmp_path)
-    outcome = BINARY_OUTCOMES["bbq"]["bbq_accuracy"](per_item)
+    outcome = SPEC.binary_outcomes["bbq_accuracy"](per_item)
     got = values(SPEC.aggregate(per_item, {"definition": "parity"}))
     assert len(outcome) == 7 and 100 * outcome.mean() == pytest.approx(got[("bbq_accuracy", "overall")])
 

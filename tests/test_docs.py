@@ -94,6 +94,12 @@ NOT_RUNNABLE = {
     "python benchmarks/paired_tests.py": "a benchmark (minutes), not a test; tests/test_bootstrap.py checks the "
                                          "paired fast path it times",
     "python benchmarks/paired_tests.py --models 3 --quick": "a benchmark (about a minute), not a test",
+    "python benchmarks/context_pass.py --sections speed --repeats 2": "a benchmark (minutes), not a test; "
+    "tests/test_scoring.py checks that both context passes give the same log-probabilities",
+    "python benchmarks/context_pass.py --sections parity": "a benchmark (over an hour on 2 cores), not a test; "
+    "tests/test_bbq.py and tests/test_winogender.py check both passes against lm-evaluation-harness",
+    "python benchmarks/context_pass.py --limit 60 --speed-examples 10 --lm-eval-examples 4": "a benchmark's smoke "
+    "run (half a minute), not a test",
     "python benchmarks/cpu_isa.py scoring -- --quick --sections tiny,base,gpt2": "a benchmark (minutes), not a test",
     "python benchmarks/cpu_isa.py pipeline": "a benchmark (two pipeline runs, ~20 min), not a test",
     "python benchmarks/bootstrap_speed.py --old-reps 1000": "a benchmark (minutes), not a test",

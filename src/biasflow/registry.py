@@ -94,6 +94,9 @@ class MetricSpec:
     # options that choose which definition of the numbers is computed (BBQ's ``definition``): the report names
     # their values in the headings of the metric's tables, since the same answers give different numbers
     definition_options: tuple[str, ...] = ()
+    # headline metric -> per_item -> a bool Series by item_id, the per-item outcome whose rate the metric is
+    # (``stats.paired.binary_outcome``): paired model comparisons of that metric use the exact McNemar test on it
+    binary_outcomes: Mapping[str, Callable[[pd.DataFrame], pd.Series]] = field(default_factory=dict)
 
 
 def _refuse_taken(kind: str, name: str, old_module: str | None, new_module: str | None) -> None:

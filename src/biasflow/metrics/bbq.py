@@ -55,6 +55,7 @@ from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import USER_FILE, ContextPass, Generating, GenerationSettings as GenerationOptions
 from biasflow.scoring.answer import lookup
 from biasflow.scoring.requests import Generation, continuation_request
+from biasflow.stats.paired import binary_outcome
 
 METRIC = "bbq"
 LETTERS = ("A", "B", "C")
@@ -576,6 +577,9 @@ def check_answers(answers: pd.DataFrame, cfg: Mapping[str, Any]) -> None:
 
 SPEC = register_metric(MetricSpec(
     name=METRIC, benchmark="bbq", model_kinds=("causal_lm", "served_causal_lm"),
+    # the example answered correctly, over the examples its definition counts (McNemar ignores the parity
+    # definition's double weight of the 64 examples with two metadata rows)
+    binary_outcomes={"bbq_accuracy": binary_outcome("correct", lambda df: df["included"].astype(bool))},
     requests=requests, compute=compute, aggregate=aggregate, options=BBQOptions,
     score_keys=("definition", "answer_mode", "prompt", "option_prefix", "start_token", "context_pass",
                 "generation_prompt", "generation", "generator", "predictions_file"),

@@ -43,6 +43,7 @@ from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.score_kinds import MASK_PLACEHOLDER, listed_probability, top_k_probability
 from biasflow.scoring.requests import MaskCandidates, MaskTokenStr, PseudoLogLikelihood
 from biasflow.stats.bootstrap import Resamples, rate
+from biasflow.stats.paired import binary_outcome
 
 
 class CrowsPairs(MetricBase):
@@ -336,6 +337,8 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resam
 options_in_module(globals(), CrowsPairs)
 SPEC = register_metric(MetricSpec(
     name="crows_pairs", options=CrowsPairs,
+    # the more-stereotypical sentence of the pair scored higher, PLL rows (a tie counts as not, as in metric_score)
+    binary_outcomes={"metric_score": binary_outcome("stereo_preferred", lambda df: df["variant"] == "pll")},
     benchmark="crows_pairs",
     model_kinds=("masked_lm",),
     requests=requests,

@@ -31,6 +31,7 @@ from biasflow.schema import MetricBase
 from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.scoring.requests import UnmaskedLogprobs, UnmaskedLogprobsAttention
 from biasflow.stats.bootstrap import Resamples, rate
+from biasflow.stats.paired import binary_outcome
 
 
 class CrowsPairsAUL(MetricBase):
@@ -141,6 +142,8 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resam
 options_in_module(globals(), CrowsPairsAUL)
 SPEC = register_metric(MetricSpec(
     name="crows_pairs_aul", options=CrowsPairsAUL,
+    binary_outcomes={"aul_bias_score": binary_outcome("stereo_preferred", lambda df: df["variant"] == "aul"),
+                     "aula_bias_score": binary_outcome("stereo_preferred", lambda df: df["variant"] == "aula")},
     benchmark="crows_pairs",
     model_kinds=("masked_lm",),
     requests=requests,

@@ -30,6 +30,7 @@ from biasflow.schema import MetricBase
 from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.scoring.requests import PseudoLogLikelihood
 from biasflow.stats.bootstrap import Resamples
+from biasflow.stats.paired import binary_outcome
 
 
 class CrowsPairsBiasBench(MetricBase):
@@ -107,6 +108,7 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resam
 options_in_module(globals(), CrowsPairsBiasBench)
 SPEC = register_metric(MetricSpec(
     name="crows_pairs_biasbench", options=CrowsPairsBiasBench,
+    binary_outcomes={"metric_score": binary_outcome("stereo_preferred", lambda df: ~df["skipped"].astype(bool))},
     benchmark="crows_pairs",
     model_kinds=("masked_lm",),
     requests=requests,

@@ -30,6 +30,7 @@ from biasflow.score_kinds import FIRST_TOKEN_MODES
 from biasflow.scoring.answer import lookup
 from biasflow.scoring.requests import TokenLogprobs
 from biasflow.stats.bootstrap import Resamples
+from biasflow.stats.paired import binary_outcome
 
 
 class CrowsPairsCausal(MetricBase):
@@ -124,6 +125,7 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resam
 options_in_module(globals(), CrowsPairsCausal)
 SPEC = register_metric(MetricSpec(
     name="crows_pairs_causal", options=CrowsPairsCausal,
+    binary_outcomes={"metric_score": binary_outcome("stereo_preferred")},
     benchmark="crows_pairs",
     model_kinds=("causal_lm", "served_causal_lm"),  # served: TokenLogprobs answered over HTTP (models/served.py)
     requests=requests,

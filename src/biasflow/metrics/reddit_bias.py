@@ -35,6 +35,7 @@ from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import MetricBase
 from biasflow.scoring.answer import can_answer, lookup
 from biasflow.scoring.requests import PseudoLogLikelihood, TokenLogprobs
+from biasflow.stats.paired import binary_outcome
 
 FIRST_TOKEN = ("prefix", "none")
 
@@ -179,6 +180,9 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
 
 SPEC = register_metric(MetricSpec(
     name="reddit_bias",
+    # the target sentence less perplexing than its counter-target (pairs with both perplexities)
+    binary_outcomes={"target_more_likely_pct": binary_outcome(
+        "target_more_likely", lambda df: np.isfinite(df["log_ratio"].astype(float)))},
     benchmark="reddit_bias",
     model_kinds=("masked_lm", "causal_lm", "served_causal_lm"),
     requests=requests,

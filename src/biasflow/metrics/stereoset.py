@@ -38,6 +38,7 @@ from biasflow.scoring.requests import (BlankFill, ContinuationLogprobs, NextSent
                                        StereoSetSentenceLogprobs, CONTINUATION_REQUESTS,
                                        continuation_request)
 from biasflow.stats.bootstrap import Resamples
+from biasflow.stats.paired import binary_outcome
 
 
 class StereoSet(MetricBase):
@@ -332,6 +333,11 @@ def results_table(aggregates: pd.DataFrame) -> pd.DataFrame:
 options_in_module(globals(), StereoSet)
 SPEC = register_metric(MetricSpec(
     name="stereoset", options=StereoSet,
+    # the stereotype scored above the anti-stereotype (per example, counted under its target term; SS is the mean
+    # over terms of the pro rate, so McNemar tests the pooled pro choice)
+    binary_outcomes={f"{task}_ss": binary_outcome("pro", (lambda df, t=task: df["task"] == t) if task != "overall"
+                                                  else (lambda df: df["task"].notna()))
+                     for task in ("intrasentence", "intersentence", "overall")},
     benchmark="stereoset",
     model_kinds=("masked_lm", "causal_lm", "served_causal_lm", "bert_nsp"),
     requests=requests,

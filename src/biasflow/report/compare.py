@@ -4,7 +4,7 @@ Paired tests: for every metric family, jobs with the same setting (all options e
 pairwise on each headline metric. The difference gets a paired bootstrap CI (``stats.paired.paired_bootstrap``,
 re-running the family's own ``aggregate`` on one item resample shared by both models, or, where the metric declares
 ``exact_replicates``, its ``bootstrap_statistic`` on every replicate at once: the same numbers, bit for bit). Where a metric is the rate of a
-per-item binary outcome (``BINARY_OUTCOMES``), the exact McNemar test gives the p-value; otherwise the bootstrap
+per-item binary outcome (``MetricSpec.binary_outcomes``), the exact McNemar test gives the p-value; otherwise the bootstrap
 p-value does. Holm's correction runs over every comparison of the run. A metric that the swept options do not change
 (CrowS-Pairs ``metric_score`` in a ``diff_threshold`` sweep) is compared once, not once per setting.
 
@@ -25,47 +25,17 @@ from biasflow.report.sweep import job_table, short_option
 from biasflow.report.explain import stats_of
 from biasflow.stats.paired import holm, mcnemar_exact, paired_bootstrap
 
-Outcome = Callable[[pd.DataFrame], pd.Series]
-
-
-def _column(column: str, where: Callable[[pd.DataFrame], pd.Series] | None = None) -> Outcome:
-    def outcome(per_item: pd.DataFrame) -> pd.Series:
-        df = per_item[where(per_item)] if where is not None else per_item
-        return df.drop_duplicates("item_id").set_index("item_id")[column].astype(bool)
-    return outcome
-
-
-def _variant(name: str) -> Callable[[pd.DataFrame], pd.Series]:
-    return lambda df: df["variant"] == name
-
-
-def _task(name: str) -> Callable[[pd.DataFrame], pd.Series]:
-    return (lambda df: df["task"] == name) if name != "overall" else (lambda df: df["task"].notna())
-
-
-# family -> {headline metric: per-item binary outcome (a bool Series indexed by item_id) whose rate the metric is}
-BINARY_OUTCOMES: dict[str, dict[str, Outcome]] = {
-    # the more-stereotypical sentence of the pair scored higher (a tie counts as not, as in metric_score)
-    "crows_pairs": {"metric_score": _column("stereo_preferred", _variant("pll"))},
-    "crows_pairs_biasbench": {"metric_score": _column("stereo_preferred", lambda df: ~df["skipped"].astype(bool))},
-    "crows_pairs_causal": {"metric_score": _column("stereo_preferred")},
-    "crows_pairs_aul": {"aul_bias_score": _column("stereo_preferred", _variant("aul")),
-                        "aula_bias_score": _column("stereo_preferred", _variant("aula"))},
-    # StereoSet: the stereotype scored above the anti-stereotype (per example, counted under its target term; SS is
-    # the mean over terms of the pro rate, so McNemar tests the pooled pro choice)
-    "stereoset": {f"{task}_ss": _column("pro", _task(task))
-                  for task in ("intrasentence", "intersentence", "overall")},
-    # BBQ: the example answered correctly, over the examples its definition counts (McNemar ignores the parity
-    # definition's double weight of the 64 examples with two metadata rows)
-    "bbq": {"bbq_accuracy": _column("correct", lambda df: df["included"].astype(bool))},
-    # RedditBias: the target sentence less perplexing than its counter-target (pairs with both perplexities)
-    "reddit_bias": {"target_more_likely_pct": _column("target_more_likely",
-                                                      lambda df: np.isfinite(df["log_ratio"].astype(float)))},
-}
-
 PAIRED_COLUMNS = ["family", "benchmark", "setting", "metric", "model_a", "model_b", "value_a", "value_b", "diff",
                   "ci_low", "ci_high", "n_items", "test", "discordant_a", "discordant_b", "p_value", "p_holm",
                   "significant"]
+
+
+def _binary_outcomes(family: str) -> Mapping[str, Callable[[pd.DataFrame], pd.Series]]:
+    from biasflow.registry import METRICS, load_all
+
+    load_all()
+    spec = METRICS.get(family)
+    return spec.binary_outcomes if spec is not None else {}
 
 
 def _compared_metrics(family: str, present: set[str]) -> list[str]:
@@ -106,7 +76,7 @@ def paired_tests(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.DataFr
         res.insert(2, "setting", group["setting"].iloc[0])
         tests = []
         for r in res.itertuples(index=False):
-            outcome = BINARY_OUTCOMES.get(family, {}).get(r.metric)
+            outcome = _binary_outcomes(family).get(r.metric)
             if outcome is None:
                 tests.append({"test": "paired bootstrap", "discordant_a": np.nan, "discordant_b": np.nan,
                               "p_value": r.p_boot})

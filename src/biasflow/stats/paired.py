@@ -18,6 +18,16 @@ import pandas as pd
 
 from biasflow.stats.bootstrap import ReplicateValues, Resamples
 
+
+def binary_outcome(column: str, where: Callable[[pd.DataFrame], pd.Series] | None = None
+                   ) -> Callable[[pd.DataFrame], pd.Series]:
+    """A metric's per-item binary outcome (``MetricSpec.binary_outcomes``): ``column`` as bool by ``item_id``, on
+    the rows ``where`` selects (e.g. one variant's), for McNemar's test between two models' per-item tables."""
+    def outcome(per_item: pd.DataFrame) -> pd.Series:
+        df = per_item[where(per_item)] if where is not None else per_item
+        return df.drop_duplicates("item_id").set_index("item_id")[column].astype(bool)
+    return outcome
+
 Aggregate = Callable[[pd.DataFrame], pd.DataFrame]
 Statistic = Callable[[pd.DataFrame, Resamples], ReplicateValues | None]
 
