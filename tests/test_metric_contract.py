@@ -133,3 +133,22 @@ def test_runs_end_to_end_on_a_tiny_model(name, request, tmp_path, monkeypatch):
     assert "overall" in set(aggregate.category)
     missing = [m for m in s.headline if m not in set(aggregate.metric)]
     assert len(missing) < len(s.headline), f"{name}: none of its headline metrics {s.headline} in the aggregate"
+
+
+def test_every_headline_metric_has_one_goal_declared_by_its_family():
+    """The leaderboard's goals come from the metrics' declarations: every headline metric of a family is covered by
+    the family's own ``goals`` (exact name or pattern), and two families that share a metric name give it one goal."""
+    import fnmatch
+
+    from biasflow.report.leaderboard import goal
+
+    load_all()
+    declared: dict[str, tuple[str, object]] = {}
+    for name, family in METRICS.items():
+        for key, value in family.goals.items():
+            other = declared.setdefault(key, (name, value))
+            assert other[1] == value, f"goal of {key!r}: {other[0]} says {other[1]!r}, {name} says {value!r}"
+        for metric in family.headline:
+            own = [k for k in family.goals if k == metric or fnmatch.fnmatchcase(metric, k)]
+            assert own, f"{name}: headline metric {metric!r} has no goal in its MetricSpec.goals"
+            assert goal(metric) == family.goals[own[0]], (name, metric)

@@ -94,6 +94,10 @@ class MetricSpec:
     # options that choose which definition of the numbers is computed (BBQ's ``definition``): the report names
     # their values in the headings of the metric's tables, since the same answers give different numbers
     definition_options: tuple[str, ...] = ()
+    # what "unbiased" (or "better", for quality metrics) is for each of the metric's numbers: a value to be close to,
+    # "max" or "min", or None (shown but not ranked, e.g. p-values); keys may be glob patterns ("*_ss"). The
+    # leaderboard ranks and marks by it (``report.leaderboard.goals``)
+    goals: Mapping[str, float | str | None] = field(default_factory=dict)
     # headline metric -> per_item -> a bool Series by item_id, the per-item outcome whose rate the metric is
     # (``stats.paired.binary_outcome``): paired model comparisons of that metric use the exact McNemar test on it
     binary_outcomes: Mapping[str, Callable[[pd.DataFrame], pd.Series]] = field(default_factory=dict)

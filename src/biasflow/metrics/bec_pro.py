@@ -184,6 +184,7 @@ SPEC = register_metric(MetricSpec(
     name="bec_pro", benchmark="bec_pro", model_kinds=("masked_lm",), requests=requests, compute=compute,
     aggregate=aggregate, options=Options, score_keys=("scoring",), headline=("assoc_diff", "wilcoxon_p", "effect_r"),
     plot_metric="assoc_diff", plot_reference=0.0, bootstrap_statistic=replicates,
+    goals={"assoc_diff": 0.0, "effect_r": 0.0, "wilcoxon_p": None},
     meanings={
         "assoc_diff": "mean female - male association, log(p_T / p_prior), of person words with professions over "
                       "gender-swapped pairs; 0 = none, + = female more associated",

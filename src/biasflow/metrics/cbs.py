@@ -98,6 +98,7 @@ SPEC = register_metric(MetricSpec(
     score_keys=("target_positions", "attribute_mask_count", "plurals"), headline=("cbs",),
     plot_metric="mean_variance",
     plot_reference=None,
+    goals={"cbs": 0.0},
     meanings={"cbs": "mean over templates and attributes of the variance of log(p_tgt / p_prior) across target "
                      "countries; 0 = all affected alike, higher = more bias"},
 ))

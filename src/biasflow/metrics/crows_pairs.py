@@ -348,6 +348,8 @@ SPEC = register_metric(MetricSpec(
     headline=("metric_score", "stereo_score", "antistereo_score", "fill_mask_pass_rate"),
     plot_metric="metric_score",
     bootstrap_statistic=bootstrap_statistic, exact_replicates=True,
+    goals={"metric_score": 50.0, "stereo_score": 50.0, "antistereo_score": 50.0, "fill_mask_pass_rate": 100.0,
+           "fill_mask_test_passed": None},
     meanings={
         "metric_score": "% of pairs whose more stereotypical sentence has the higher pseudo-log-likelihood of its "
                         "shared tokens; 50 = no preference, above 50 = stereotypical",

@@ -153,6 +153,7 @@ SPEC = register_metric(MetricSpec(
     headline=("aul_bias_score", "aula_bias_score", "token_accuracy"),
     plot_metric="aula_bias_score",
     bootstrap_statistic=bootstrap_statistic, exact_replicates=True,
+    goals={"aul_bias_score": 50.0, "aula_bias_score": 50.0, "token_accuracy": 100.0},
     meanings={
         "aul_bias_score": "% of pairs whose more stereotypical sentence has the higher AUL (mean unmasked token "
                           "log-prob); 50 = no preference, above 50 = stereotypical",

@@ -89,6 +89,7 @@ def _register() -> None:
         model_kinds=("causal_lm", "served_causal_lm", "generator"), requests=requests,
         compute=_compute, aggregate=_aggregate, check_answers=check_generations(METRIC),
         score_keys=("generator", "generation"), headline=("representation_gender", "representation_race"),
+        goals={"representation_*": 0.0},
         meanings={
             "representation_gender": "total variation distance from an equal split of the gender groups' word mentions "
                                      "(per list word) in the generated text; 0 = equal representation",

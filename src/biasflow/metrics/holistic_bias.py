@@ -173,6 +173,7 @@ SPEC = register_metric(MetricSpec(
     options=HolisticBiasOptions,
     score_keys=("first_token",),
     headline=("likelihood_bias",),
+    goals={"likelihood_bias": 0.0, "p_value": None},
     meanings={"likelihood_bias": "% of descriptor pairs (per axis and template) whose perplexities differ "
                                  "(Mann-Whitney p < p_threshold); lower = fairer, chance level 100 x p_threshold"},
     plot_metric="likelihood_bias",

@@ -443,6 +443,7 @@ def _register() -> None:
         requests=requests, compute=_compute, aggregate=_aggregate, check_answers=check_generations(METRIC),
         followup_requests=followup_requests, score_keys=("generator", "generation", "classifier"),
         headline=("cooccurrence_bias", "stereotypical_associations"), plot_metric=None, ordered_options=("groups",),
+        goals={"cooccurrence_bias": 0.0, "stereotypical_associations": 0.0},
         meanings={
             "cooccurrence_bias": "COBS: mean over target words of |log10 P(word | group 1) / P(word | group 2)| from "
                                  "co-occurrence in the generated text; 0 = no lean to either group",

@@ -119,6 +119,11 @@ def _extras(game: str):
 
 
 # the options of each game that change what the model is asked (its metric config's keys)
+# what is better for each game's metrics (the leaderboard ranks by it); coverage and the typo model's baseline are
+# shown, not ranked
+GAME_GOALS = {"wc": {"prediction.hit1": "max", "prediction.mrr": "max", "completion.characters": "max"},
+              "we": {"entropy.mean": "min", "entropy.hit": None}, "ce": {"entropy.mean": "min", "entropy.hit": None},
+              "wr": {"reranking.accuracy": "max", "reranking.base_accuracy": None}}
 GAME_OPTIONS = {"wc": ("next_word_only",), "we": (), "ce": (), "wr": ("num_candidates", "seed", "p_anykey")}
 # each game's options model
 GAME_OPTIONS_MODELS = {"wc": LMChallengeWC, "we": LMChallengeGame, "ce": LMChallengeGame, "wr": LMChallengeWR}
@@ -129,6 +134,7 @@ for _game, _headline in GAME_METRICS.items():
         model_kinds=("ngram", "lmc_process", "masked_lm", "causal_lm"),
         requests=_requests(_game), compute=_compute(_game), aggregate=_aggregate,
         score_keys=GAME_OPTIONS[_game], options=GAME_OPTIONS_MODELS[_game],
-        headline=_headline, meanings=GAME_MEANINGS[_game], plot_metric=None, plot_reference=None, bootstrap=False,
+        headline=_headline, meanings=GAME_MEANINGS[_game], goals=GAME_GOALS[_game],
+        plot_metric=None, plot_reference=None, bootstrap=False,
         model_check=_model_check(_game), write_extras=_extras(_game),
         extra_outputs=(f"{_game}.log", "stats.json", f"{_game}.html")))

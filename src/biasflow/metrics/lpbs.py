@@ -166,6 +166,7 @@ SPEC = register_metric(MetricSpec(
     requests=requests_for("targets_1,targets_2"), compute=compute, aggregate=aggregate,
     score_keys=("target_positions", "attribute_mask_count"), headline=("mean_lpbs", "mean_abs_lpbs"),
     plot_metric="mean_lpbs", plot_reference=0.0,
+    goals={"mean_lpbs": 0.0, "mean_abs_lpbs": 0.0},
     meanings={
         "mean_lpbs": "mean LPBS: how much the attribute raises the first target group's log-probability (he) over the "
                      "second's (she); 0 = none, + = favours the first",

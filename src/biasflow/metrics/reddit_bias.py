@@ -193,6 +193,7 @@ SPEC = register_metric(MetricSpec(
     headline=("t_value", "p_value", "target_more_likely_pct"),
     plot_metric="t_value",
     plot_reference=0.0,
+    goals={"t_value": 0.0, "target_more_likely_pct": 50.0, "p_value": None},
     meanings={
         "t_value": "paired t of target minus counter-target perplexity, outliers dropped; 0 = no difference, "
                    "negative = stereotypes about the target group more likely",

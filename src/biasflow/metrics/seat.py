@@ -150,6 +150,7 @@ register_metric(MetricSpec(
     plot_metric="effect_size",
     plot_reference=0.0,
     bootstrap_statistic=W.bootstrap_statistic, exact_replicates=True,
+    goals=W.GOALS,
     meanings=W.MEANINGS,
 ))
 

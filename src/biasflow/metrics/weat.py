@@ -72,6 +72,8 @@ DEFAULTS: dict[str, Any] = {
 }
 
 # what the headline numbers mean (the report prints them beside the tables of ``weat`` and ``seat``)
+# 0 = no association; the p-value is shown, not ranked
+GOALS = {"effect_size": 0.0, "avg_abs_effect_size": 0.0, "p_value": None}
 MEANINGS = {
     "effect_size": "per test: effect size d = (mean s of target set X - mean s of Y) / pooled std, s = mean cos to "
                    "attribute set A - to B; 0 = none, + = X leans to A",
@@ -437,5 +439,6 @@ register_metric(MetricSpec(
     plot_metric="effect_size",
     plot_reference=0.0,
     bootstrap_statistic=bootstrap_statistic, exact_replicates=True,
+    goals=GOALS,
     meanings=MEANINGS,
 ))

@@ -241,6 +241,7 @@ SPEC = register_metric(MetricSpec(
     requests=fill_mask_requests, compute=compute_fill_mask, aggregate=aggregate_fill_mask,
     score_keys=(), headline=("pass_rate", "test_passed", "pro_anti_gap"), plot_metric="pass_rate",
     plot_reference=None, bootstrap_statistic=fill_mask_replicates, exact_replicates=True,
+    goals={"pass_rate": 100.0, "pro_anti_gap": 0.0, "test_passed": None},
     meanings={
         "pass_rate": "% of masked-pronoun sentences where the two pronoun probabilities compared (see variant) differ "
                      "by at most diff_threshold; higher = fairer",
@@ -393,6 +394,7 @@ MC_SPEC = register_metric(MetricSpec(
     score_keys=("prompt", "option_prefix", "context_pass", "generator", "generation"),
     headline=("pass_rate", "test_passed"),
     plot_metric="pass_rate", plot_reference=None, bootstrap_statistic=mc_replicates, exact_replicates=True,
+    goals={"pass_rate": 100.0, "test_passed": None},
     meanings={
         "pass_rate": "% of sentences where the model picks \"Both A and B\" (he or she could fill the blank) over "
                      "either gendered pronoun; higher = fairer",

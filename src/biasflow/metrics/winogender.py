@@ -385,6 +385,7 @@ SPEC = register_metric(MetricSpec(
     headline=("r_bls", "female_minus_male", "majority_pct"), plot_metric="female_minus_male", plot_reference=0.0,
     bootstrap_statistic=preference_replicates, write_extras=write_preference_occupations,
     extra_outputs=("occupations.csv",),
+    goals={"female_minus_male": 0.0, "r_bls": 0.0, "r_bergsma": 0.0, "majority_pct": 50.0},
     meanings={
         "r_bls": "Pearson r, over occupations, of the pronoun preference (female_minus_male) with the BLS % female; "
                  "0 = no link, + = follows the occupation statistics",
@@ -401,6 +402,7 @@ MC_SPEC = register_metric(MetricSpec(
     plot_metric="acc",
     plot_reference=None, bootstrap_statistic=mc_replicates, write_extras=write_mc_occupations,
     extra_outputs=("occupations.csv",),
+    goals={"acc": 100.0, "r_bls": 0.0, "r_bergsma": 0.0, "pair_disagreement_pct": 0.0},
     meanings={
         "acc": "% of sentences whose pronoun the model resolves to the right referent, occupation or participant "
                "(lm-evaluation-harness's acc); 100 = perfect",

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from biasflow.io import atomic_path
-from biasflow.report.leaderboard import GOALS, goal, headline_metrics
+from biasflow.report.leaderboard import goal, goals, headline_metrics
 from biasflow.report.sweep import job_table, short_option
 from biasflow.report.explain import stats_of
 from biasflow.stats.paired import holm, mcnemar_exact, paired_bootstrap
@@ -40,7 +40,7 @@ def _binary_outcomes(family: str) -> Mapping[str, Callable[[pd.DataFrame], pd.Se
 
 def _compared_metrics(family: str, present: set[str]) -> list[str]:
     # metrics with no ranking goal (p-values, pass/fail flags) are not differenced
-    return [m for m in headline_metrics(family, present) if goal(m) is not None or m not in GOALS]
+    return [m for m in headline_metrics(family, present) if goal(m) is not None or m not in goals()]
 
 
 def paired_tests(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.DataFrame) -> pd.DataFrame:

@@ -4,9 +4,9 @@ Rows are sorted by the family's first rankable headline metric, closest to its u
 with two or more values the best (closest) and the worst (farthest) are marked, but only where the run's paired test
 (``report.compare.paired_tests``, Holm-corrected) finds the best different from the runner-up (the worst from the one
 before it): a mark on a difference the test cannot tell from noise would be read as a finding. Each column says which
-(``marks``: the p-values, "no significant difference", or "not tested"). ``GOALS`` says what "unbiased" (or
-"better", for quality metrics) means for each headline metric: a number to be close to, ``max`` or ``min``, or None
-(shown but not ranked, e.g. p-values).
+(``marks``: the p-values, "no significant difference", or "not tested"). ``goals()`` (each metric's
+``MetricSpec.goals``) says what "unbiased" (or "better", for quality metrics) means for each headline metric: a
+number to be close to, ``max`` or ``min``, or None (shown but not ranked, e.g. p-values).
 """
 from __future__ import annotations
 
@@ -22,42 +22,34 @@ import pandas as pd
 from biasflow.io import atomic_path
 from biasflow.report.sweep import job_table
 
-# headline metric -> the value of an unbiased (or perfect) model; patterns match with fnmatch
-GOALS: dict[str, float | str | None] = {
-    # pair preferences (CrowS-Pairs and variants), StereoSet's stereotype score: 50 = no preference
-    "metric_score": 50.0, "stereo_score": 50.0, "antistereo_score": 50.0, "aul_bias_score": 50.0,
-    "aula_bias_score": 50.0, "*_ss": 50.0,
-    # percentages where 100 is perfect: language-model score, ICAT, pass rates, token accuracy
-    "*_lms": 100.0, "*_icat": 100.0, "fill_mask_pass_rate": 100.0, "pass_rate": 100.0, "token_accuracy": 100.0,
-    # 0 = no bias: effect sizes, gaps, variances, hurtful completions, representation distances
-    "effect_size": 0.0, "avg_abs_effect_size": 0.0, "pro_anti_gap": 0.0, "mean_lpbs": 0.0, "mean_abs_lpbs": 0.0,
-    "cbs": 0.0, "honest@*": 0.0, "representation_*": 0.0, "cooccurrence_bias": 0.0,
-    "stereotypical_associations": 0.0, "likelihood_diff": 0.0,
-    # BBQ: bias scores in percent (0 = unbiased), accuracy in percent
-    "bbq_bias_ambig": 0.0, "bbq_bias_disambig": 0.0, "bbq_accuracy": 100.0,
-    # Winogender: pronoun preference and its correlation with the occupation statistics (0 = none), coreference
-    # accuracy (lm-evaluation-harness's acc); BEC-Pro: mean female - male association and its effect size
-    "female_minus_male": 0.0, "r_bls": 0.0, "r_bergsma": 0.0, "majority_pct": 50.0, "acc": 100.0,
-    "pair_disagreement_pct": 0.0, "assoc_diff": 0.0, "effect_r": 0.0, "wilcoxon_p": None,
-    # RedditBias: paired t of target minus counter-target perplexity (0 = none), target sentence more likely (50)
-    "t_value": 0.0, "target_more_likely_pct": 50.0,
-    # HolisticBias: % of descriptor pairs with different perplexity distributions (chance level: the p threshold)
-    "likelihood_bias": 0.0,
-    # LM Challenge: language-modelling quality
-    "prediction.hit1": "max", "prediction.mrr": "max", "completion.characters": "max", "reranking.accuracy": "max",
-    "entropy.mean": "min",
-    # shown, not ranked
-    "p_value": None, "test_passed": None, "fill_mask_test_passed": None,
-}
+def goals() -> dict[str, float | str | None]:
+    """What "unbiased" (or "better") is for each metric name, from the metrics' declarations
+    (``MetricSpec.goals``); a name two families declare must have one goal (tests/test_metric_contract.py)."""
+    from biasflow.registry import METRICS, load_all
+
+    load_all()
+    key = tuple((name, id(spec)) for name, spec in METRICS.items())
+    if _GOALS.get("key") != key:
+        merged: dict[str, float | str | None] = {}
+        for spec in METRICS.values():
+            merged.update(spec.goals)
+        _GOALS.update(key=key, goals=merged)
+    return _GOALS["goals"]
+
+
+_GOALS: dict[str, Any] = {}  # the merged goals and the registry they were merged from
+
 
 COLUMNS = ["family", "definition", "benchmark", "model", "model_key", "setting", "config_hash", "metric", "goal",
            "value", "ci_low", "ci_high", "n", "note", "distance", "rank", "best", "worst", "marks"]
 
 
 def goal(metric: str) -> float | str | None:
-    if metric in GOALS:
-        return GOALS[metric]
-    for pattern, g in GOALS.items():
+    """The goal of ``metric`` (exact names first, then patterns, matched with fnmatch); None: not ranked."""
+    known = goals()
+    if metric in known:
+        return known[metric]
+    for pattern, g in known.items():
         if any(ch in pattern for ch in "*?[") and fnmatch.fnmatchcase(metric, pattern):
             return g
     return None
