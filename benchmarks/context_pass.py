@@ -123,9 +123,11 @@ def compare(metric: str, items: pd.DataFrame, cfg: dict, adapter) -> dict:
 def section_parity(args, work: Path) -> list[dict]:
     adapter = build_gpt2(work / "tiny-gpt2", n_layer=2, n_embd=32, n_head=2)
     bbq = load_benchmark("bbq")
-    cases = [("bbq", bbq, {"definition": "parity"})]
-    if not args.skip_lm_eval:
-        cases.append(("bbq", bbq, {"definition": "lm_eval"}))
+    cases = [] if args.skip_bbq_parity else [("bbq", bbq, {"definition": "parity"})]
+    if not args.skip_lm_eval:  # 12 options: ~70 min per option on 2 cores for all 58,492 examples
+        sample = bbq if not args.lm_eval_parity_examples else \
+            bbq.sample(args.lm_eval_parity_examples, random_state=0).reset_index(drop=True)
+        cases.append(("bbq", sample, {"definition": "lm_eval"}))
     stereoset = load_benchmark("stereoset")
     cases += [("stereoset", stereoset[stereoset.task == "intersentence"], {"tasks": ["intersentence"]}),
               ("winogender_mc", load_benchmark("winogender"), {}),
@@ -206,6 +208,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sections", default="parity,speed")
     parser.add_argument("--skip-lm-eval", action="store_true", help="parity: leave out BBQ's 12-option definition")
+    parser.add_argument("--lm-eval-parity-examples", type=int, default=0,
+                        help="parity: BBQ's 12-option definition on this many examples (seeded sample; 0 = all)")
+    parser.add_argument("--skip-bbq-parity", action="store_true", help="parity: leave out BBQ's 3-option definition")
     parser.add_argument("--speed-examples", type=int, default=200)
     parser.add_argument("--lm-eval-examples", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=1, choices=(1, 2))
