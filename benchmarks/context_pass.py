@@ -184,23 +184,26 @@ def section_speed(args, work: Path) -> list[dict]:
     return rows
 
 
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    """A Markdown table, then a blank line."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(map(str, row)) + " |" for row in rows), ""]
+
+
 def markdown(result: dict) -> str:
     lines = [f"machine: {result['machine']}", ""]
     if result.get("parity"):
-        lines += ["| metric | definition | items | requests | choices differ | max total diff | max token diff | "
-                  "per option s | once s |", "|---|---|---|---|---|---|---|---|---|"]
-        for r in result["parity"]:
-            lines.append(f"| {r['metric']} | {r['definition']} | {r['items']:,} | {r['requests']:,} | "
-                         f"{r['choices_differ']} | {r['max_total_diff']:.1e} | {r['max_token_diff']:.1e} | "
-                         f"{r['per_option_s']} | {r['once_s']} |")
-        lines.append("")
+        lines += _table(["metric", "definition", "items", "requests", "choices differ", "max total diff",
+                         "max token diff", "per option s", "once s"],
+                        [[r["metric"], r["definition"], f"{r['items']:,}", f"{r['requests']:,}", r["choices_differ"],
+                          f"{r['max_total_diff']:.1e}", f"{r['max_token_diff']:.1e}", r["per_option_s"], r["once_s"]]
+                         for r in result["parity"]])
     if result.get("speed"):
-        lines += ["| BBQ definition | examples | tokens fed per option / once | per option s | once s | speed-up | "
-                  "load |", "|---|---|---|---|---|---|---|"]
-        for r in result["speed"]:
-            lines.append(f"| {r['definition']} | {r['examples']} | {r['tokens_per_option']:,} / "
-                         f"{r['tokens_once']:,} | {r['per_option_s']} | {r['once_s']} | {r['speedup']}x | "
-                         f"{min(r['load'])}-{max(r['load'])} |")
+        lines += _table(["BBQ definition", "examples", "tokens fed per option / once", "per option s", "once s",
+                         "speed-up", "load"],
+                        [[r["definition"], r["examples"], f"{r['tokens_per_option']:,} / {r['tokens_once']:,}",
+                          r["per_option_s"], r["once_s"], f"{r['speedup']}x", f"{min(r['load'])}-{max(r['load'])}"]
+                         for r in result["speed"]])
     return "\n".join(lines) + "\n"
 
 

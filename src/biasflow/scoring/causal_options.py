@@ -23,14 +23,23 @@ from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS
 from biasflow.scoring.causal import DEFAULT_MAX_LOGITS, next_token_logprobs, prefix_token_id, shared_prefix_logprobs
 
 
-def _encode(tokenizer, prompt: str, option: str, prefix: Sequence[int] = ()) -> tuple[list[int], int]:
-    p = list(prefix) + tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    o = tokenizer(option, add_special_tokens=False)["input_ids"]
-    if not p:
+def _prompt_ids(tokenizer, prompt: str, prefix: Sequence[int] = ()) -> list[int]:
+    ids = list(prefix) + tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    if not ids:
         raise ValueError("an empty prompt gives the first option token nothing to be predicted from")
-    if not o:
+    return ids
+
+
+def _option_ids(tokenizer, option: str) -> list[int]:
+    ids = tokenizer(option, add_special_tokens=False)["input_ids"]
+    if not ids:
         raise ValueError(f"option {option!r} has no tokens")
-    return p + o, len(p)
+    return ids
+
+
+def _encode(tokenizer, prompt: str, option: str, prefix: Sequence[int] = ()) -> tuple[list[int], int]:
+    p = _prompt_ids(tokenizer, prompt, prefix)
+    return p + _option_ids(tokenizer, option), len(p)
 
 
 def option_logprobs(adapter, prompts: Sequence[str], options: Sequence[str], batch_tokens: int = DEFAULT_BATCH_TOKENS,
@@ -76,17 +85,8 @@ def answer_shared_context(adapter, requests, budget) -> pd.DataFrame:
         trees.setdefault((adapter.normalise(r.context), bool(r.start_token)), []).append(i)
     prefixes, branches = [], []
     for (context, start), rows in trees.items():
-        prefix = ([prefix_token_id(adapter)] if start else []) + tok(context, add_special_tokens=False)["input_ids"]
-        if not prefix:
-            raise ValueError("an empty prompt gives the first option token nothing to be predicted from")
-        options = []
-        for i in rows:
-            ids = tok(adapter.normalise(requests[i].continuation), add_special_tokens=False)["input_ids"]
-            if not ids:
-                raise ValueError(f"option {requests[i].continuation!r} has no tokens")
-            options.append(ids)
-        prefixes.append(prefix)
-        branches.append(options)
+        prefixes.append(_prompt_ids(tok, context, [prefix_token_id(adapter)] if start else []))
+        branches.append([_option_ids(tok, adapter.normalise(requests[i].continuation)) for i in rows])
     found = shared_prefix_logprobs(adapter, prefixes, branches, batch_tokens=budget.batch_tokens,
                                    max_logits=budget.max_logits, progress=budget.progress)
     out: list[dict | None] = [None] * len(requests)
