@@ -276,3 +276,39 @@ def test_failures_over_the_threshold_fail_with_counts_and_a_rerun_sends_only_the
     for bad in (-0.1, 1.5, "lots"):
         with pytest.raises(ConfigError, match=r"generator\.max_failed_fraction(=| must be a number in \[0, 1\])"):
             langfair_score(tmp_path, {**cfg, "max_failed_fraction": bad}, items)
+
+
+def test_a_generator_kind_is_one_declaration_read_by_the_schema_the_plan_checks_and_the_generator_model():
+    """A new generator kind is one ``register_generator_kind`` call: the options schema accepts it, the plan refuses
+    a key it does not read (naming the kinds that do), writes the job's model config with it, and ``model.kind:
+    generator`` builds its backend."""
+    from biasflow.errors import ConfigError
+    from biasflow.generation.config import check_generator_keys, generator_model
+    from biasflow.generation.kinds import GENERATOR_KINDS, GeneratorKindSpec, register_generator_kind
+    from biasflow.models.generator import Generator
+    from biasflow.schema import GeneratorConfig
+
+    class Echo:
+        model_id, fingerprint = "echo", "echo-v1"
+
+    spec = GeneratorKindSpec(
+        name="echo_test", reads=("kind", "name", "count"),
+        job_model=lambda gen: {"name": gen.get("name") or "echo", "kind": "generator", "generator": "echo_test"},
+        backend=lambda cfg: Echo())
+    register_generator_kind(spec)
+    try:
+        assert GeneratorConfig.model_validate({"kind": "echo_test"}).kind == "echo_test"
+        with pytest.raises(ConfigError, match=r"generator\.temperature=0\.5 is not read by generator kind echo_test.*"
+                                              r"hf_generate, openai_compatible"):
+            check_generator_keys({"kind": "echo_test", "temperature": 0.5})
+        model = generator_model({"kind": "echo_test", "name": "mine"})
+        assert model == {"name": "mine", "kind": "generator", "generator": "echo_test"}
+        assert isinstance(Generator(model).backend, Echo) and Generator(model).name == "mine"
+    finally:
+        GENERATOR_KINDS.pop("echo_test")
+    with pytest.raises(Exception, match="not a known generator kind; known: hf_generate, openai_compatible, "
+                                        "responses_file"):
+        GeneratorConfig.model_validate({"kind": "echo_test"})
+    with pytest.raises(ConfigError, match="is not a generator backend of model.kind=generator; known: "
+                                          "openai_compatible, responses_file"):
+        Generator({"name": "x", "kind": "generator", "generator": "hf_generate"})

@@ -259,6 +259,11 @@ KIND_DEFAULTS = View(_resources, "model kind -> its scheduling defaults (mem_mb,
 # is checked (tokens, offsets, usage and finite log-probabilities agree): answers cached before the check may hold a
 # dropped last token or -inf, so they are asked again, never served)
 _LMC = "biasflow.lmchallenge.pipeline:answer_lmc_line"
+# the config options of an HTTP client (``openai_http.OpenAIHTTPClient``): a served model's ``model.*`` and an
+# OpenAI-compatible generator's ``generator.*`` (``generation.kinds``): where its key is, how it paces, bounds and
+# retries its requests
+HTTP_CLIENT_OPTIONS = ("api_key_env", "api_key_file", "timeout_s", "max_retries", "backoff_s", "max_backoff_s",
+                       "concurrency", "requests_per_second")
 _GENERATION = "biasflow.generation.answer:answer_generation"
 # what a model loaded from a Hugging Face folder or hub id reads (models/hf.py, masked_lm.py: threads and the CPU's
 # oneDNN linears; generation: batch_size prompts; LM Challenge: predictions per position)
@@ -303,8 +308,7 @@ register_model_kind(ModelKindSpec(
     # a causal LM behind an OpenAI-compatible server (docs/served_models.md); the GPUs are the server's (vLLM on its
     # own nodes), the job only sends HTTP requests; base_url says where it runs, not what it computes
     name="served_causal_lm", factory="biasflow.models.served:ServedCausalLM", location_keys=("base_url",),
-    options=("base_url", "served_model_name", "api_key_env", "api_key_file", "bos_text", "concurrency",
-             "requests_per_second", "timeout_s", "max_retries", "backoff_s", "max_backoff_s", "lowercase", "revision",
+    options=("base_url", "served_model_name", *HTTP_CLIENT_OPTIONS, "bos_text", "lowercase", "revision",
              "batch_size"),
     answers={
         "token_logprobs": Answer("biasflow.models.served:answer_token_logprobs", revision=2),

@@ -340,8 +340,20 @@ class BenchmarkConfig(Strict):
 
 
 # ------------------------------------------------------------------------------------------------ generators
+def _known_generator_kind(value: str) -> str:
+    from biasflow.generation.kinds import GENERATOR_KINDS, known
+
+    if value not in GENERATOR_KINDS:
+        raise ValueError(f"not a known generator kind; known: {', '.join(known())}")
+    return value
+
+
+# a declared generator kind (biasflow.generation.kinds: every kind registered there, checked when validating)
+GeneratorKind = Annotated[str, AfterValidator(_known_generator_kind)]
+
+
 class GeneratorConfig(Strict):
-    kind: Literal["hf_generate", "openai_compatible", "responses_file"]
+    kind: GeneratorKind
     name: Optional[str] = None    # the folder/report name of the generator's model (made folder-safe)
     model: Optional[str] = Field(None, json_schema_extra=USER_FILE_OR_HUB_ID)
     path: Optional[str] = Field(None, json_schema_extra=USER_FILE)
@@ -380,8 +392,7 @@ class GenerationJobModel(Strict):
     (``generation.config.generator_model``, ``with_generation_options``): which generator answers, the server's
     model name, and the settings that change the text. Declared here for their identity markers."""
 
-    generator: Optional[Literal["hf_generate", "openai_compatible", "responses_file"]] = Field(
-        None, json_schema_extra=IDENTITY_WHEN_SET)
+    generator: Optional[GeneratorKind] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
     model_id: Optional[str] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
     extra_body: Optional[dict[str, Any]] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
     use_chat_template: Union[bool, Literal["auto"], None] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)

@@ -220,3 +220,10 @@ def max_failed_fraction(gen_cfg: Mapping[str, Any], option: str = "generator") -
         raise ConfigError(f"{option}.max_failed_fraction must be a number in [0, 1], got "
                           f"{gen_cfg.get('max_failed_fraction')!r}")
     return value
+
+
+def responses_file_backend(cfg: Mapping[str, Any]) -> ResponsesFileBackend:
+    """The backend of a generation job's model config of generator kind ``responses_file`` (``generation.kinds``)."""
+    if not cfg.get("path"):
+        raise ConfigError("model.kind=generator with generator=responses_file needs model.path")
+    return ResponsesFileBackend(cfg["path"])

@@ -329,3 +329,11 @@ class OpenAICompletionsBackend(OpenAIChatBackend):
     @staticmethod
     def _content(reply: dict) -> str | None:
         return reply["choices"][0]["text"]
+
+
+def openai_chat_backend(cfg: Mapping[str, Any]) -> OpenAIChatBackend:
+    """The backend of a generation job's model config of generator kind ``openai_compatible`` (``generation.kinds``)."""
+    from biasflow.model_kinds import HTTP_CLIENT_OPTIONS
+
+    options = {k: cfg[k] for k in HTTP_CLIENT_OPTIONS if k in cfg}
+    return OpenAIChatBackend(cfg.get("base_url"), cfg.get("model_id"), extra_body=cfg.get("extra_body"), **options)

@@ -8,23 +8,15 @@ its ``generator`` field) or ``causal_lm`` (``hf_generate``: a local causal LM's 
 """
 from __future__ import annotations
 
-import re
-from pathlib import Path
 from typing import Any, Mapping
 
 from biasflow.errors import ConfigError
-from biasflow.secrets import redact_uri
+from biasflow.generation.kinds import (GENERATOR_KINDS, HF_GENERATE_OPTIONS, SAMPLING_KEYS, generator_kind,
+                                       name_slug)
 
 # Config keys that would hold a secret; secrets come only from the environment or a file (api_key_env / _file).
 SECRET_KEYS = frozenset({"api_key", "apikey", "api_token", "token", "access_token", "authorization", "password",
                          "secret"})
-GENERATOR_KINDS = ("hf_generate", "openai_compatible", "responses_file")
-# what an OpenAI-compatible generator's model config carries beside its name, model id and URL (the key's
-# whereabouts only: the key itself is read from the environment or the file when the backend is built)
-OPENAI_OPTIONS = ("api_key_env", "api_key_file", "timeout_s", "max_retries", "backoff_s", "max_backoff_s",
-                  "concurrency", "requests_per_second", "extra_body", "flush_every")
-# options of hf_generate that change the text, carried by the causal LM's model config when set (its fingerprint)
-HF_GENERATE_OPTIONS = {"use_chat_template": "auto", "generate_kwargs": None}
 
 
 def check_generator_config(gen_cfg: Mapping[str, Any] | None, option: str = "generator") -> None:
@@ -39,27 +31,15 @@ def check_generator_config(gen_cfg: Mapping[str, Any] | None, option: str = "gen
             f"a file and set {option}.api_key_file=<path>")
 
 
-# What each generator kind reads; any other key set in a generator config would be silently ignored, so it is
-# refused at plan time (model kinds do the same: model_kinds.foreign_options).
-SAMPLING_KEYS = ("count", "system_prompt", "temperature", "max_tokens", "seed")
-GENERATOR_READS = {
-    "hf_generate": ("kind", "model", "name", "device", *SAMPLING_KEYS, *HF_GENERATE_OPTIONS, "max_failed_fraction",
-                    "progress"),
-    "openai_compatible": ("kind", "model", "name", "base_url", *SAMPLING_KEYS, *OPENAI_OPTIONS,
-                          "max_failed_fraction", "progress"),
-    "responses_file": ("kind", "path", "name", "count", "max_failed_fraction", "progress"),
-}
-
-
 def check_generator_keys(gen_cfg: Mapping[str, Any] | None, option: str = "generator") -> None:
     """ConfigError naming a key set in the generator config that its kind never reads (``use_chat_template`` or
     ``device`` on an OpenAI-compatible server, ``temperature`` on a responses file), with the kinds that do."""
-    if not gen_cfg or gen_cfg.get("kind") not in GENERATOR_READS:
+    if not gen_cfg or gen_cfg.get("kind") not in GENERATOR_KINDS:
         return
     kind = gen_cfg["kind"]
     for key, value in gen_cfg.items():
-        if value is not None and key not in GENERATOR_READS[kind]:
-            readers = [k for k, keys in GENERATOR_READS.items() if key in keys]
+        if value is not None and key not in GENERATOR_KINDS[kind].reads:
+            readers = [k for k, spec in GENERATOR_KINDS.items() if key in spec.reads]
             raise ConfigError(f"{option}.{key}={value!r} is not read by generator kind {kind}, so it would be ignored"
                               + (f" (it is read by: {', '.join(readers)})" if readers else "") + "; remove it")
 
@@ -79,41 +59,11 @@ def check_metric_overrides(gen_cfg: Mapping[str, Any] | None, defaults: Mapping[
                 f"the endpoint). Set metric.{metric}.generation.{key} instead")
 
 
-def name_slug(text: str) -> str:
-    """A model name usable as a folder name: runs of other characters than [A-Za-z0-9._-] become '_'."""
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", str(text)).strip("._-")
-    return slug or "generator"
-
-
 def generator_model(gen_cfg: Mapping[str, Any]) -> dict[str, Any] | None:
     """The model config of a generation job (what it is filed under and what its score stage loads), or None
     when the job's own causal LM generates (``hf_generate`` without ``generator.model``). ``generator.name`` names
-    it explicitly."""
-    kind = gen_cfg.get("kind")
-    if kind not in GENERATOR_KINDS:
-        raise ConfigError(f"generator.kind={kind!r} is not a generator; known: {', '.join(GENERATOR_KINDS)}")
-    explicit = gen_cfg.get("name")
-    if kind == "hf_generate":
-        source = gen_cfg.get("model")
-        if not source:
-            return None
-        where = "path" if Path(str(source)).expanduser().exists() else "hub_id"
-        return {"name": name_slug(explicit or Path(str(source)).name), "kind": "causal_lm", where: str(source),
-                "generator": kind, "device": gen_cfg.get("device")}
-    if kind == "openai_compatible":
-        if not gen_cfg.get("model") or not gen_cfg.get("base_url"):
-            raise ConfigError("generator=openai_compatible needs generator.model (the server's model name) and "
-                              "generator.base_url")
-        options = {k: gen_cfg[k] for k in OPENAI_OPTIONS if gen_cfg.get(k) is not None}
-        return {"name": name_slug(explicit or gen_cfg["model"]), "kind": "generator", "generator": kind,
-                "model_id": str(gen_cfg["model"]), "base_url": redact_uri(str(gen_cfg["base_url"])),
-                **options, "api_key_env": gen_cfg.get("api_key_env", "OPENAI_API_KEY")}
-    path = gen_cfg.get("path")
-    if not path:
-        raise ConfigError("generator=responses_file needs generator.path (CSV / JSONL / Parquet with prompt, "
-                          "response)")
-    stem = Path(str(path)).name.split(".")[0]
-    return {"name": name_slug(explicit or stem), "kind": "generator", "generator": kind, "path": str(path)}
+    it explicitly. Written by the generator kind's declaration (``generation.kinds``)."""
+    return generator_kind(gen_cfg.get("kind")).job_model(gen_cfg)
 
 
 def job_model(cfg: Mapping[str, Any], metric: str, metric_cfg: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -17,31 +17,22 @@ from biasflow.errors import ConfigError
 from biasflow.io import stable_hash
 from biasflow.models.fingerprint import config_fingerprint
 
-BACKENDS = ("openai_compatible", "responses_file")
-
 
 class Generator:
     kind = "generator"
 
     def __init__(self, cfg: Mapping[str, Any]):
-        from biasflow.generation.config import OPENAI_OPTIONS
+        from biasflow.generation.kinds import GENERATOR_KINDS
+        from biasflow.model_kinds import resolve
 
         self.cfg = dict(cfg)
         backend = cfg.get("generator")
-        if backend == "openai_compatible":
-            from biasflow.generation.backends import OpenAIChatBackend
-
-            options = {k: cfg[k] for k in OPENAI_OPTIONS if k in cfg and k != "flush_every"}
-            self.backend = OpenAIChatBackend(cfg.get("base_url"), cfg.get("model_id"), **options)
-        elif backend == "responses_file":
-            from biasflow.generation.answer import ResponsesFileBackend
-
-            if not cfg.get("path"):
-                raise ConfigError("model.kind=generator with generator=responses_file needs model.path")
-            self.backend = ResponsesFileBackend(cfg["path"])
-        else:
+        spec = GENERATOR_KINDS.get(str(backend))
+        if spec is None or spec.backend is None:
+            backends = [name for name, s in GENERATOR_KINDS.items() if s.backend is not None]
             raise ConfigError(f"model.generator={backend!r} is not a generator backend of model.kind=generator; "
-                              f"known: {', '.join(BACKENDS)} (a local causal LM generates as model.kind=causal_lm)")
+                              f"known: {', '.join(backends)} (a local causal LM generates as model.kind=causal_lm)")
+        self.backend = resolve(spec.backend)(cfg)
         self.name = cfg.get("name") or self.backend.model_id
         # the config's identity plus what it reaches: the endpoint and its request options, or the file's content
         self.fingerprint = stable_hash({"config": config_fingerprint(cfg), "backend": self.backend.fingerprint}, 24)
