@@ -105,6 +105,42 @@ def test_out_of_memory_halves_the_token_budget_and_answers_again(tmp_path, monke
         answer_requests([PseudoLogLikelihood("b")], {"kind": "fake"}, tmp_path, model=FakeModel())
 
 
+def test_a_row_that_does_not_fit_is_one_clear_error_not_a_retry_of_the_chunk(tmp_path, monkeypatch):
+    """One back-off loop (batching.halving_on_out_of_memory): a scorer's single row that does not fit at any budget
+    fails the job at once, naming it, instead of the chunk being answered again at every smaller budget; a chunk
+    that still runs out of memory at the smallest budget is an error naming the chunk."""
+    from biasflow import model_kinds
+    from biasflow.scoring.batching import DoesNotFit, run_with_backoff
+
+    calls = []
+
+    def answer_pll(model, requests, budget):
+        calls.append(budget.batch_tokens)
+
+        def run(batch):
+            raise RuntimeError("CUDA out of memory")
+
+        run_with_backoff(list(range(len(requests))), [40] * len(requests), budget.batch_tokens, run)
+
+    monkeypatch.setitem(model_kinds.KINDS, "fake", fake_kind(answer_pll))
+    with pytest.raises(DoesNotFit, match=r"one row of 40 tokens does not fit in memory \(token budget already down "
+                                         r"to 40\)"):
+        answer_requests([PseudoLogLikelihood("a"), PseudoLogLikelihood("b")], {"kind": "fake", "batch_tokens": 4096},
+                        tmp_path, model=FakeModel())
+    assert calls == [4096]
+
+    def always_out_of_memory(model, requests, budget):
+        calls.append(budget.batch_tokens)
+        raise RuntimeError("CUDA out of memory")
+
+    calls.clear()
+    monkeypatch.setitem(model_kinds.KINDS, "fake", fake_kind(always_out_of_memory))
+    with pytest.raises(DoesNotFit, match=r"a chunk of 1 pll requests does not fit in memory \(token budget already "
+                                         r"down to 16\)"):
+        answer_requests([PseudoLogLikelihood("c")], {"kind": "fake", "batch_tokens": 64}, tmp_path, model=FakeModel())
+    assert calls == [64, 32, 16]
+
+
 def test_a_model_kind_that_cannot_answer_a_request_says_which_can(tmp_path):
     from biasflow.errors import ConfigError
 

@@ -252,25 +252,23 @@ def _read_memo(memo: Path) -> dict | None:
 
 
 def _answer_chunk(fn: Callable, model: Any, chunk: Sequence[Request], budget: Budget) -> pd.DataFrame:
-    """``fn`` on ``chunk``; on out-of-memory the token budget is halved and the chunk answered again."""
-    from biasflow.scoring.batching import is_out_of_memory
+    """``fn`` on ``chunk``; on out-of-memory the token budget is halved and the chunk answered again (down to
+    ``MIN_BATCH_TOKENS``; ``batching.halving_on_out_of_memory``, the loop a scorer's batches back off with too)."""
+    from biasflow.scoring.batching import halving_on_out_of_memory
 
-    while True:
-        try:
-            out = fn(model, list(chunk), budget)
-        except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled
-            if not is_out_of_memory(exc) or budget.batch_tokens <= MIN_BATCH_TOKENS:
-                raise
-            smaller = replace(budget, batch_tokens=max(MIN_BATCH_TOKENS, budget.batch_tokens // 2),
-                              max_logits=max(1, budget.max_logits // 2))
-            log.warning("out of memory answering %d %s requests; token budget %d -> %d", len(chunk),
-                        chunk[0].kind, budget.batch_tokens, smaller.batch_tokens)
-            budget = smaller
-            continue
-        if len(out) != len(chunk):
-            raise RuntimeError(f"answerer {fn.__module__}.{fn.__name__} returned {len(out)} rows "
-                               f"for {len(chunk)} {chunk[0].kind} requests")
-        return out.reset_index(drop=True)
+    def halve(budget: Budget) -> Budget | None:
+        if budget.batch_tokens <= MIN_BATCH_TOKENS:
+            return None
+        return replace(budget, batch_tokens=max(MIN_BATCH_TOKENS, budget.batch_tokens // 2),
+                       max_logits=max(1, budget.max_logits // 2))
+
+    out, _ = halving_on_out_of_memory(lambda budget: fn(model, list(chunk), budget), budget, halve,
+                                      describe=lambda _: f"a chunk of {len(chunk)} {chunk[0].kind} requests",
+                                      tokens=lambda budget: budget.batch_tokens)
+    if len(out) != len(chunk):
+        raise RuntimeError(f"answerer {fn.__module__}.{fn.__name__} returned {len(out)} rows "
+                           f"for {len(chunk)} {chunk[0].kind} requests")
+    return out.reset_index(drop=True)
 
 
 def _answer_and_store(fn: Callable, model: Any, budget: Budget, cache, chunk: Sequence[Request]) -> pd.DataFrame:

@@ -139,14 +139,53 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return False
 
 
+class DoesNotFit(MemoryError):
+    """Out of memory at the smallest budget there is: halving again cannot help (one row too long for the device)."""
+
+
+B = TypeVar("B")
+R = TypeVar("R")
+
+
+def halving_on_out_of_memory(attempt: Callable[[B], R], budget: B, halve: Callable[[B], B | None],
+                             describe: Callable[[B], str], tokens: Callable[[B], int] = int,
+                             on_backoff: Callable[[int, int], None] | None = None) -> tuple[R, B]:
+    """``attempt(budget)``; while it runs out of memory, again with ``halve(budget)``. The one back-off loop of
+    biasflow: a scorer's batches (``run_with_backoff``) and a chunk of requests (``scoring.answer``) both use it.
+
+    Only out-of-memory is retried (``is_out_of_memory``). When ``halve`` returns None (nothing smaller to try) the
+    error is ``DoesNotFit``, naming what did not fit (``describe(budget)``), and no caller retries it again.
+    ``attempt`` must have no side effects before it fails (scorers write their results last). Returns the result and
+    the budget in force, which the caller keeps (the attempt that failed is the largest so far only by chance)."""
+    while True:
+        try:
+            return attempt(budget), budget
+        except DoesNotFit:
+            raise
+        except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, everything else re-raised
+            if not is_out_of_memory(exc):
+                raise
+            smaller = halve(budget)
+            if smaller is None:
+                raise DoesNotFit(f"{describe(budget)} does not fit in memory (token budget already down to "
+                                 f"{tokens(budget)}): {exc}") from exc
+            log.warning("out of memory on %s; token budget %d -> %d", describe(budget), tokens(budget),
+                        tokens(smaller))
+            if on_backoff is not None:
+                on_backoff(tokens(budget), tokens(smaller))
+            _free_cached_memory()
+            budget = smaller
+
+
 def run_with_backoff(jobs: Sequence[T], lengths: Sequence[int], batch_tokens: int,
                      run_batch: Callable[[list[T]], None], max_batch: int = 1024,
                      on_backoff: Callable[[int, int], None] | None = None) -> int:
-    """Run ``run_batch`` on token-budget batches of ``jobs``; on out-of-memory halve the budget and retry.
+    """Run ``run_batch`` on token-budget batches of ``jobs``; on out-of-memory halve the budget and retry
+    (``halving_on_out_of_memory``).
 
     The smaller budget is kept for the rest of the run (the batch that failed is the longest so far only by
-    chance, so the next ones would likely fail too). A single row that does not fit is re-raised: nothing smaller
-    can be tried. ``run_batch`` must not have side effects before it fails (it writes its results last).
+    chance, so the next ones would likely fail too). A single row that does not fit is ``DoesNotFit``: nothing
+    smaller can be tried. ``run_batch`` must not have side effects before it fails (it writes its results last).
     Returns the budget in force at the end.
     """
     if len(jobs) != len(lengths):
@@ -154,25 +193,27 @@ def run_with_backoff(jobs: Sequence[T], lengths: Sequence[int], batch_tokens: in
     order = _bucket_order(lengths)
     budget = int(batch_tokens)
     start = 0
+
+    def batch_end(budget: int) -> int:
+        return _batch_end(order, lengths, start, budget, max_batch)
+
+    def attempt(budget: int) -> int:
+        end = batch_end(budget)
+        run_batch([jobs[j] for j in order[start:end]])
+        return end
+
+    def halve(budget: int) -> int | None:
+        rows = batch_end(budget) - start
+        return None if rows == 1 else max(1, rows * padded_width(lengths[order[start]]) // 2)
+
+    def describe(budget: int) -> str:
+        rows = batch_end(budget) - start
+        width = lengths[order[start]]
+        return f"one row of {width} tokens" if rows == 1 else \
+            f"a batch of {rows} rows ({rows * padded_width(width)} tokens)"
+
     while start < len(order):
-        end = _batch_end(order, lengths, start, budget, max_batch)
-        try:
-            run_batch([jobs[j] for j in order[start:end]])
-        except Exception as exc:  # noqa: BLE001 - only out-of-memory is handled, everything else re-raised
-            if not is_out_of_memory(exc):
-                raise
-            if end - start == 1:
-                raise MemoryError(f"one row of {lengths[order[start]]} tokens does not fit in memory "
-                                  f"(token budget already down to {budget}): {exc}") from exc
-            rows_tokens = (end - start) * padded_width(lengths[order[start]])
-            old, budget = budget, max(1, rows_tokens // 2)
-            log.warning("out of memory on a batch of %d rows (%d tokens); token budget %d -> %d",
-                        end - start, rows_tokens, old, budget)
-            if on_backoff is not None:
-                on_backoff(old, budget)
-            _free_cached_memory()
-            continue
-        start = end
+        start, budget = halving_on_out_of_memory(attempt, budget, halve, describe, on_backoff=on_backoff)
     return budget
 
 
