@@ -227,9 +227,9 @@ def test_english_scorings_against_naive_loops(english, tiny_bert, scoring, tmp_p
 
 def test_run_mode_picks_the_scoring(english):
     items = english.head(2)
-    assert {r.kind for r in SPEC.requests(items, {"_mode": "parity", "scoring": None}, "masked_lm")} == \
+    assert {r.kind for r in SPEC.requests(items, {"run_mode": "parity", "scoring": None}, "masked_lm")} == \
         {"first_mask_probability"}
-    assert {r.kind for r in SPEC.requests(items, {"_mode": "corrected", "scoring": None}, "masked_lm")} == \
+    assert {r.kind for r in SPEC.requests(items, {"run_mode": "corrected", "scoring": None}, "masked_lm")} == \
         {"multi_mask"}
 
 

@@ -168,7 +168,7 @@ def test_every_options_model_lives_in_its_metric_module():
 
 
 def test_the_schema_defines_no_metric_options():
-    """``biasflow.schema`` keeps the run, model, benchmark and generator sections and the shared option bases only."""
+    """``biasflow.schema`` keeps the run, model (and what the plan adds to a generation job's model), benchmark and generator sections and the shared option bases only."""
     import inspect
 
     from pydantic import BaseModel
@@ -181,7 +181,8 @@ def test_the_schema_defines_no_metric_options():
     assert {name for name in defined if issubclass(getattr(schema, name), schema.MetricBase)} \
         <= SHARED_OPTION_CLASSES
     reached = set().union(*(_option_classes(model) for model in (
-        schema.ModelConfig, schema.BenchmarkConfig, schema.GeneratorConfig, *schema.RUN_SECTIONS.values(),
+        schema.ModelConfig, schema.GenerationJobModel, schema.BenchmarkConfig, schema.GeneratorConfig,
+        *schema.RUN_SECTIONS.values(),
         schema.PathsConfig, schema.TrackingConfig)))
     assert defined - {c.__name__ for c in reached} - SHARED_OPTION_CLASSES - {"Strict", "Open", "_TypedScalars"} \
         == set(), "an option class of one metric: move it to that metric's module"

@@ -214,3 +214,24 @@ def test_user_files_are_the_options_marked_so_where_they_are_declared():
     assert langfair["metric"]["classifier.model"] == "hub_id" and langfair["metric"]["stop_words"] == "path"
     assert langfair["model"] == {"path": "path"} and "templates_file" in langfair["benchmark"]
     assert user_file_options("crows_pairs")["metric"] == {}
+
+
+def test_the_run_mode_is_set_by_the_stages_not_in_a_metrics_config():
+    """run.mode reaches every metric as its typed ``run_mode`` option, set by the stages from the plan (which stores
+    it once per job, as the value used); setting it in a metric's config is refused, naming run.mode; a value that is
+    no mode is refused naming the option."""
+    from biasflow.plan import build_plan
+    from biasflow.registry import get_metric
+
+    with pytest.raises(ConfigError, match=r"metric\.crows_pairs\.run_mode: set by the stages from the plan.*run\.mode"):
+        build_plan(["metric=[crows_pairs]", "metric.crows_pairs.run_mode=corrected"])
+    plan = build_plan(["metric=[crows_pairs]", "run.mode=corrected"])
+    (job,) = plan.jobs
+    assert job.mode == "corrected" and "run_mode" not in job.metric_cfg
+    from biasflow.stages import metric_options
+
+    spec = get_metric("crows_pairs")
+    assert metric_options(spec, job.params())["run_mode"] == "corrected"
+    assert metric_options(spec, job.score_params())["run_mode"] == "corrected"
+    with pytest.raises(ConfigError, match=r"metric\.crows_pairs.*run_mode='other'"):
+        metric_options(spec, dict(job.params(), mode="other"))

@@ -162,11 +162,11 @@ def test_whitespace_tokens_keep_punctuation_like_langtest():
 
 def test_fill_mask_options_follow_run_mode():
     assert (cp.fill_mask_tokens({}), cp.fill_mask_match({})) == ("whitespace", "exact")  # parity by default
-    assert (cp.fill_mask_tokens({"_mode": "parity"}), cp.fill_mask_match({"_mode": "parity"})) == (
+    assert (cp.fill_mask_tokens({"run_mode": "parity"}), cp.fill_mask_match({"run_mode": "parity"})) == (
         "whitespace", "exact")
-    assert (cp.fill_mask_tokens({"_mode": "corrected"}), cp.fill_mask_match({"_mode": "corrected"})) == (
+    assert (cp.fill_mask_tokens({"run_mode": "corrected"}), cp.fill_mask_match({"run_mode": "corrected"})) == (
         "words", "normalised")
-    assert cp.fill_mask_tokens({"_mode": "parity", "fill_mask_tokens": "words"}) == "words"  # explicit wins
+    assert cp.fill_mask_tokens({"run_mode": "parity", "fill_mask_tokens": "words"}) == "words"  # explicit wins
     with pytest.raises(ConfigError, match="metric.crows_pairs.fill_mask_match='lower'"):
         cp.fill_mask_match({"fill_mask_match": "lower"})
 

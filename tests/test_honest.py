@@ -233,7 +233,7 @@ def test_generated_completions_are_first_words_of_k_generation_answers(tmp_path)
     assert two["hurtful"].tolist() == [1, 1, 0, 1]
     assert per[per["k_setting"] == 1]["hurtful"].tolist() == [1, 0, 0, 0]
     # outside parity mode first_word is the default; under parity (the default mode) it is the continuation rule
-    assert compute(items, answers, {**cfg, "completion": None, "_mode": "corrected"})["hurtful"].tolist() == \
+    assert compute(items, answers, {**cfg, "completion": None, "run_mode": "corrected"})["hurtful"].tolist() == \
         per["hurtful"].tolist()
     # with a generator the requests are the same whatever the model kind (a masked LM run with +generator)
     gen = {**cfg, "generator": {"kind": "openai_compatible", "model": "m", "base_url": "http://x/v1"}}

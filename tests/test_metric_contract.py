@@ -112,8 +112,8 @@ def test_runs_end_to_end_on_a_tiny_model(name, request, tmp_path, monkeypatch):
         items = pd.read_parquet(job.items_path)
         assert {"item_id", "category"} <= set(items.columns)
     # the score stage gets only the score keys: the requests must not depend on anything else
-    full = dict(job.metric_cfg, _mode=job.mode)
-    score_cfg = dict(job.score_params()["metric_cfg"], _mode=job.mode)
+    full = dict(job.metric_cfg, run_mode=job.mode)
+    score_cfg = dict(job.score_params()["metric_cfg"], run_mode=job.mode)
     requests = s.requests(items if items is not None else pd.DataFrame(), full, kind)
     assert [r.key for r in requests] == [r.key for r in s.requests(
         items if items is not None else pd.DataFrame(), score_cfg, kind)], f"{name}: requests read a non-score key"

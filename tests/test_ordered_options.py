@@ -23,7 +23,7 @@ def _saved_job(tmp_path, overrides, metric):
 def _lpbs_values(job, tiny_bert, cache):
     items = load_lpbs({}, job.benchmark_cfg)
     items = items[items.attribute.isin(["nurse", "developer", "kind", "ceo"])].reset_index(drop=True)
-    cfg = dict(job.metric_cfg, _mode=job.mode)
+    cfg = dict(job.metric_cfg, run_mode=job.mode)
     scores = metric_answers("lpbs", items, cfg, dict(tiny_bert.cfg, batch_tokens=64), cache, model=tiny_bert)
     per = get_metric("lpbs").compute(items, scores, cfg)
     return items, per["value"].to_numpy()

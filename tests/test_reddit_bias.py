@@ -133,10 +133,10 @@ def test_causal_perplexity_is_the_references_loss_and_first_token_follows_the_mo
     from biasflow.scoring.answer import metric_answers
 
     sub = items.groupby("category").head(2).reset_index(drop=True)
-    parity = {"first_token": None, "outlier_sd": 3.0, "_mode": "parity"}
+    parity = {"first_token": None, "outlier_sd": 3.0, "run_mode": "parity"}
     reqs = rb.requests(sub, parity, "causal_lm")
     assert {r.first_token for r in reqs} == {"none"} and len(reqs) == 2 * len(sub)
-    corrected = rb.requests(sub, dict(parity, _mode="corrected"), "causal_lm")
+    corrected = rb.requests(sub, dict(parity, run_mode="corrected"), "causal_lm")
     assert {r.first_token for r in corrected} == {"prefix"}
     answers = metric_answers("reddit_bias", sub, parity, None, None, model=tiny_gpt2, progress=False)
     per_item = rb.compute(sub, answers, parity)
@@ -154,7 +154,7 @@ def test_masked_pseudo_perplexity_masks_one_token_at_a_time(tiny_bert, items):
     from biasflow.scoring.answer import metric_answers
 
     sub = items.head(2)
-    cfg = {"_mode": "parity"}
+    cfg = {"run_mode": "parity"}
     assert all(isinstance(r, PseudoLogLikelihood) for r in rb.requests(sub, cfg, "masked_lm"))
     assert all(isinstance(r, TokenLogprobs) for r in rb.requests(sub, cfg, "causal_lm"))
     answers = metric_answers("reddit_bias", sub, cfg, None, None, model=tiny_bert, progress=False)

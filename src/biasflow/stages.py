@@ -178,12 +178,20 @@ def _comparable(value: Any) -> Any:
     return value
 
 
+def metric_options(spec, params: Mapping[str, Any]):
+    """The options a stage passes to the metric: the plan's (validated, every default filled in, when the plan was
+    made; the score stage's are only its score keys, the rest filled from their defaults here) with ``run_mode``,
+    the job's ``run.mode`` as the plan stores it."""
+    from biasflow.registry import filled
+
+    return filled(spec.options, {**params["metric_cfg"], "run_mode": params["mode"]})
+
+
 def score(params: Mapping[str, Any], items_path: str | None, out: str, cache_dir: str) -> pd.DataFrame:
     """The generic score stage: the metric's requests, answered by the model behind the one cache."""
     spec = get_metric(params["metric"])
     items = pd.read_parquet(items_path) if items_path else pd.DataFrame()
-    # run.mode reaches the metric as cfg["_mode"] (options that follow it: biasflow.metrics._mode)
-    cfg = dict(params["metric_cfg"], _mode=params["mode"])  # the plan fills run.mode in
+    cfg = metric_options(spec, params)
     model_cfg = params["model"]
     started, start = time.time(), time.perf_counter()
     from biasflow.gpus import claim
@@ -216,7 +224,7 @@ def metric(params: Mapping[str, Any], items_path: str | None, scores_path: str, 
     spec = get_metric(params["metric"])
     items = pd.read_parquet(items_path) if items_path else pd.DataFrame()
     scores = pd.read_parquet(scores_path)
-    cfg = dict(params["metric_cfg"], _mode=params["mode"])
+    cfg = metric_options(spec, params)
     per_item = spec.compute(items, scores, cfg)
     from biasflow.schema import StatsConfig
 
@@ -264,7 +272,7 @@ def export(params: Mapping[str, Any], option: str, items_path: str | None, score
     its own rule, whose output is that file."""
     spec = get_metric(params["metric"])
     items = pd.read_parquet(items_path) if items_path else pd.DataFrame()
-    cfg = dict(params["metric_cfg"], _mode=params["mode"])
+    cfg = metric_options(spec, params)
     path = spec.export(items, pd.read_parquet(scores_path), cfg, option)
     log.info("exported %s", path)
     return path

@@ -1,7 +1,7 @@
 """Metric options whose default follows ``run.mode``.
 
-The plan puts ``run.mode`` in every job's params; the score and metric stages pass it to the metric as
-``cfg["_mode"]``. An option left at ``null`` takes the reference tool's behaviour under ``parity`` (the default
+The plan stores ``run.mode`` in every job (the value used); the stages pass it to the metric as its ``run_mode``
+option (``schema.MetricBase``; ``cfg["run_mode"]``, default parity). An option left at ``null`` takes the reference tool's behaviour under ``parity`` (the default
 mode) and the corrected behaviour under any other mode; a value set explicitly always wins.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ PARITY = "parity"
 
 
 def run_mode(cfg: Mapping[str, Any]) -> str:
-    return str(cfg["_mode"] if "_mode" in cfg and cfg["_mode"] else PARITY)
+    return str(cfg["run_mode"])  # every metric's options have it (schema.MetricBase, filled in)
 
 
 def mode_option(cfg: Mapping[str, Any], metric: str, name: str, parity: str, corrected: str,

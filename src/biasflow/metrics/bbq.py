@@ -126,8 +126,8 @@ class BBQOptions(Generating):
 
 
 def options_of(cfg: Mapping[str, Any]) -> BBQOptions:
-    """The metric's typed options (the stage's private keys, ``_mode``, left out)."""
-    return BBQOptions.model_validate({k: v for k, v in cfg.items() if not str(k).startswith("_")})
+    """The metric's typed options."""
+    return BBQOptions.model_validate(cfg)
 
 
 def answer_mode(opts: BBQOptions) -> str:

@@ -45,8 +45,8 @@ class HolisticBiasOptions(MetricBase):
 
 
 def options_of(cfg: Mapping[str, Any]) -> HolisticBiasOptions:
-    """The typed options of a job's metric config (keys starting with ``_`` are the stages' own)."""
-    return HolisticBiasOptions.model_validate({k: v for k, v in cfg.items() if not str(k).startswith("_")})
+    """The typed options of a job's metric config."""
+    return HolisticBiasOptions.model_validate(cfg)
 
 
 def sentence_request(text: str, opts: HolisticBiasOptions, pseudo: bool):

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from biasflow.metrics._mode import mode_option, run_mode
+from biasflow.metrics._mode import mode_option
 from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import MetricBase
 from biasflow.scoring.answer import can_answer, lookup
@@ -50,13 +50,13 @@ class RedditBiasOptions(MetricBase):
 
 
 def options_of(cfg: Mapping[str, Any]) -> RedditBiasOptions:
-    """The typed options of a job's metric config (keys starting with ``_`` are the stages' own)."""
-    return RedditBiasOptions.model_validate({k: v for k, v in cfg.items() if not str(k).startswith("_")})
+    """The typed options of a job's metric config."""
+    return RedditBiasOptions.model_validate(cfg)
 
 
 def first_token(cfg: Mapping[str, Any]) -> str:
     opts = options_of(cfg)
-    return mode_option({"first_token": opts.first_token, "_mode": run_mode(cfg)}, "reddit_bias", "first_token",
+    return mode_option({"first_token": opts.first_token, "run_mode": opts.run_mode}, "reddit_bias", "first_token",
                        parity="none", corrected="prefix", allowed=FIRST_TOKEN)
 
 

@@ -84,8 +84,8 @@ class StereoSetMC(Generating):
 
 
 def options_of(cfg: Mapping[str, Any]) -> StereoSetMC:
-    """The metric's typed options (the stage's private keys, ``_mode``, left out)."""
-    return StereoSetMC.model_validate({k: v for k, v in cfg.items() if not str(k).startswith("_")})
+    """The metric's typed options."""
+    return StereoSetMC.model_validate(cfg)
 
 
 # ----------------------------------------------------------------------------------------------- prompts

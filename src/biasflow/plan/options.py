@@ -15,11 +15,18 @@ def with_option_dumps(cfg: dict[str, Any]) -> dict[str, Any]:
 
     validate_job_config(cfg, metric_options, loader_splits)
     out = dict(cfg)
-    out["metric"] = {name: filled_options(metric_options(name), mcfg) if isinstance(mcfg, dict) else mcfg
-                     for name, mcfg in (cfg.get("metric") or {}).items()}
+    # the run mode is stored once per job (Job.mode, the value used); the stages set it on the options they pass
+    out["metric"] = {name: _without_stage_fields(filled_options(metric_options(name), mcfg))
+                     if isinstance(mcfg, dict) else mcfg for name, mcfg in (cfg.get("metric") or {}).items()}
     for section, model in RUN_SECTIONS.items():
         out[section] = model.model_validate(cfg.get(section) or {}).model_dump()
     return out
+
+
+def _without_stage_fields(options: dict[str, Any]) -> dict[str, Any]:
+    from biasflow.schema import STAGE_FIELDS
+
+    return {k: v for k, v in options.items() if k not in STAGE_FIELDS}
 
 
 def with_ordered_options(cfg: dict[str, Any]) -> dict[str, Any]:
