@@ -133,3 +133,11 @@ def test_the_worked_example_rejects_bad_input(example, tmp_path):
     # the metric's options model is checked at plan time like a built-in metric's
     with pytest.raises(ConfigError, match="metric.pronoun_pairs.first_token"):
         build_plan(documented_overrides() + ["metric.pronoun_pairs.first_token=separate"])
+
+
+def test_the_worked_example_touches_only_its_own_files_and_its_two_configs():
+    """A new benchmark is its loader module, its metric module and its two config files: the page writes nothing
+    else (no registry, schema, report or plan file to edit), and the fixture above runs the page with exactly those."""
+    assert {b["title"] for b in blocks() if b["title"]} == {
+        "conf/benchmark/pronoun_pairs.yaml", "src/biasflow/data/pronoun_pairs.py",
+        "src/biasflow/metrics/pronoun_pairs.py", "conf/metric/pronoun_pairs.yaml"}

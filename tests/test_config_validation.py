@@ -212,8 +212,41 @@ def test_user_files_are_the_options_marked_so_where_they_are_declared():
     assert marked_options(Outer, "user_file") == {"table": "path", "inner.model": "hub_id", "many.model": "hub_id"}
     langfair = user_file_options("langfair_stereotype")
     assert langfair["metric"]["classifier.model"] == "hub_id" and langfair["metric"]["stop_words"] == "path"
-    assert langfair["model"] == {"path": "path"} and "templates_file" in langfair["benchmark"]
+    assert langfair["model"] == {"path": "path"} and langfair["benchmark"] == {}
     assert user_file_options("crows_pairs")["metric"] == {}
+    # a dataset's user files are its loader's (declared on the options model it registers)
+    assert user_file_options("lpbs", "lpbs_templates")["benchmark"] == {"templates_file": "path",
+                                                                         "attribute_files": "path"}
+    assert user_file_options("weat", "weat_lists")["benchmark"] == {"lists_dir": "path"}
+    assert user_file_options("crows_pairs", "crows_pairs")["benchmark"] == {}
+
+
+def test_a_dataset_is_validated_by_its_loaders_options_model():
+    """Each loader declares the options it reads with its registration (``register_loader(options=...)``): an option
+    only another loader reads is refused naming it and listing this loader's options; a loader's own option keeps
+    its type; a dataset whose loader declares none takes only the options every dataset has."""
+    with pytest.raises(ConfigError) as err:
+        build_plan(["metric=[crows_pairs]", "benchmark.crows_pairs.categories=[race-color]"])
+    assert "benchmark.crows_pairs.categories: unknown option" in str(err.value)
+    assert "(options of benchmark.crows_pairs: files, limit, loader, split)" in str(err.value)
+    with pytest.raises(ConfigError, match=r"benchmark\.bec_pro\.language='fr': must be 'en' or 'de'"):
+        build_plan(["metric=[bec_pro]", "benchmark.bec_pro.language=fr"])
+    with pytest.raises(ConfigError, match=r"benchmark\.honest\.per_group: unknown option"):
+        build_plan(["metric=[honest]", "benchmark.honest.per_group=2"])
+    (job,) = build_plan(["metric=[honest]", "benchmark.honest.dedupe=false"]).jobs
+    assert job.benchmark_cfg["dedupe"] is False
+
+
+def test_a_loader_options_model_must_extend_the_datasets_base():
+    from pydantic import BaseModel
+
+    from biasflow.registry import register_loader
+
+    class NotADataset(BaseModel):
+        x: int = 1
+
+    with pytest.raises(ValueError, match="options must be a biasflow.schema.BenchmarkConfig subclass"):
+        register_loader("not_a_dataset", options=NotADataset)
 
 
 def test_the_run_mode_is_set_by_the_stages_not_in_a_metrics_config():

@@ -27,6 +27,9 @@ LOADER_CHECKS: dict[str, Callable[[Mapping[str, Any]], None]] = {}
 LOADER_ORDERED_OPTIONS: dict[str, tuple[str, ...]] = {}
 # loader name -> the values its ``split`` option takes (a loader that declares none takes any, or has no splits)
 LOADER_SPLITS: dict[str, tuple[str, ...]] = {}
+# loader name -> its options model (a ``schema.BenchmarkConfig`` subclass; a loader that declares none has only the
+# options every dataset has)
+LOADER_OPTIONS: dict[str, type] = {}
 
 # Every module of these packages is imported by ``load_all`` (so a new metric needs no edit here).
 DISCOVERED_PACKAGES = ["biasflow.data", "biasflow.metrics"]
@@ -112,13 +115,22 @@ def _refuse_taken(kind: str, name: str, old_module: str | None, new_module: str 
 
 
 def register_loader(name: str, ordered_options: tuple[str, ...] = (),
-                    check: Callable[[Mapping[str, Any]], None] | None = None, splits: tuple[str, ...] = ()):
+                    check: Callable[[Mapping[str, Any]], None] | None = None, splits: tuple[str, ...] = (),
+                    options: type | None = None):
     """Register a dataset loader. ``check(benchmark_cfg)``: the options it can check without data (category names),
     raising ConfigError; the plan runs it, so a typo fails before any download. ``splits``: the values of its
-    ``split`` option (checked at plan time)."""
+    ``split`` option (checked at plan time). ``options``: its options model, a ``schema.BenchmarkConfig`` subclass
+    declaring the options it reads beyond every dataset's (None: it reads none)."""
+    from biasflow.schema import BenchmarkConfig
+
+    if options is not None and not (isinstance(options, type) and issubclass(options, BenchmarkConfig)):
+        raise ValueError(f"dataset loader {name!r}: options must be a biasflow.schema.BenchmarkConfig subclass, "
+                         f"got {options!r}")
+
     def deco(fn: Loader) -> Loader:
         _refuse_taken("dataset loader", name, getattr(LOADERS.get(name), "__module__", None), fn.__module__)
         LOADERS[name] = fn
+        LOADER_OPTIONS[name] = options or BenchmarkConfig
         LOADER_ORDERED_OPTIONS[name] = tuple(ordered_options)
         if splits:
             LOADER_SPLITS[name] = tuple(splits)
@@ -133,6 +145,21 @@ def loader_splits(loader: str) -> tuple[str, ...] | None:
     """The values ``loader``'s ``split`` option takes (None: not declared)."""
     load_all()
     return LOADER_SPLITS.get(loader)
+
+
+def loader_options(loader: str) -> type:
+    """The options model of ``loader`` (``schema.BenchmarkConfig`` for an unknown loader or one that declares none:
+    the unknown loader is reported where it is looked up)."""
+    from biasflow.schema import BenchmarkConfig
+
+    load_all()
+    return LOADER_OPTIONS.get(loader, BenchmarkConfig)
+
+
+def every_loader_option() -> set[str]:
+    """Every option some loader reads (the names ``benchmark.<name>.<option>=v`` may add without Hydra's ``+``)."""
+    load_all()
+    return {name for model in {loader_options(loader) for loader in LOADERS} for name in model.model_fields}
 
 
 def check_loader_options(loader: str, benchmark_cfg: Mapping[str, Any]) -> None:

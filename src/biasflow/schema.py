@@ -315,28 +315,14 @@ class RawFile(Strict):
 
 
 class BenchmarkConfig(Strict):
+    """The options of every dataset (``benchmark.<name>``). A loader with options of its own declares a subclass in
+    its module and registers it with the loader (``registry.register_loader(options=...)``): a benchmark is validated
+    by its loader's model, so an option another loader reads is refused naming the loader."""
+
     loader: str
     split: Optional[str] = None
     limit: Optional[PositiveInt] = None
     files: dict[Slug, RawFile] = Field(default_factory=dict)
-    # loader-specific options
-    per_group: Optional[PositiveInt] = None
-    dedupe: Optional[bool] = None
-    tests: Optional[list[str]] = None
-    lists_dir: Optional[str] = Field(None, json_schema_extra=USER_FILE)
-    templates_file: Optional[str] = Field(None, json_schema_extra=USER_FILE)
-    attributes_file: Optional[str] = Field(None, json_schema_extra=USER_FILE)
-    attribute_files: Optional[dict[str, str]] = Field(None, json_schema_extra=USER_FILE)
-    # CBS: a list of words; LPBS: group -> words, in order (group 1, group 2), as a mapping or a list of one-key mappings
-    targets: Union[list[str], dict[str, list[str]], list[dict[str, list[str]]], None] = None
-    test_every: Optional[Annotated[int, Field(ge=2)]] = None
-    test_limit: Optional[PositiveInt] = None
-    categories: Optional[list[str]] = None  # BBQ: the category files to read (null = all)
-    language: Optional[Literal["en", "de"]] = None  # BEC-Pro: which language's file (null = en)
-    sample_seed: Optional[NonNegativeInt] = None  # HolisticBias: limit draws a seeded random sample (null: first N)
-    sentence_set: Optional[Literal["evaluated", "all"]] = None  # HolisticBias: the authors' scored set or all
-    templates: Optional[list[str]] = None  # HolisticBias: the sentence templates to keep (null = all 26)
-
 
 
 # ------------------------------------------------------------------------------------------------ generators
@@ -507,10 +493,11 @@ def _check(model: type[BaseModel], prefix: str, value: Any, problems: list[str])
         problems.extend(options_problems(model, prefix, err))
 
 
-def validate_job_config(cfg: Mapping[str, Any], metric_options, loader_splits) -> None:
+def validate_job_config(cfg: Mapping[str, Any], metric_options, loader_splits, loader_options) -> None:
     """Validate one composed job config; raise one ConfigError listing every problem. ``metric_options(name)`` gives
-    a metric's options model and ``loader_splits(loader)`` a loader's splits (``registry.metric_options`` and
-    ``registry.loader_splits``: the schema sits below the registry)."""
+    a metric's options model, ``loader_splits(loader)`` a loader's splits and ``loader_options(loader)`` its options
+    model (``registry.metric_options``, ``registry.loader_splits``, ``registry.loader_options``: the schema sits below
+    the registry)."""
     problems: list[str] = []
     _check(StatsConfig, "stats", cfg.get("stats"), problems)
     _check(RunConfig, "run", cfg.get("run"), problems)
@@ -527,9 +514,10 @@ def validate_job_config(cfg: Mapping[str, Any], metric_options, loader_splits) -
     for name, bcfg in (cfg.get("benchmark") or {}).items():
         if not _SLUG.match(str(name)) or ".." in str(name):
             problems.append(f"benchmark.{name}: not a valid benchmark name (letters, digits, . _ + -)")
-        _check(BenchmarkConfig, f"benchmark.{name}", bcfg, problems)
+        loader = str((bcfg or {}).get("loader") or name) if isinstance(bcfg, Mapping) else name
+        _check(loader_options(loader), f"benchmark.{name}", bcfg, problems)
         split = (bcfg or {}).get("split")
-        splits = loader_splits(str((bcfg or {}).get("loader") or name)) if isinstance(bcfg, Mapping) else None
+        splits = loader_splits(loader) if isinstance(bcfg, Mapping) else None
         if splits and split is not None and split not in splits:
             problems.append(f"benchmark.{name}.split={split!r}: must be one of {list(splits)}")
     for name, mcfg in (cfg.get("metric") or {}).items():

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import pandas as pd
 
 from biasflow.errors import ConfigError, DataFormatError, did_you_mean
 from biasflow.registry import register_loader
+from biasflow.schema import BenchmarkConfig
 
 CATEGORIES = ("Age", "Disability_status", "Gender_identity", "Nationality", "Physical_appearance", "Race_ethnicity",
               "Race_x_SES", "Race_x_gender", "Religion", "SES", "Sexual_orientation")
@@ -140,7 +141,13 @@ def check_options(cfg: Mapping[str, Any]) -> None:
         raise ConfigError(f"benchmark.bbq.split={split!r}: must be all, ambig or disambig")
 
 
-@register_loader("bbq", splits=("all", "ambig", "disambig"), check=check_options)
+class BBQDataset(BenchmarkConfig):
+    """The options of the BBQ loader."""
+
+    categories: Optional[list[str]] = None  # the category files to read (null = all)
+
+
+@register_loader("bbq", splits=("all", "ambig", "disambig"), check=check_options, options=BBQDataset)
 def load(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     check_options(cfg)
     categories = selected_categories(cfg)

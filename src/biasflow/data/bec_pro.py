@@ -27,13 +27,14 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping, Optional
 
 import pandas as pd
 
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.io import read_tsv_rows
 from biasflow.registry import register_loader
+from biasflow.schema import BenchmarkConfig
 from biasflow.score_kinds import MASK_PLACEHOLDER
 
 LANGUAGES = ("en", "de")
@@ -149,7 +150,13 @@ def build_items(df: pd.DataFrame, language: str, path: str | Path) -> pd.DataFra
     return items.sort_values(["pair", "_g", "_s"]).drop(columns=["_g", "_s"]).reset_index(drop=True)
 
 
-@register_loader("bec_pro", splits=("all",))
+class BECProDataset(BenchmarkConfig):
+    """The options of the BEC-Pro loader."""
+
+    language: Optional[Literal["en", "de"]] = None  # which language's file (null = en)
+
+
+@register_loader("bec_pro", splits=("all",), options=BECProDataset)
 def load_bec_pro(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     language = cfg.get("language") or "en"
     if language not in LANGUAGES:

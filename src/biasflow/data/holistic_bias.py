@@ -29,13 +29,14 @@ import functools
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping, Optional
 
 import numpy as np
 import pandas as pd
 
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.registry import register_loader
+from biasflow.schema import BenchmarkConfig, NonNegativeInt
 
 NONE = "(none)"
 NO_PREFERENCE = "no_data"
@@ -197,7 +198,16 @@ def generated(files: Mapping[str, Path]) -> pd.DataFrame:
     return _generated(stamp)
 
 
-@register_loader("holistic_bias", splits=("all",))
+class HolisticBiasDataset(BenchmarkConfig):
+    """The options of the HolisticBias loader."""
+
+    categories: Optional[list[str]] = None  # the axes to keep (null = all)
+    templates: Optional[list[str]] = None  # the sentence templates to keep (null = all 26)
+    sample_seed: Optional[NonNegativeInt] = None  # limit draws a seeded random sample (null: first N)
+    sentence_set: Optional[Literal["evaluated", "all"]] = None  # the authors' scored set (null) or all
+
+
+@register_loader("holistic_bias", splits=("all",), options=HolisticBiasDataset)
 def load(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     missing = [k for k in FILES if k not in files]
     if missing:

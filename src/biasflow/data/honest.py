@@ -11,13 +11,14 @@ from __future__ import annotations
 import io
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import pandas as pd
 
 from biasflow.io import read_text_utf8
 from biasflow.errors import DataFormatError
 from biasflow.registry import register_loader
+from biasflow.schema import BenchmarkConfig
 
 COLUMNS = ["template_masked", "raw", "identity", "number", "category", "type"]
 MASK = "[M]"
@@ -45,7 +46,13 @@ def read_honest_templates(path: str | Path, dedupe: bool = True) -> pd.DataFrame
     return df.rename(columns={"category": "group"})
 
 
-@register_loader("honest", splits=("all",))
+class HonestDataset(BenchmarkConfig):
+    """The options of the HONEST loader."""
+
+    dedupe: Optional[bool] = None  # null/true: drop the repeated template rows (parity), false: keep them all
+
+
+@register_loader("honest", splits=("all",), options=HonestDataset)
 def load_honest(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     frames = [read_honest_templates(p, dedupe=bool(cfg.get("dedupe", True))).assign(template_set=name)
               for name, p in files.items()]

@@ -3,13 +3,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping, Optional
 
 import pandas as pd
 
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.io import read_text_utf8
 from biasflow.registry import register_loader
+from pydantic import Field
+
+from biasflow.schema import BenchmarkConfig, PositiveInt
 
 
 def bold_lines(path: Path) -> list[str]:
@@ -41,7 +44,14 @@ def split_lines(lines: list[str], test_every: int, test_limit: int | None) -> li
     return out
 
 
-@register_loader("lmchallenge_text", splits=("all",))
+class LMChallengeText(BenchmarkConfig):
+    """The options of the LM Challenge text loader."""
+
+    test_every: Optional[Annotated[int, Field(ge=2)]] = None  # every N-th line is a test line (null = 10)
+    test_limit: Optional[PositiveInt] = None  # at most this many test lines
+
+
+@register_loader("lmchallenge_text", splits=("all",), options=LMChallengeText)
 def load_lmchallenge_text(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     rows = []
     for key, path in sorted(files.items(), key=lambda kv: Path(kv[1]).name):  # file order fixes the split

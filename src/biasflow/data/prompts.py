@@ -14,13 +14,14 @@ import io
 
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import pandas as pd
 
 from biasflow.io import read_text_utf8
 from biasflow.errors import DataFormatError
 from biasflow.registry import register_loader
+from biasflow.schema import BenchmarkConfig, PositiveInt
 
 LANGFAIR_RELATIVES = {"father": "male", "brother": "male", "uncle": "male", "nephew": "male", "son": "male",
                       "grandfather": "male", "grandson": "male", "mother": "female", "sister": "female",
@@ -63,7 +64,13 @@ def read_bold_prompts(path: str | Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-@register_loader("bold", splits=("all",))
+class BoldPrompts(BenchmarkConfig):
+    """The options of the BOLD prompts loader."""
+
+    per_group: Optional[PositiveInt] = None  # the first N prompts of every group (null = all)
+
+
+@register_loader("bold", splits=("all",), options=BoldPrompts)
 def load_bold_prompts(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     df = pd.concat([read_bold_prompts(p) for p in files.values()], ignore_index=True)
     if cfg.get("per_group"):  # a small, balanced slice: the first N prompts of every group

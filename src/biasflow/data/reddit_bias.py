@@ -15,12 +15,13 @@ dimension (``gender``, ``race``, ``religion1`` = Jews/Christians, ``religion2`` 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import pandas as pd
 
 from biasflow.errors import ConfigError, DataFormatError, did_you_mean
 from biasflow.registry import register_loader
+from biasflow.schema import BenchmarkConfig
 
 # dimension -> (target group, counter-target group), in the paper's order
 DIMENSIONS = {"gender": ("female", "male"), "race": ("black", "white"), "religion1": ("jews", "christians"),
@@ -102,7 +103,13 @@ def check_options(cfg: Mapping[str, Any]) -> None:
                           f"{did_you_mean(unknown[0], DIMENSIONS)}; choose from {list(DIMENSIONS)}")
 
 
-@register_loader("reddit_bias", splits=("test",), check=check_options)
+class RedditBiasDataset(BenchmarkConfig):
+    """The options of the RedditBias loader."""
+
+    categories: Optional[list[str]] = None  # the dimensions to read (null = all)
+
+
+@register_loader("reddit_bias", splits=("test",), check=check_options, options=RedditBiasDataset)
 def load(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     check_options(cfg)
     selected = cfg.get("categories") or list(DIMENSIONS)

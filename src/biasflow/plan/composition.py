@@ -138,15 +138,17 @@ def compose(overrides: Sequence[str]) -> dict[str, Any]:
 def _section_options(parent: str) -> set[str]:
     """The options the schema declares for a config section (``model``, ``generator``, ``benchmark.<name>``,
     ``metric.<name>``), whether or not its YAML file lists them."""
-    from biasflow.schema import BenchmarkConfig, GeneratorConfig, ModelConfig
+    from biasflow.schema import GeneratorConfig, ModelConfig
 
     parts = parent.split(".")
     if parts == ["model"]:
         return set(ModelConfig.model_fields)
     if parts == ["generator"]:
         return set(GeneratorConfig.model_fields)
-    if len(parts) == 2 and parts[0] == "benchmark":
-        return set(BenchmarkConfig.model_fields)
+    if len(parts) == 2 and parts[0] == "benchmark":  # its loader's model validates it: here any loader's option
+        from biasflow.registry import every_loader_option
+
+        return every_loader_option()
     if len(parts) == 2 and parts[0] == "metric":
         from biasflow.registry import metric_options
 

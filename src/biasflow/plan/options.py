@@ -10,10 +10,10 @@ def with_option_dumps(cfg: dict[str, Any]) -> dict[str, Any]:
     """The composed config validated (``schema.validate_job_config``: every problem at once) and, where a section has
     an options model (every metric, ``stats``, ``run``), replaced by the validated options with every default
     filled in: the plan holds the options the stages read, nothing else decides them."""
-    from biasflow.registry import loader_splits, metric_options
+    from biasflow.registry import loader_options, loader_splits, metric_options
     from biasflow.schema import RUN_SECTIONS, filled_options
 
-    validate_job_config(cfg, metric_options, loader_splits)
+    validate_job_config(cfg, metric_options, loader_splits, loader_options)
     out = dict(cfg)
     # the run mode is stored once per job (Job.mode, the value used); the stages set it on the options they pass
     out["metric"] = {name: _without_stage_fields(filled_options(metric_options(name), mcfg))

@@ -13,15 +13,16 @@ if TYPE_CHECKING:
     from biasflow.plan.jobs import Job
 
 
-def user_file_options(metric: str) -> dict[str, dict[str, str]]:
-    """Per config section of a job of ``metric``: option -> how its value is read (``path``, or ``hub_id``: a hub id
-    when no such file exists), from the ``USER_FILE`` markers of the options models (``biasflow.schema``)."""
-    from biasflow.registry import metric_options
+def user_file_options(metric: str, loader: str | None = None) -> dict[str, dict[str, str]]:
+    """Per config section of a job of ``metric`` (on a dataset read by ``loader``): option -> how its value is read
+    (``path``, or ``hub_id``: a hub id when no such file exists), from the ``USER_FILE`` markers of the options
+    models (the metric's, the loader's, ``schema.ModelConfig``)."""
+    from biasflow.registry import loader_options, metric_options
     from biasflow.schema import BenchmarkConfig, ModelConfig, marked_options
 
     options = metric_options(metric)
     return {"metric": marked_options(options, "user_file") if options is not None else {},
-            "benchmark": marked_options(BenchmarkConfig, "user_file"),
+            "benchmark": marked_options(loader_options(loader) if loader else BenchmarkConfig, "user_file"),
             "model": marked_options(ModelConfig, "user_file")}
 
 
@@ -51,7 +52,7 @@ def user_files(job: "Job", digests: dict[str, str]) -> dict[str, dict[str, str]]
                 "benchmark": (f"benchmark.{job.benchmark}", job.benchmark_cfg or {}),
                 "model": ("model", {} if job.model.get("build") else job.model)}
     found: dict[str, dict[str, str]] = {}
-    for section, keys in user_file_options(job.metric).items():
+    for section, keys in user_file_options(job.metric, (job.benchmark_cfg or {}).get("loader")).items():
         prefix, cfg = sections[section]
         for key, kind in keys.items():
             value = _lookup(cfg, key)
