@@ -265,6 +265,24 @@ def test_the_run_mode_is_set_by_the_stages_not_in_a_metrics_config():
 
     spec = get_metric("crows_pairs")
     assert metric_options(spec, job.params())["run_mode"] == "corrected"
-    assert metric_options(spec, job.score_params())["run_mode"] == "corrected"
+    assert metric_options(spec, job.score_params(), complete=False)["run_mode"] == "corrected"
     with pytest.raises(ConfigError, match=r"metric\.crows_pairs.*run_mode='other'"):
-        metric_options(spec, dict(job.params(), mode="other"))
+        metric_options(spec, dict(job.score_params(), mode="other"), complete=False)
+
+
+def test_the_plans_options_are_what_validating_them_again_gives():
+    """The metric and export stages pass the plan's options as they are (validated once, when the plan was made):
+    for every metric, validating them again changes nothing (ordered options as lists, a generator section as
+    written)."""
+    from biasflow.registry import METRICS, filled, load_all
+    from biasflow.stages import metric_options
+
+    load_all()
+    names = sorted(METRICS)
+    jobs = [job for model in ("gpt2", "bert_base_uncased")
+            for job in build_plan([f"metric=[{','.join(names)}]", f"model={model}"]).jobs]
+    assert {job.metric for job in jobs} == set(names)
+    for job in jobs:
+        spec = METRICS[job.metric]
+        passed = metric_options(spec, job.params())
+        assert filled(spec.options, dict(passed)) == passed, job.metric

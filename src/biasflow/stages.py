@@ -178,20 +178,22 @@ def _comparable(value: Any) -> Any:
     return value
 
 
-def metric_options(spec, params: Mapping[str, Any]):
-    """The options a stage passes to the metric: the plan's (validated, every default filled in, when the plan was
-    made; the score stage's are only its score keys, the rest filled from their defaults here) with ``run_mode``,
-    the job's ``run.mode`` as the plan stores it."""
-    from biasflow.registry import filled
+def metric_options(spec, params: Mapping[str, Any], complete: bool = True):
+    """The options a stage passes to the metric, with ``run_mode``: the job's ``run.mode`` as the plan stores it.
+    ``complete``: the plan's options, validated with every default filled in when the plan was made, passed as they
+    are (not validated again); otherwise (the score stage's, only its score keys) the rest filled from their
+    defaults here."""
+    from biasflow.registry import FilledOptions, filled
 
-    return filled(spec.options, {**params["metric_cfg"], "run_mode": params["mode"]})
+    cfg = {**params["metric_cfg"], "run_mode": params["mode"]}
+    return FilledOptions(cfg) if complete else filled(spec.options, cfg)
 
 
 def score(params: Mapping[str, Any], items_path: str | None, out: str, cache_dir: str) -> pd.DataFrame:
     """The generic score stage: the metric's requests, answered by the model behind the one cache."""
     spec = get_metric(params["metric"])
     items = pd.read_parquet(items_path) if items_path else pd.DataFrame()
-    cfg = metric_options(spec, params)
+    cfg = metric_options(spec, params, complete=False)
     model_cfg = params["model"]
     started, start = time.time(), time.perf_counter()
     from biasflow.gpus import claim
