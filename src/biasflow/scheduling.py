@@ -3,7 +3,7 @@
 The score rule's ``resources:``/``threads:`` read these, so one Snakemake profile (local, GPU box or SLURM)
 serves every model: a 7B causal LM's config asks for a GPU and 32 GB, GloVe's for one CPU and a little memory.
 A model config sets any of them under ``resources:``; the rest come from defaults per model kind. None of them
-changes a number, so none is in a cache key or a results folder name (``SCORING_KEYS`` in ``models/hf.py``).
+changes a number, so none is in a cache key or a results folder name (none carries an identity marker: ``schema.IDENTITY``).
 
 Snakemake maps them as: ``mem_mb`` -> ``sbatch --mem``, ``gpu`` -> ``--gpus``, ``runtime`` (minutes) -> ``-t``,
 threads -> ``--cpus-per-task``; on one machine ``threads`` is at most half of ``--cores``
