@@ -119,7 +119,7 @@ def test_a_metric_without_an_options_model_is_refused_naming_its_module(monkeypa
 
 
 # what several metrics build on stays in biasflow.schema; every other option class is its metric module's
-SHARED_OPTION_CLASSES = {"MetricBase", "Generating", "GenerationSettings", "GeneratorConfig", "Source"}
+SHARED_OPTION_CLASSES = {"MetricBase", "Generating", "GenerationSettings", "GeneratorConfig", "HttpClientOptions", "Source"}
 
 
 def _option_classes(model: type) -> set[type]:

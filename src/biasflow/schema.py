@@ -217,7 +217,33 @@ class ModelResources(Strict):
     max_runtime_min: Optional[PositiveInt] = None
 
 
-class ModelConfig(Strict):
+def http_client_options(default_concurrency: int, default_timeout_s: float) -> type[Strict]:
+    """The options of an HTTP client (``openai_http.OpenAIHTTPClient``; their names: ``model_kinds.
+    HTTP_CLIENT_OPTIONS``), declared once for a served model's config and a generator's, each with its own default
+    ``concurrency`` and ``timeout_s`` (seconds per answer: a served model's HTTP reply, a protocol model's line)."""
+
+    class HttpClientOptions(Strict):
+        api_key_env: Optional[str] = None
+        api_key_file: Optional[str] = None
+        concurrency: PositiveInt = default_concurrency
+        requests_per_second: Optional[float] = Field(None, gt=0)
+        timeout_s: float = Field(default_timeout_s, gt=0)
+        max_retries: NonNegativeInt = 5
+        backoff_s: float = Field(1.0, ge=0)
+        max_backoff_s: float = Field(60, ge=0)
+
+        @field_validator("api_key_env")
+        @classmethod
+        def _key_env_name(cls, v):
+            if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+                raise ValueError("must be the NAME of an environment variable (e.g. OPENAI_API_KEY), not the key "
+                                 "itself")
+            return v
+
+    return HttpClientOptions
+
+
+class ModelConfig(http_client_options(default_concurrency=8, default_timeout_s=120)):
     name: Optional[Slug] = None  # null: the folder's name, the hub id's last part or the served name (plan/names.py)
     kind: ModelKind = Field(json_schema_extra=IDENTITY)
     hub_id: Optional[str] = Field(None, json_schema_extra=IDENTITY)
@@ -252,28 +278,13 @@ class ModelConfig(Strict):
     # in the fingerprint of a kind that declares it no location key (model_kinds: a served LM's URL says where it runs)
     base_url: Optional[HttpUrl] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
     served_model_name: Optional[str] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
-    api_key_env: Optional[str] = None
-    api_key_file: Optional[str] = None
     bos_text: Optional[str] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
-    concurrency: PositiveInt = 8
-    requests_per_second: Optional[float] = Field(None, gt=0)
-    timeout_s: float = Field(120, gt=0)  # seconds per answer: a served model's HTTP reply, a protocol model's line
-    max_retries: NonNegativeInt = 5
-    backoff_s: float = Field(1.0, ge=0)
-    max_backoff_s: float = Field(60, ge=0)
 
     @field_validator("device")
     @classmethod
     def _device(cls, v: str) -> str:
         if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v):
             raise ValueError("must be auto, cpu, mps, cuda or cuda:<index>")
-        return v
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _key_env_name(cls, v):
-        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
-            raise ValueError("must be the NAME of an environment variable (e.g. VLLM_API_KEY), not the key itself")
         return v
 
     @model_validator(mode="after")
@@ -338,14 +349,12 @@ def _known_generator_kind(value: str) -> str:
 GeneratorKind = Annotated[str, AfterValidator(_known_generator_kind)]
 
 
-class GeneratorConfig(Strict):
+class GeneratorConfig(http_client_options(default_concurrency=4, default_timeout_s=60)):
     kind: GeneratorKind
     name: Optional[str] = None    # the folder/report name of the generator's model (made folder-safe)
     model: Optional[str] = Field(None, json_schema_extra=USER_FILE_OR_HUB_ID)
     path: Optional[str] = Field(None, json_schema_extra=USER_FILE)
     base_url: Optional[HttpUrl] = None
-    api_key_env: Optional[str] = None
-    api_key_file: Optional[str] = None
     count: PositiveInt = 1
     system_prompt: Optional[str] = None
     temperature: float = Field(1.0, ge=0.0)
@@ -355,22 +364,9 @@ class GeneratorConfig(Strict):
     generate_kwargs: Optional[dict[str, Any]] = None
     extra_body: Optional[dict[str, Any]] = None
     device: Optional[str] = None
-    concurrency: PositiveInt = 4
-    requests_per_second: Optional[float] = Field(None, gt=0)
-    timeout_s: float = Field(60, gt=0)
-    max_retries: NonNegativeInt = 5
-    backoff_s: float = Field(1.0, ge=0)
-    max_backoff_s: float = Field(60, ge=0)
     flush_every: PositiveInt = 32
     progress: bool = False
     max_failed_fraction: Probability = 0.0
-
-    @field_validator("api_key_env")
-    @classmethod
-    def _env_name(cls, v):
-        if v is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
-            raise ValueError("must be the NAME of an environment variable (e.g. OPENAI_API_KEY), not the key itself")
-        return v
 
 
 class GenerationJobModel(Strict):

@@ -247,10 +247,17 @@ class OpenAIChatBackend(OpenAIHTTPClient):
     timeout_option = "generator.timeout_s"
 
     def __init__(self, base_url: str, model: str, *, api_key_env: str | None = "OPENAI_API_KEY",
-                 api_key_file: str | None = None, timeout_s: float = 60.0, max_retries: int = 5,
-                 backoff_s: float = 1.0, max_backoff_s: float = 60.0,
-                 concurrency: int = 4, requests_per_second: float | None = None,
+                 api_key_file: str | None = None, timeout_s: float | None = None, max_retries: int | None = None,
+                 backoff_s: float | None = None, max_backoff_s: float | None = None,
+                 concurrency: int | None = None, requests_per_second: float | None = None,
                  extra_body: Mapping[str, Any] | None = None, sleep: Callable[[float], None] = time.sleep):
+        # an option not given: the generator config's default (schema.GeneratorConfig, the one place it is written)
+        from biasflow.schema import GeneratorConfig, config_value
+
+        given = {"timeout_s": timeout_s, "max_retries": max_retries, "backoff_s": backoff_s,
+                 "max_backoff_s": max_backoff_s, "concurrency": concurrency}
+        timeout_s, max_retries, backoff_s, max_backoff_s, concurrency = (
+            config_value(GeneratorConfig, given, key) for key in given)
         if not base_url or not model:
             raise ConfigError("generator: openai_compatible needs base_url and model")
         if concurrency < 1:
