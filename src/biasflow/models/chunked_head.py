@@ -13,7 +13,7 @@ with zero rows) against the same vocabulary chunks, so each call has one shape w
 value does not depend on the other tokens of its pass (``models/batch_invariant.py``'s fixed-tile argument).
 
 Numbers: the same products and the same float32 reduction as the plain path, only summed in another order: within
-~1e-6 of it in float32 (``tests/test_scoring.py`` states 1e-5), within bfloat16's rounding of the logits in bf16.
+~1e-6 of it in float32 (``tests/test_causal_fast_paths.py`` states 1e-5), within bfloat16's rounding of the logits in bf16.
 Off unless a model config sets ``head_chunk``: an integer (vocabulary columns per chunk) or ``auto``
 (``AUTO_CHUNK`` on CUDA, off elsewhere), so the default CPU path is unchanged to the bit.
 """

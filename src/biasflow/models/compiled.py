@@ -19,9 +19,10 @@ Not offered: compiling the whole model (``torch.compile(model)``): the packed la
 fixed tiles of ``batch_invariant`` are Python-level patches whose loops and per-batch layouts would break the graph
 or recompile for each batch.
 
-Numbers: a compiled kernel computes the same formula in one pass (float32 inside where eager rounds between ops in
-bf16), so the log-probs agree with the eager path within float rounding (float32: ~1e-6, ``tests/test_scoring.py``
-states 1e-5). Each row of an element-wise kernel and each row's reduction over the hidden size is computed on its
+Numbers: a compiled kernel computes the same formula in one pass, rounding its intermediates where eager does
+(inductor's ``emulate_precision_casts``), so the log-probs agree with the eager path within float rounding (float32:
+~5e-7 measured, ``tests/test_causal_fast_paths.py`` states 1e-5; bfloat16: ~5e-6 measured on the tiny Llama shape,
+~2e-3 without the option). Each row of an element-wise kernel and each row's reduction over the hidden size is computed on its
 own, so a text's numbers stay the same alone and in a batch (tested).
 
 Compile time is spent on the first calls; ``compile_blocks`` warms the compiled functions up on the model's device
@@ -83,7 +84,13 @@ def compiler_problem() -> str | None:
 
 
 def _compiled(fn):
-    return torch.compile(fn, dynamic=True)
+    # emulate_precision_casts: the fused kernel rounds its intermediates to the input's dtype where eager does (bf16
+    # between ops), so a bf16 model's compiled blocks give eager's numbers to ~1e-6 instead of ~2e-3 (measured on the
+    # tiny Llama shape of device_speed.py); still one kernel, one pass over memory
+    import torch._inductor.config as inductor
+
+    options = {"emulate_precision_casts": True} if hasattr(inductor, "emulate_precision_casts") else None
+    return torch.compile(fn, dynamic=True, options=options)
 
 
 def _norm_class(cls: type) -> type:
@@ -182,10 +189,15 @@ def compile_blocks(model: torch.nn.Module, mode: str = "blocks", name: str = "",
 def _warm_up(model: torch.nn.Module, base: torch.nn.Module) -> float:
     """One short pass of two texts' worth of tokens through the base model: compiles every block's kernel (the
     compile time) before the first batch is timed."""
+    from biasflow.models.batch_invariant import batch_invariant
+
     started = time.perf_counter()
     device = next(model.parameters()).device
     ids = torch.arange(3, 3 + 5, device=device)[None] % int(model.config.vocab_size)
-    base(input_ids=ids, use_cache=False)
+    with batch_invariant(model):  # the shapes scoring uses (on a GPU the norms run in fixed 2-D tiles)
+        base(input_ids=ids, use_cache=False)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     return time.perf_counter() - started
 
 
