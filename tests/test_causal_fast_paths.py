@@ -146,8 +146,9 @@ def test_head_chunk_and_compile_are_validated():
 # ----------------------------------------------------------------------------------------------- compiled blocks
 def test_compiled_blocks_equal_the_eager_model_and_keep_batch_invariance():
     """``compile: blocks`` on a tiny Llama (dynamic shapes: one kernel per block for every token count): the same
-    log-probabilities as the eager model within 1e-5, a text alone equal to the bit to itself among others, other
-    Llama models of the process untouched (rotary compiled only while the compiled model runs)."""
+    log-probabilities as the eager model within 1e-5, a text alone equal to the bit to itself among others, also
+    with the chunked head's reduction compiled; other Llama models of the process untouched (rotary compiled only
+    while the compiled model runs)."""
     from biasflow.models.compiled import compile_blocks, compiler_problem
 
     if compiler_problem():
@@ -164,6 +165,12 @@ def test_compiled_blocks_equal_the_eager_model_and_keep_batch_invariance():
     got = next_token_logprobs(fast, ids, batch_tokens=40)
     assert _max_diff(want, got) < TOL
     for seq, lp in zip(ids, got):
+        assert np.array_equal(next_token_logprobs(fast, [seq], batch_tokens=4096)[0], lp)
+    # with the chunked head's per-chunk reduction compiled too (what compile: blocks does with head_chunk set)
+    fast.chunked_head = ChunkedHead.of(model, 10).compile()
+    both = next_token_logprobs(fast, ids, batch_tokens=40)
+    assert fast.chunked_head.compiled and _max_diff(want, both) < TOL
+    for seq, lp in zip(ids[:4], both):
         assert np.array_equal(next_token_logprobs(fast, [seq], batch_tokens=4096)[0], lp)
     import transformers.models.llama.modeling_llama as llama
 

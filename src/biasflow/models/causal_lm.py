@@ -36,6 +36,8 @@ class CausalLM(HFAdapter):
             from biasflow.models.compiled import compile_blocks
 
             self.compiled = compile_blocks(self.model, str(self.cfg["compile"]), name=self.name)
+            if self.chunked_head is not None:  # and the chunked head's per-chunk reduction
+                self.chunked_head.compile()
         self.onednn_linears = use_onednn_linears(self.model) if want_onednn(self.cfg, self.device, self.dtype) else 0
 
 

@@ -48,6 +48,17 @@ class ChunkedHead:
         self.bias = None if bias is None else bias.detach()
         self.chunk = max(1, min(int(chunk), int(weight.shape[0])))
         self.peak_logits = 0  # the most logits one product produced (rows x chunk): a structural memory bound
+        self.step = chunk_step
+        self.compiled = False
+
+    def compile(self) -> ChunkedHead:
+        """Fuse each chunk's reduction (max, rescaled sum of exponentials, the target's logit) into compiled kernels
+        that read the chunk's logits once or twice instead of the ~10 passes of the eager ops (``model.compile:
+        blocks`` turns this on with ``head_chunk``). Static shapes (``dynamic=False``): one kernel for the full chunk
+        and one for the last, the same for every tile, so batch invariance is kept."""
+        self.step = torch.compile(chunk_step, dynamic=False)
+        self.compiled = True
+        return self
 
     @classmethod
     def of(cls, model: torch.nn.Module, chunk: int) -> ChunkedHead:
@@ -92,15 +103,24 @@ class ChunkedHead:
         total = torch.zeros(rows, dtype=torch.float32, device=part.device)
         picked = torch.zeros(rows, dtype=torch.float32, device=part.device)
         for lo, hi in self.chunks():
-            logits = torch.nn.functional.linear(part, weight[lo:hi], None if bias is None else bias[lo:hi]).float()
+            logits = torch.nn.functional.linear(part, weight[lo:hi], None if bias is None else bias[lo:hi])
             self.peak_logits = max(self.peak_logits, logits.numel())
-            new_top = torch.maximum(top, logits.amax(dim=-1))
-            total = total * torch.exp(top - new_top) + torch.exp(logits - new_top[:, None]).sum(dim=-1)
-            top = new_top
-            inside = (target >= lo) & (target < hi)
-            at = (target - lo).clamp(0, hi - lo - 1)
-            picked = torch.where(inside, logits.gather(-1, at[:, None])[:, 0], picked)
+            top, total, picked = self.step(logits, top, total, picked, target - lo)
         return picked - (top + torch.log(total))
 
 
-__all__ = ["AUTO_CHUNK", "ChunkedHead", "head_chunk_for"]
+def chunk_step(logits: torch.Tensor, top: torch.Tensor, total: torch.Tensor, picked: torch.Tensor,
+               local: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One chunk of the online log-sum-exp: the running max ``top`` and ``total`` = sum exp(logit - top) updated with
+    this chunk's logits (float32), and ``picked`` set to the target's logit where the target (``local``: its column
+    in this chunk) falls in it."""
+    logits = logits.float()
+    new_top = torch.maximum(top, logits.amax(dim=-1))
+    total = total * torch.exp(top - new_top) + torch.exp(logits - new_top[:, None]).sum(dim=-1)
+    width = logits.shape[1]
+    inside = (local >= 0) & (local < width)
+    picked = torch.where(inside, logits.gather(-1, local.clamp(0, width - 1)[:, None])[:, 0], picked)
+    return new_top, total, picked
+
+
+__all__ = ["AUTO_CHUNK", "ChunkedHead", "chunk_step", "head_chunk_for"]
