@@ -110,6 +110,12 @@ def test_head_chunk_option_is_off_by_default_and_auto_only_on_cuda():
     assert head_chunk_for(4096, "cpu") == 4096
     with pytest.raises(ValueError, match="head_chunk"):
         head_chunk_for(0, "cpu")
+    # the rows of a chunked head's fixed tile: on a GPU one tile of gpu_tile_rows(chunk) rows (2,048 x 8,192 logits
+    # for Llama-3's 128,256 words), on a CPU HEAD_ROWS; the plain head's slices are unchanged
+    llama3 = ChunkedHead(torch.zeros(128_256, 4), None, AUTO_CHUNK)
+    assert _head_rows("cuda", 128_256, 1 << 26, llama3) == 2048 and _head_rows("cpu", 128_256, 1 << 26, llama3) == 128
+    assert _head_rows("cuda", 128_256, 1 << 26) == 1024 and _head_rows("cpu", 128_256, 1 << 26) == 128
+    assert llama3.chunks()[-1] == (15 * AUTO_CHUNK, 128_256)
 
 
 def test_head_chunk_through_the_model_config(tiny_gpt2):
