@@ -221,6 +221,53 @@ def run_causal(name, s, model, tok, sentences, naive_n, device, dtype, rows, rat
                     float(sum(layer_flops(s, n) + 2 * n * s["hidden"] * s["vocab"] for n in n_lengths)), peak,
                     rates, max_abs_diff=diff))
     rows[-2]["speedup_vs_naive"] = rows[-2]["tok_per_s"] / rows[-1]["tok_per_s"]
+    run_causal_variants(name, s, adapter, ids, got, budget, device, dtype, rows, rates)
+
+
+# issue 37's opt-in paths, timed on the same texts after the default path: the vocabulary head in chunks
+# (``model.head_chunk``) on every causal model, compiled RMSNorm / SiLU*up / rotary blocks (``model.compile: blocks``)
+# where the model has them (Llama-shaped), then both (with the chunk reduction compiled as well: the warm-up call
+# compiles it, outside the timed run); each row's last column is its largest difference from the
+# default path's numbers (the same-numbers check)
+VARIANTS = {"gpt2": ("head_chunk",), "llama": ("head_chunk", "compile", "head_chunk+compile")}
+
+
+def run_causal_variants(name, s, adapter, ids, plain, budget, device, dtype, rows, rates):
+    if dtype != torch.bfloat16:  # the target (issue 37) is bf16; fp32 rows would double the compile time
+        return
+    from biasflow.models.chunked_head import AUTO_CHUNK, ChunkedHead
+    from biasflow.models.compiled import compile_blocks, compiler_problem
+    from biasflow.scoring.causal import causal_token_logprobs
+
+    lengths = [len(x) + 1 for x in ids]
+    score = lambda seqs: causal_token_logprobs(adapter, seqs, "prefix", budget.batch_tokens,  # noqa: E731
+                                               budget.max_logits, progress=False)
+    compiled = None
+    for variant in VARIANTS.get(s["kind"], ()):
+        label = []
+        adapter.chunked_head = None
+        if "head_chunk" in variant:
+            adapter.chunked_head = ChunkedHead.of(adapter.model, AUTO_CHUNK)
+            label.append(f"head_chunk {AUTO_CHUNK}")
+        if "compile" in variant:
+            if compiled is None:
+                problem = device.type == "cpu" and compiler_problem()
+                if problem:
+                    print(f"  {name} {dtype}: compile SKIPPED: {problem}", flush=True)
+                    continue
+                compiled = compile_blocks(adapter.model, name=name)
+                print(f"  {name} {dtype}: {compiled.summary()}", flush=True)
+            label.append(f"compile=blocks ({compiled.seconds:.1f} s to compile)")
+            if adapter.chunked_head is not None:  # the per-chunk reduction fused too, as CausalLM does
+                adapter.chunked_head.compile()
+        score(ids[:64])
+        got, seconds, peak = timed(lambda: score(ids), device)
+        diff = max(float(np.abs(a - b).max()) for a, b in zip(got, plain))
+        peak_logits = adapter.chunked_head.peak_logits if adapter.chunked_head is not None else None
+        rows.append(row(name, "biasflow causal + " + " + ".join(label), dtype, len(ids), sum(lengths), seconds,
+                        causal_flops(s, lengths), peak, rates, max_abs_diff=diff,
+                        **({"peak_logits": peak_logits} if peak_logits else {})))
+    adapter.chunked_head = None
 
 
 def row(model, path, dtype, texts, tokens, seconds, flops, peak, rates, **extra) -> dict:

@@ -316,6 +316,73 @@ def test_causal_packed_on_the_gpu_does_not_depend_on_the_company(model_dir):
         np.testing.assert_array_equal(alone, together[i])
 
 
+# ------------------------------------------------- issue 37: the chunked vocabulary head and the compiled blocks
+# ``head_chunk: auto`` is off on a CPU, so the CPU dry run gives it a number; ``compile: blocks`` compiles the Llama
+# family's RMSNorm, SiLU*up and rotary (nothing in GPT-2)
+CHUNK = "auto" if DEVICE != "cpu" else 4096
+FAST = {"head_chunk": {"head_chunk": CHUNK}, "both": {"head_chunk": CHUNK, "compile": "blocks"}}
+
+
+def _fast_adapter(path: Path, dtype: str, options: dict):
+    from biasflow.models import load_model
+
+    key = (str(path), "fast", DEVICE, dtype, tuple(sorted(options.items())))
+    if key not in _LOADED:
+        _LOADED[key] = load_model(dict(_cfg(path, "causal_lm", DEVICE, dtype), **options))
+    return _LOADED[key]
+
+
+# the chunked head in every dtype; the compiled blocks (with the chunked head: the configuration issue 37 times) in
+# bfloat16 only, the target dtype: each compile costs tens of seconds cold, and gpu_check.sh gives the tests 120 s
+# (float32 compiled blocks are checked on the CPU, tests/test_causal_fast_paths.py)
+FAST_CASES = [("head_chunk", family, dtype) for dtype in DTYPES for family in ("gpt2", "llama")] + [
+    ("both", "llama", "bfloat16")]
+
+
+@pytest.mark.parametrize("variant,family,dtype", FAST_CASES)
+def test_chunked_head_and_compiled_blocks_on_the_gpu_match_the_plain_gpu_path(model_dir, variant, family, dtype):
+    """Every causal request kind with issue 37's options on, against the same model on the same device without
+    them: float32 within 1e-4, float16/bfloat16 within their TOL; on CUDA ``auto`` gives 8,192-column chunks."""
+    from biasflow.models.chunked_head import AUTO_CHUNK
+    from biasflow.scoring.answer import answer_requests
+
+    path = model_dir(family, "small")
+    options = FAST[variant]
+    fast = _fast_adapter(path, dtype, options)
+    if "head_chunk" in options:
+        assert fast.chunked_head is not None and fast.chunked_head.chunk == min(
+            AUTO_CHUNK if CHUNK == "auto" else CHUNK, fast.chunked_head.vocab)
+    if "compile" in options:
+        assert fast.compiled is not None and fast.compiled.norms > 0 and fast.compiled.mlps > 0
+    reqs = causal_requests()
+    want = _answers(path, "causal_lm", DEVICE, dtype, reqs)
+    got = answer_requests(reqs, dict(_cfg(path, "causal_lm", DEVICE, dtype), **options), None, model=fast,
+                          progress=False)
+    tol = 1e-4 if dtype == "float32" else TOL[dtype]
+    for column in ("total", "logprobs"):
+        for g, w in zip(got[column], want[column]):
+            g, w = np.asarray(g, dtype=np.float64), np.asarray(w, dtype=np.float64)
+            assert np.array_equal(np.isnan(g), np.isnan(w))
+            assert np.nan_to_num(np.abs(g - w)).max(initial=0.0) <= tol, (variant, family, dtype, column)
+
+
+def test_chunked_and_compiled_on_the_gpu_do_not_depend_on_the_company(model_dir):
+    """bfloat16 Llama with both options: a text alone equals itself among others, to the bit; the largest logits
+    block is one fixed tile of rows x chunk."""
+    from biasflow.models.batch_invariant import gpu_tile_rows
+    from biasflow.scoring.causal import HEAD_ROWS, causal_token_logprobs, encode
+
+    adapter = _fast_adapter(model_dir("llama", "small"), "bfloat16", FAST["both"])
+    ids = encode(adapter, TEXTS + LONG)
+    together = causal_token_logprobs(adapter, ids, batch_tokens=4096, progress=False)
+    for i in (0, 5, len(ids) - 3, len(ids) - 1):
+        alone = causal_token_logprobs(adapter, [ids[i]], batch_tokens=64, progress=False)[0]
+        np.testing.assert_array_equal(alone, together[i])
+    head = adapter.chunked_head
+    rows = gpu_tile_rows(head.chunk) if DEVICE != "cpu" else HEAD_ROWS
+    assert head.peak_logits == rows * head.chunk < rows * head.vocab
+
+
 def test_no_cpu_only_path_runs_on_the_gpu(model_dir):
     """oneDNN linears are a CPU path: never applied to a model on a GPU, in any dtype."""
     from biasflow.models.onednn import OneDNNLinear

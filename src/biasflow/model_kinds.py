@@ -294,7 +294,8 @@ register_model_kind(ModelKindSpec(
     },
     resources=Resources(mem_mb=8000, cpus=4, runtime_min=120, gpu_capable=True)))
 register_model_kind(ModelKindSpec(
-    name="causal_lm", factory="biasflow.models.causal_lm:CausalLM", hf_files=True, options=_HF,
+    name="causal_lm", factory="biasflow.models.causal_lm:CausalLM", hf_files=True,
+    options=(*_HF, "head_chunk", "compile"),
     answers={
         "token_logprobs": Answer("biasflow.scoring.causal:answer_token_logprobs", revision=2),
         "stereoset_sentence_logprobs": Answer("biasflow.scoring.stereoset:answer_sentence_logprobs", revision=3),

@@ -30,6 +30,7 @@ import torch
 from tqdm.auto import tqdm
 
 from biasflow.models.batch_invariant import batch_invariant, gpu_tile_rows, row_logsumexp
+from biasflow.models.chunked_head import ChunkedHead
 from biasflow.models.packed import PackedLayout, SharedPrefixLayout, packable, packed
 from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_LOGITS
 from biasflow.scoring.batching import packed_batches, pad_right, token_budget_batches, with_padding_column
@@ -100,9 +101,13 @@ HEAD_ROWS = 128
 PACKED_CPU_TOKENS = 2048
 
 
-def _head_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, rows: int) -> torch.Tensor:
+def _head_logprobs(head: torch.nn.Module | ChunkedHead, hidden: torch.Tensor, targets: torch.Tensor,
+                   rows: int) -> torch.Tensor:
     """logit[target] - logsumexp(logits) for each row of ``hidden`` (tokens, hidden size), float32, the head run on
-    ``rows`` rows at a time (each row's value does not depend on the slicing)."""
+    ``rows`` rows at a time (each row's value does not depend on the slicing); a ``ChunkedHead`` (``model.head_chunk``)
+    runs the vocabulary in chunks instead and never holds a slice's full logits."""
+    if isinstance(head, ChunkedHead):
+        return head.logprobs(hidden, targets, rows)
     out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
     for start in range(0, hidden.shape[0], rows):
         logits = head(hidden[start:start + rows])
@@ -118,7 +123,7 @@ def _head_logprobs(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.T
 
 @torch.inference_mode()
 def _target_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, targets: torch.Tensor,
-                     head_rows: int = HEAD_ROWS) -> torch.Tensor:
+                     head_rows: int = HEAD_ROWS, head: ChunkedHead | None = None) -> torch.Tensor:
     """log P(targets[r, j] | ids[r, :j+1]) for every position j (float32), whatever else shares the batch;
     padding positions are 0."""
     with batch_invariant(model):  # no key/value cache: one pass, nothing to continue from
@@ -132,13 +137,13 @@ def _target_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, targets: torc
         hidden = model.base_model(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
         real = attn.bool()
         out = torch.zeros(targets.shape, dtype=torch.float32, device=targets.device)
-        out[real] = _head_logprobs(model.get_output_embeddings(), hidden[real], targets[real], head_rows)
+        out[real] = _head_logprobs(head or model.get_output_embeddings(), hidden[real], targets[real], head_rows)
     return out
 
 
 @torch.inference_mode()
-def _packed_target_logprobs(model, seqs: Sequence[Sequence[int]], device, head_rows: int = HEAD_ROWS
-                            ) -> list[np.ndarray]:
+def _packed_target_logprobs(model, seqs: Sequence[Sequence[int]], device, head_rows: int = HEAD_ROWS,
+                            head: ChunkedHead | None = None) -> list[np.ndarray]:
     """log P(seq[j+1] | seq[:j+1]) for j < len(seq) - 1 of each sequence, the sequences scored packed in one pass."""
     layout = PackedLayout.of([len(s) for s in seqs])
     ids = torch.tensor([t for s in seqs for t in s], dtype=torch.long, device=device)
@@ -147,13 +152,13 @@ def _packed_target_logprobs(model, seqs: Sequence[Sequence[int]], device, head_r
     with batch_invariant(model), packed(model):
         hidden = model.base_model(input_ids=ids[None], position_ids=layout.position_ids(device), use_cache=False,
                                   biasflow_layout=layout).last_hidden_state[0]
-        lp = _head_logprobs(model.get_output_embeddings(), hidden, targets, head_rows).cpu().numpy()
+        lp = _head_logprobs(head or model.get_output_embeddings(), hidden, targets, head_rows).cpu().numpy()
     return [lp[start:start + len(s) - 1] for start, s in zip(layout.starts(), seqs)]
 
 
 @torch.inference_mode()
 def _packed_tree_logprobs(model, trees: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]], device,
-                          head_rows: int = HEAD_ROWS) -> list[list[np.ndarray]]:
+                          head_rows: int = HEAD_ROWS, head: ChunkedHead | None = None) -> list[list[np.ndarray]]:
     """log P(branch[j] | prefix + branch[:j]) for every token of every branch of each (prefix, branches) tree, the
     trees packed in one pass (``SharedPrefixLayout``). A branch's last token is not fed: nothing is predicted from
     it and nothing attends to it. The head runs only on the rows that predict a branch token."""
@@ -172,7 +177,7 @@ def _packed_tree_logprobs(model, trees: Sequence[tuple[Sequence[int], Sequence[S
     with batch_invariant(model), packed(model):
         hidden = model.base_model(input_ids=ids[None], position_ids=layout.position_ids(device), use_cache=False,
                                   biasflow_layout=layout).last_hidden_state[0]
-        lp = _head_logprobs(model.get_output_embeddings(), hidden[torch.tensor(rows, device=device)],
+        lp = _head_logprobs(head or model.get_output_embeddings(), hidden[torch.tensor(rows, device=device)],
                             torch.tensor(targets, dtype=torch.long, device=device), head_rows).cpu().numpy()
     out, at = [], 0
     for _, branches in trees:
@@ -202,9 +207,15 @@ def _check_lengths(adapter, seqs: Sequence[Sequence[int]]) -> None:
                          f"longer, the first ({len(seqs[i])} tokens with any prefix token) starts {text!r}")
 
 
-def _head_rows(device, vocab: int, max_logits: int) -> int:
+def _head_rows(device, vocab: int, max_logits: int, chunked: ChunkedHead | None = None) -> int:
     """Vocabulary-head rows per slice (the padded path of a model whose logits are not a plain head holds a whole
-    batch's logits at once instead)."""
+    batch's logits at once instead); with a ``ChunkedHead`` the rows of its fixed tile: a slice holds rows x chunk
+    logits, so on a GPU one fixed tile of ``gpu_tile_rows(chunk)`` rows (2,048 for 8,192 columns), on a CPU
+    ``HEAD_ROWS``."""
+    if chunked is not None:
+        if torch.device(device).type == "cuda":
+            return gpu_tile_rows(chunked.chunk)
+        return max(1, min(HEAD_ROWS, int(max_logits) // chunked.chunk))
     rows = max(1, min(HEAD_ROWS if torch.device(device).type == "cpu" else int(max_logits),
                       int(max_logits) // max(1, vocab)))
     if torch.device(device).type == "cuda":
@@ -213,6 +224,13 @@ def _head_rows(device, vocab: int, max_logits: int) -> int:
         tile = gpu_tile_rows(vocab)
         rows = max(tile, rows // tile * tile)
     return rows
+
+
+def _chunked_head(adapter) -> ChunkedHead | None:
+    """The adapter's ``ChunkedHead`` (``model.head_chunk``; ``models/causal_lm.py`` builds it), None for the plain
+    head; only a plain head (``_head_on_real_tokens``) is ever chunked."""
+    head = getattr(adapter, "chunked_head", None)
+    return head if isinstance(head, ChunkedHead) and _head_on_real_tokens(adapter.model) else None
 
 
 def next_token_logprobs(adapter, seqs: Sequence[Sequence[int]], batch_tokens: int = DEFAULT_BATCH_TOKENS,
@@ -229,7 +247,8 @@ def next_token_logprobs(adapter, seqs: Sequence[Sequence[int]], batch_tokens: in
     head = model.get_output_embeddings()
     vocab = int(head.weight.shape[0]) if head is not None else len(tok)
     on_cpu = torch.device(device).type == "cpu"
-    head_rows = _head_rows(device, vocab, max_logits)
+    chunked = _chunked_head(adapter)
+    head_rows = _head_rows(device, vocab, max_logits, chunked)
     out = [np.zeros(max(0, len(s) - 1), dtype=np.float64) for s in seqs]
     todo = [i for i, s in enumerate(seqs) if len(s) > 1]  # a single token predicts nothing
     lengths = [len(seqs[i]) for i in todo]
@@ -238,7 +257,8 @@ def next_token_logprobs(adapter, seqs: Sequence[Sequence[int]], batch_tokens: in
     if todo and _head_on_real_tokens(model) and packable(model, max(lengths)):
         tokens = min(int(batch_tokens), PACKED_CPU_TOKENS) if on_cpu else int(batch_tokens)
         for batch in packed_batches(todo, lengths, max(1, tokens)):
-            for i, lp in zip(batch, _packed_target_logprobs(model, [seqs[i] for i in batch], device, head_rows)):
+            for i, lp in zip(batch, _packed_target_logprobs(model, [seqs[i] for i in batch], device, head_rows,
+                                                            chunked)):
                 out[i][:] = lp
             bar.update(len(batch))
     else:
@@ -249,7 +269,8 @@ def next_token_logprobs(adapter, seqs: Sequence[Sequence[int]], batch_tokens: in
             ids, attn = with_padding_column(*pad_right([seqs[i] for i in batch], pad_id), pad_id, device)
             # position j predicts input j+1; the last position predicts nothing we need
             targets = torch.cat([ids[:, 1:], torch.full((len(batch), 1), pad_id, dtype=torch.long)], dim=1)
-            lp = _target_logprobs(model, ids.to(device), attn.to(device), targets.to(device), head_rows).cpu().numpy()
+            lp = _target_logprobs(model, ids.to(device), attn.to(device), targets.to(device), head_rows,
+                                  chunked).cpu().numpy()
             for r, i in enumerate(batch):
                 out[i][:] = lp[r, : len(seqs[i]) - 1]
             bar.update(len(batch))
@@ -277,7 +298,8 @@ def shared_prefix_logprobs(adapter, prefixes: Sequence[Sequence[int]], branches:
     if not (joined and _head_on_real_tokens(model) and packable(model, max(map(len, joined)))):
         found = iter(next_token_logprobs(adapter, joined, batch_tokens, max_logits, progress, desc))
         return [[next(found)[len(p) - 1:] for _ in bs] for p, bs in zip(prefixes, branches)]
-    head_rows = _head_rows(device, int(model.get_output_embeddings().weight.shape[0]), max_logits)
+    chunked = _chunked_head(adapter)
+    head_rows = _head_rows(device, int(model.get_output_embeddings().weight.shape[0]), max_logits, chunked)
     # a tree feeds its prefix and every branch but the branch's last token
     sizes = [len(p) + sum(len(b) - 1 for b in bs) for p, bs in zip(prefixes, branches)]
     tokens = min(int(batch_tokens), PACKED_CPU_TOKENS) if on_cpu else int(batch_tokens)
@@ -286,7 +308,7 @@ def shared_prefix_logprobs(adapter, prefixes: Sequence[Sequence[int]], branches:
               mininterval=1.0) as bar:
         for batch in packed_batches(list(range(len(prefixes))), sizes, max(1, tokens)):
             trees = [(prefixes[i], branches[i]) for i in batch]
-            for i, lps in zip(batch, _packed_tree_logprobs(model, trees, device, head_rows)):
+            for i, lps in zip(batch, _packed_tree_logprobs(model, trees, device, head_rows, chunked)):
                 out[i] = lps
             bar.update(len(batch))
     return out
