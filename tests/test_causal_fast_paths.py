@@ -133,7 +133,7 @@ def test_head_chunk_through_the_model_config(tiny_gpt2):
     want = causal_token_logprobs(tiny_gpt2, ids, progress=False)
     got = causal_token_logprobs(chunked, ids, progress=False)
     assert _max_diff(want, got) < TOL
-    assert config_fingerprint(cfg) == config_fingerprint(dict(cfg, head_chunk=None, compile=False))
+    assert config_fingerprint(cfg) == config_fingerprint(dict(cfg, head_chunk=None, compile=None))
     assert config_fingerprint(cfg) != config_fingerprint(dict(cfg, head_chunk=4096))
 
 
@@ -141,8 +141,8 @@ def test_head_chunk_and_compile_are_validated():
     from biasflow.schema import ModelConfig
 
     ModelConfig(kind="causal_lm", hub_id="x", head_chunk="auto", compile="blocks")
-    ModelConfig(kind="causal_lm", hub_id="x", head_chunk=8192, compile=False)
-    for bad in ({"head_chunk": 0}, {"head_chunk": "big"}, {"compile": "model"}, {"compile": True}):
+    ModelConfig(kind="causal_lm", hub_id="x", head_chunk=8192, compile=None)
+    for bad in ({"head_chunk": 0}, {"head_chunk": "big"}, {"compile": "model"}, {"compile": True}, {"compile": False}):
         with pytest.raises(Exception, match="head_chunk|compile"):
             ModelConfig(kind="causal_lm", hub_id="x", **bad)
     with pytest.raises(Exception, match="head_chunk"):

@@ -266,8 +266,9 @@ class ModelConfig(http_client_options(default_concurrency=8, default_timeout_s=1
     # causal LMs (issue 37, opt-in, off by default: the default path is unchanged to the bit): the vocabulary head and
     # its log-sum-exp in chunks of this many vocabulary columns (auto: 8,192 on CUDA, off elsewhere;
     # models/chunked_head.py), and torch.compile of the RMSNorm and gated-MLP blocks (models/compiled.py)
-    head_chunk: Union[PositiveInt, Literal["auto"], None] = None
-    compile: Optional[Literal[False, "blocks"]] = None
+    # (numbers equal to the plain path's up to float rounding: in the fingerprint when set, so no cache mixes them)
+    head_chunk: Union[PositiveInt, Literal["auto"], None] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
+    compile: Optional[Literal["blocks"]] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)  # null: not compiled
     threads: Optional[PositiveInt] = None
     resources: Optional[ModelResources] = None
     build: Optional[Literal["demo_mlm"]] = None

@@ -32,7 +32,7 @@ class CausalLM(HFAdapter):
         self.bos_token_id = bos if bos is not None else self.tokenizer.eos_token_id
         self.chunked_head = chunked_head(self.model, self.cfg.get("head_chunk"), self.device)
         self.compiled = None
-        if self.cfg.get("compile") not in (None, False):
+        if self.cfg.get("compile") is not None:
             from biasflow.models.compiled import compile_blocks
 
             self.compiled = compile_blocks(self.model, str(self.cfg["compile"]), name=self.name)

@@ -27,11 +27,6 @@ log = logging.getLogger(__name__)
 SCORING_KEYS = identity_keys(ModelConfig, "always")
 PROCESS_KEYS = (*identity_keys(ModelConfig, "when_set"), *identity_keys(GenerationJobModel, "when_set"))
 
-# Keys of a causal LM's opt-in numeric paths (issue 37: the vocabulary head in chunks, compiled blocks): the same
-# numbers up to float rounding, so in the fingerprint only when set (a config without them keeps its fingerprint and
-# its cached answers; one with them never mixes its answers with the plain path's in one cache)
-NUMERIC_PATH_KEYS = ("head_chunk", "compile")
-
 # Keys that say where a model runs, not what it computes (a served causal LM is named by the server's model name and
 # its pinned revision, so moving the server to another node keeps its results and cached answers): per model kind,
 # as declared (``biasflow.model_kinds``: ``ModelKindSpec.location_keys``)
@@ -81,7 +76,6 @@ def config_fingerprint(cfg: Mapping[str, Any]) -> str:
         key["dtype"] = canonical_dtype(cfg.get("dtype"))
     key.update({k: cfg[k] for k in PROCESS_KEYS if cfg.get(k) is not None
                 and k not in LOCATION_KEYS.get(str(cfg.get("kind")), ())})
-    key.update({k: cfg[k] for k in NUMERIC_PATH_KEYS if cfg.get(k) not in (None, False)})
     return stable_hash(key, 16)
 
 

@@ -268,11 +268,10 @@ def compare_params(job: Mapping[str, Any], taken: Mapping[str, str]) -> dict[str
 def job_params_and_tags(job: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
     """Params: what the job's config hash covers (so equal for every job with the same results folder).
     Model settings that do not change the numbers (device, batch size, ...) go to tags."""
-    from biasflow.models.fingerprint import NUMERIC_PATH_KEYS, PROCESS_KEYS, SCORING_KEYS
+    from biasflow.models.fingerprint import PROCESS_KEYS, SCORING_KEYS
 
     model = job["model"]
-    hashed = {k: v for k, v in model.items() if k == "name" or k in SCORING_KEYS or k in PROCESS_KEYS
-              or (k in NUMERIC_PATH_KEYS and v not in (None, False))}
+    hashed = {k: v for k, v in model.items() if k == "name" or k in SCORING_KEYS or k in PROCESS_KEYS}
     # a dataset's files (URLs and checksums, a long JSON list per file) are the run's dataset inputs and its
     # dataset.<file>.sha256 tags; as params they would push the ones that differ out of MLflow's compare view
     bench = {k: v for k, v in (job.get("benchmark_cfg") or {}).items() if k != "files"}
