@@ -132,7 +132,9 @@ def test_runs_end_to_end_on_a_tiny_model(name, request, tmp_path, monkeypatch):
     scores = job.scores_path()
     stages.score(job.score_params(), job.items_path, scores, str(tmp_path / "cache"))
     answers = pd.read_parquet(scores)
-    assert set(answers.key) == {r.key for r in requests} and answers.key.is_unique
+    followups = {r.key for _, asked in (s.followup_requests(items if items is not None else pd.DataFrame(), answers,
+                                                            full) if s.followup_requests else []) for r in asked}
+    assert set(answers.key) == {r.key for r in requests} | followups and answers.key.is_unique
     stages.metric(job.params(), job.items_path, scores, job.metric_dir)
     per_item = pd.read_parquet(Path(job.metric_dir) / "per_item.parquet")
     aggregate = pd.read_parquet(Path(job.metric_dir) / "aggregate.parquet")
