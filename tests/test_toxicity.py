@@ -179,3 +179,25 @@ def test_bold_sentiment_per_domain_and_group(tiny_toxicity_classifier_dir, tmp_p
     scores = classifier_scores(tiny_toxicity_classifier_dir, responses["response"])
     assert agg[("expected_maximum_toxicity", "gender/American_actors")] == pytest.approx(
         np.mean(scores[:2]), abs=1e-5)  # one response per prompt: its score
+
+
+def test_a_multi_label_classifier_gets_a_sigmoid_per_label_as_the_pipeline_gives(tmp_path):
+    """Detoxify-style checkpoints score each head on its own (problem_type multi_label_classification): their
+    probabilities are sigmoids, as the HF pipeline LangFair calls gives them, not a softmax over the heads."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
+
+    from biasflow.scoring.classification import class_probabilities
+    from conftest import build_tiny_toxicity_classifier
+
+    folder = build_tiny_toxicity_classifier(tmp_path / "multi", labels=("toxicity", "insult", "threat"))
+    model = AutoModelForSequenceClassification.from_pretrained(folder, problem_type="multi_label_classification")
+    tok = AutoTokenizer.from_pretrained(folder)
+    ours = class_probabilities(model, tok, TEXTS, max_batch=3)
+    pipe = pipeline("text-classification", model=model, tokenizer=tok, top_k=None, truncation=True)
+    for row, out in zip(ours, pipe(TEXTS)):
+        by_label = {o["label"]: o["score"] for o in out}
+        assert row.tolist() == pytest.approx([by_label[lab] for lab in ("toxicity", "insult", "threat")], abs=1e-5)
+    assert np.abs(ours.sum(axis=1) - 1.0).max() > 1e-2  # not a softmax
+    # LangFair's Detoxify rule: the largest head
+    assert toxicity_scores(["toxicity", "insult", "threat"], ours, ["toxicity", "insult", "threat"]).tolist() == \
+        pytest.approx(ours.max(axis=1).tolist())
