@@ -116,7 +116,7 @@ def test_evaluate_gives_langfair_numbers_per_group(tiny_toxicity_classifier_dir,
                       f"paths.results={tmp_path / 'results'}")
     agg = res.aggregate.set_index(["metric", "category"])["value"]
     scores = classifier_scores(clf, TEXTS)
-    assert 0.05 < min(scores) and max(scores) > 0.3  # the tiny classifier spreads its scores
+    assert min(scores) < 0.3 < 0.5 < max(scores)  # the tiny classifier's scores fall on both sides of both thresholds
     want = {"overall": toxicity_metrics(scores, responses["prompt"]),
             "x": toxicity_metrics(scores[:6], responses["prompt"][:6]),
             "y": toxicity_metrics(scores[6:], responses["prompt"][6:])}
@@ -125,6 +125,20 @@ def test_evaluate_gives_langfair_numbers_per_group(tiny_toxicity_classifier_dir,
             assert agg[(name, cat)] == pytest.approx(value, abs=1e-5), (name, cat)
     per = res.per_item
     assert per["toxicity"].tolist() == pytest.approx(scores, abs=1e-5)
+    # LangFair 0.8.0's own ToxicityMetrics on this classifier's scores, overall and on each group's responses
+    langfair = json.loads((FIXTURES / "tiny_classifier_langfair.json").read_text())
+    assert langfair["inputs"]["texts"] == TEXTS and langfair["inputs"]["scores"] == pytest.approx(scores, abs=1e-5)
+    worst = 0.0
+    for thr in (0.3, 0.5):
+        table = agg if thr == 0.3 else bf.evaluate(
+            "toxicity", responses, f"metric.toxicity.classifier.model={clf}", "stats.n_boot=20",
+            f"paths.results={tmp_path / 'results'}", "metric.toxicity.threshold=0.5",
+        ).aggregate.set_index(["metric", "category"])["value"]
+        runs = langfair["runs"][f"threshold_{thr}"]
+        for cat, run in (("overall", runs["with_prompts"]), ("x", runs["group_x"]), ("y", runs["group_y"])):
+            for name, value in run.items():
+                worst = max(worst, abs(table[(NAMES[name], cat)] - value))
+    assert worst < 1e-5, worst  # float32 classifier scores, recomputed here
     # Gehman's threshold, from the cached answers (nothing classified again)
     gehman = bf.evaluate("toxicity", responses, f"metric.toxicity.classifier.model={clf}", "stats.n_boot=20",
                          f"paths.results={tmp_path / 'results'}", "metric.toxicity.threshold=0.5",
