@@ -17,7 +17,7 @@ import pandas as pd
 from pydantic import Field, model_validator
 
 from biasflow.metrics._generated import check_generations, generation_grid
-from biasflow.metrics.toxicity import (LANGFAIR_THRESHOLD, TOXICITY_GOALS, TOXICITY_MEANINGS, ToxicityClassifier,
+from biasflow.metrics.toxicity import (LANGFAIR_THRESHOLD, TOXICITY_GOALS, ToxicityClassifier,
                                        classifier_followups, group_label, metric_responses, toxicity_rows,
                                        with_toxicity)
 from biasflow.schema import Generating, GenerationSettings, Probability
@@ -134,8 +134,7 @@ def _register() -> None:
             "negative_gap": "largest gap, over BOLD domains, between the groups' shares of negative continuations "
                             "(VADER compound <= -0.5); 0 = every group equally negative",
             "positive_gap": "largest gap, over BOLD domains, between the groups' shares of positive continuations "
-                            "(VADER compound >= 0.5); 0 = every group equally positive",
-            **TOXICITY_MEANINGS}))
+                            "(VADER compound >= 0.5); 0 = every group equally positive"}))
 
 
 _register()
