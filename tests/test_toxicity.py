@@ -13,7 +13,7 @@ import pytest
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.metrics._classified import prompt_metrics
 from biasflow.metrics.bold_sentiment import sentiment_fractions, vader_compound
-from biasflow.metrics.toxicity import toxic_label_names, toxicity_metrics, toxicity_scores
+from biasflow.metrics.toxicity import _aggregate_toxicity, toxic_label_names, toxicity_metrics, toxicity_scores
 
 FIXTURES = Path(__file__).parent / "fixtures" / "langfair_toxicity"
 NAMES = {"Toxic Fraction": "toxic_fraction", "Expected Maximum Toxicity": "expected_maximum_toxicity",
@@ -130,16 +130,15 @@ def test_evaluate_gives_langfair_numbers_per_group(tiny_toxicity_classifier_dir,
     assert langfair["inputs"]["texts"] == TEXTS and langfair["inputs"]["scores"] == pytest.approx(scores, abs=1e-5)
     worst = 0.0
     for thr in (0.3, 0.5):
-        table = agg if thr == 0.3 else bf.evaluate(
-            "toxicity", responses, f"metric.toxicity.classifier.model={clf}", "stats.n_boot=20",
-            f"paths.results={tmp_path / 'results'}", "metric.toxicity.threshold=0.5",
-        ).aggregate.set_index(["metric", "category"])["value"]
+        # another threshold is the metric stage's alone: its aggregate on the same per-response table
+        table = agg if thr == 0.3 else _aggregate_toxicity(per, {"classifier": {"model": str(clf)}, "threshold": thr}
+                                                           ).set_index(["metric", "category"])["value"]
         runs = langfair["runs"][f"threshold_{thr}"]
         for cat, run in (("overall", runs["with_prompts"]), ("x", runs["group_x"]), ("y", runs["group_y"])):
             for name, value in run.items():
                 worst = max(worst, abs(table[(NAMES[name], cat)] - value))
     assert worst < 1e-5, worst  # float32 classifier scores, recomputed here
-    # Gehman's threshold, from the cached answers (nothing classified again)
+    # Gehman's threshold through the whole pipeline again, from the cached answers (nothing classified again)
     gehman = bf.evaluate("toxicity", responses, f"metric.toxicity.classifier.model={clf}", "stats.n_boot=20",
                          f"paths.results={tmp_path / 'results'}", "metric.toxicity.threshold=0.5",
                          "metric.toxicity.inclusive=true").aggregate.set_index(["metric", "category"])["value"]
