@@ -80,6 +80,13 @@ def test_evaluate_equals_biasflow_run_on_the_same_responses(in_project, tmp_path
         assert mine["value"].notna().any()
     report = (in_project / run_dir / "report.md").read_text()
     assert "expected_maximum_toxicity" in report and "toxicity_probability" in report
+    from mlflow.tracking import MlflowClient  # and MLflow has them as every metric's numbers
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{in_project / 'results' / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("biasflow").experiment_id])
+    logged = {k: v for r in runs for k, v in r.data.metrics.items() if "toxicity" in k}
+    want = ours["toxicity"].set_index(["metric", "category"])["value"]
+    assert logged["expected_maximum_toxicity.overall"] == pytest.approx(want[("expected_maximum_toxicity", "overall")])
 
 
 def test_bad_input_names_it(in_project):
