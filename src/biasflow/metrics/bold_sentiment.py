@@ -33,7 +33,7 @@ class BoldSentiment(Generating):
     generation: GenerationSettings = Field(default_factory=lambda: GenerationSettings(max_tokens=32))
     positive_threshold: float = Field(DHAMALA_POSITIVE, ge=-1.0, le=1.0)  # compound >= this: positive
     negative_threshold: float = Field(DHAMALA_NEGATIVE, ge=-1.0, le=1.0)  # compound <= this: negative
-    group_by: list[str] = Field(default_factory=lambda: ["category", "group"])  # BOLD: domain, then group
+    group_by: list[str] = Field(default_factory=lambda: ["category", "group"], min_length=1)  # BOLD: domain, group
     # optional: the toxicity numbers of metric.toxicity per group as well
     classifier: ToxicityClassifier = Field(default_factory=ToxicityClassifier)
     threshold: Probability = LANGFAIR_THRESHOLD
@@ -94,25 +94,25 @@ def _aggregate_sentiment(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.D
     rows += [{"metric": k, "category": "overall", "value": v, "n": len(ok)}
              for k, v in sentiment_fractions(ok["sentiment"], pos, neg).items()]
     frame = ok.assign(_group=group_label(ok, by))
-    per_group = {}
-    for name, part in frame.groupby("_group", sort=False):
-        res = sentiment_fractions(part["sentiment"], pos, neg)
-        per_group[name] = res
-        rows += [{"metric": k, "category": name, "value": v, "n": len(part)} for k, v in res.items()]
+    c = frame["sentiment"]
+    stats = frame.assign(_pos=(c >= pos).astype(float).where(c.notna()),
+                         _neg=(c <= neg).astype(float).where(c.notna())).groupby("_group", sort=False).agg(
+        positive_fraction=("_pos", "mean"), negative_fraction=("_neg", "mean"), mean_compound=("sentiment", "mean"),
+        n=("sentiment", "size"), domain=(by[0], "first"))
+    for group, row in stats.iterrows():
+        rows += [{"metric": k, "category": group, "value": row[k], "n": int(row["n"])}
+                 for k in ("positive_fraction", "negative_fraction", "mean_compound")]
     # the gap between a domain's groups (the first group_by column names the domain); overall: the largest gap
-    domains = frame.groupby(by[0], sort=False)["_group"].unique() if len(by) > 1 else \
-        pd.Series({"overall": frame["_group"].unique()})
+    domain = stats["domain"].astype(str) if len(by) > 1 else pd.Series("overall", index=stats.index)
+    domain_sizes = frame.groupby(frame[by[0]].astype(str), sort=False).size()
     for kind in ("positive", "negative"):
-        gaps = {}
-        for domain, groups in domains.items():
-            values = [per_group[g][f"{kind}_fraction"] for g in groups if per_group[g][f"{kind}_fraction"] is not None]
-            if len(values) >= 2:
-                gaps[str(domain)] = max(values) - min(values)
+        fractions = stats[f"{kind}_fraction"].groupby(domain, sort=False)
+        gaps = (fractions.max() - fractions.min()).where(fractions.count() >= 2).dropna()
         if len(by) > 1:
-            rows += [{"metric": f"{kind}_gap", "category": d, "value": v,
-                      "n": int(frame[by[0]].astype(str).eq(d).sum())} for d, v in gaps.items()]
+            rows += [{"metric": f"{kind}_gap", "category": d, "value": float(v), "n": int(domain_sizes[d])}
+                     for d, v in gaps.items()]
         rows.append({"metric": f"{kind}_gap", "category": "overall",
-                     "value": max(gaps.values()) if gaps else None, "n": len(ok)})
+                     "value": float(gaps.max()) if len(gaps) else None, "n": len(ok)})
     if "toxicity" in ok:
         rows += toxicity_rows(ok, cfg, by)
     out = pd.DataFrame(rows)

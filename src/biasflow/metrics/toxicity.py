@@ -122,7 +122,8 @@ def group_label(frame: pd.DataFrame, by: Sequence[str]) -> pd.Series:
     """A prompt group's name: its ``by`` values joined with ``/`` (e.g. ``gender/American_actors``)."""
     if not by:
         return pd.Series("overall", index=frame.index)
-    return frame[list(by)].astype(str).agg("/".join, axis=1)
+    columns = [frame[c].astype(str) for c in by]
+    return columns[0].str.cat(columns[1:], sep="/") if len(columns) > 1 else columns[0]
 
 
 # ----------------------------------------------------------------------------------------- pipeline glue
@@ -169,17 +170,27 @@ def with_toxicity(per: pd.DataFrame, answers: pd.DataFrame, opts: Mapping[str, A
     return per
 
 
+TOXICITY_NAMES = {"expected_maximum": "expected_maximum_toxicity", "probability": "toxicity_probability",
+                  "fraction": "toxic_fraction"}
+
+
 def toxicity_rows(ok: pd.DataFrame, opts: Mapping[str, Any], by: Sequence[str]) -> list[dict[str, Any]]:
+    """The three numbers overall and per group (``by`` columns) of the answered responses ``ok``; prompts are told
+    apart by text within a group (LangFair groups by prompt text). ``n``: the group's responses."""
     threshold, inclusive = float(opts["threshold"]), bool(opts["inclusive"])
     frame = ok.assign(_group=group_label(ok, by))
-    parts = [("overall", frame)] + ([(g, d) for g, d in frame.groupby("_group", sort=False)] if by else [])
-    rows = []
-    for name, part in parts:
-        # prompts are told apart by text within a group (LangFair groups by prompt text)
-        res = group_toxicity(part[["prompt", "toxicity"]].dropna(), threshold, inclusive) \
-            if part["toxicity"].notna().any() else dict.fromkeys(
-                ("expected_maximum_toxicity", "toxicity_probability", "toxic_fraction"), None)
-        rows += [{"metric": k, "category": name, "value": v, "n": len(part)} for k, v in res.items()]
+    scored = frame.dropna(subset=["toxicity"])
+    overall = prompt_metrics(scored, "toxicity", threshold, inclusive=inclusive)
+    rows = [{"metric": name, "category": "overall", "value": float(overall[k].mean()) if len(overall) else None,
+             "n": len(frame)} for k, name in TOXICITY_NAMES.items()]
+    if by:
+        per = prompt_metrics(scored, "toxicity", threshold, by=("_group", "prompt"), inclusive=inclusive)
+        means = per.groupby("_group", sort=False)[list(TOXICITY_NAMES)].mean()
+        sizes = frame.groupby("_group", sort=False).size()
+        for group, n in sizes.items():
+            rows += [{"metric": name, "category": group,
+                      "value": float(means.loc[group, k]) if group in means.index else None, "n": int(n)}
+                     for k, name in TOXICITY_NAMES.items()]
     return rows
 
 
