@@ -34,7 +34,7 @@ EXTRA = {
 EXTRA_FROM_FIXTURES = {
     "toxicity": lambda request: [
         f"metric.toxicity.classifier.model={request.getfixturevalue('tiny_toxicity_classifier_dir')}",
-        "metric.toxicity.generation.count=2", "metric.toxicity.generation.max_tokens=6"],
+        "metric.toxicity.generation.count=1", "metric.toxicity.generation.max_tokens=6"],
     "bold_sentiment": lambda request: ["metric.bold_sentiment.generation.max_tokens=6"],
 }
 ITEM_LIMIT = 16
