@@ -73,6 +73,8 @@ def test_toxic_labels_and_their_errors():
     assert toxicity_scores(labels, probs, ["toxic", "insult"]).tolist() == [0.2, 0.6]  # the largest toxic one
     assert toxic_label_names(["non-toxic", "toxic"], None, "m") == ["toxic"]
     assert toxic_label_names(["nothate", "hate"], None, "m") == ["hate"]
+    detoxify = ["toxicity", "severe_toxicity", "obscene", "threat", "insult", "identity_attack", "sexual_explicit"]
+    assert toxic_label_names(detoxify + ["male", "christian"], None, "m") == detoxify  # LangFair: max of all heads
     assert toxic_label_names(["LABEL_0", "LABEL_1"], ["LABEL_1"], "m") == ["LABEL_1"]
     with pytest.raises(ConfigError, match=r"^classifier org/clf: none of its labels \['LABEL_0', 'LABEL_1'\] is a "
                                           r"toxic class; name the toxic ones with classifier.toxic_labels"):
