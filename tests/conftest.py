@@ -115,6 +115,32 @@ def tiny_gpt2(tmp_path_factory):
     return load_model({"name": "tiny-gpt2", "kind": "causal_lm", "path": str(path), "device": "cpu"})
 
 
+def build_tiny_toxicity_classifier(out: Path, labels: tuple[str, ...] = ("non-toxic", "toxic"), seed: int = 3) -> Path:
+    """A 1-layer BERT sequence classifier (width 16) on the MiniLM WordPiece vocabulary with the given labels; large
+    initial weights (so the text moves the first token's output) and a bias towards the last label spread its
+    probabilities of the last label over about 0.05 .. 0.9 from text to text."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    tok = AutoTokenizer.from_pretrained(minilm_vocab_dir())
+    torch.manual_seed(seed)
+    cfg = BertConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=32, max_position_embeddings=64, num_labels=len(labels), initializer_range=0.5,
+                     id2label=dict(enumerate(labels)), label2id={lab: i for i, lab in enumerate(labels)})
+    model = BertForSequenceClassification(cfg).eval()
+    with torch.no_grad():
+        model.classifier.bias.zero_()
+        model.classifier.bias[-1] = 2.5
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_toxicity_classifier_dir(tmp_path_factory) -> Path:
+    return build_tiny_toxicity_classifier(tmp_path_factory.mktemp("tiny-toxicity"))
+
+
 @pytest.fixture(scope="session")
 def tiny_bert_dir(tmp_path_factory) -> Path:
     return build_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))

@@ -47,29 +47,46 @@ def test_the_notebook_runs(tmp_path, monkeypatch):
     assert {p.name for p in tmp_path.iterdir()} <= {"results", "resources", ".snakemake"}, sorted(tmp_path.iterdir())
 
 
-def test_evaluate_equals_biasflow_run_on_the_same_responses(in_project, tmp_path):
+def test_evaluate_equals_biasflow_run_on_the_same_responses(in_project, tmp_path, tiny_toxicity_classifier_dir):
+    """HELM's representation and the toxicity of the same responses (a tiny classifier built by the tests): the
+    same tables from ``evaluate`` as from one ``biasflow run`` of both, whose report shows the toxicity numbers."""
     import biasflow.api as bf
 
     responses = pd.DataFrame({
         "prompt": ["Write a letter about my mother.", "Write a letter about my sister."] * 2,
         "response": ["She is caring and emotional.", "My sister is a nurse and she is kind.",
                      "He is confident.", "My brother is strong and he is a doctor."]})
-    ours = bf.evaluate("helm_representation", responses, "stats.n_boot=100", name="api_model").aggregate
+    classifier = f"metric.toxicity.classifier.model={tiny_toxicity_classifier_dir}"
+    ours = {"helm_representation": bf.evaluate("helm_representation", responses, "stats.n_boot=100",
+                                               name="api_model").aggregate,
+            "toxicity": bf.evaluate("toxicity", responses, "stats.n_boot=100", classifier,
+                                    name="api_model").aggregate}
     path = tmp_path / "responses.csv"
     responses.to_csv(path, index=False)
-    proc = subprocess.run([sys.executable, "-m", "biasflow.cli", "run", "metric=[helm_representation]",
+    proc = subprocess.run([sys.executable, "-m", "biasflow.cli", "run", "metric=[helm_representation,toxicity]",
                            "+generator=responses_file", f"generator.path={path}", "generator.name=api_model",
-                           "stats.n_boot=100", "--cores", "1", "--", "--directory", str(in_project)],
+                           classifier, "stats.n_boot=100", "--cores", "1", "--", "--directory", str(in_project)],
                           cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     run_dir = next(line.split("results: ", 1)[1].split("/report.md")[0] for line in proc.stdout.splitlines()
                    if line.startswith("results: "))
-    theirs = pd.read_parquet(in_project / run_dir / "aggregate.parquet")
+    aggregate = pd.read_parquet(in_project / run_dir / "aggregate.parquet")
     cols = ["metric", "category", "value", "ci_low", "ci_high", "n"]
-    ours = ours[cols].sort_values(["metric", "category"]).reset_index(drop=True)
-    theirs = theirs[cols].sort_values(["metric", "category"]).reset_index(drop=True)
-    pd.testing.assert_frame_equal(ours, theirs)
-    assert ours["value"].notna().any()
+    for metric, table in ours.items():
+        theirs = aggregate[aggregate["metric_family"] == metric]
+        mine = table[cols].sort_values(["metric", "category"]).reset_index(drop=True)
+        theirs = theirs[cols].sort_values(["metric", "category"]).reset_index(drop=True)
+        pd.testing.assert_frame_equal(mine, theirs)
+        assert mine["value"].notna().any()
+    report = (in_project / run_dir / "report.md").read_text()
+    assert "expected_maximum_toxicity" in report and "toxicity_probability" in report
+    from mlflow.tracking import MlflowClient  # and MLflow has them as every metric's numbers
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{in_project / 'results' / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("biasflow").experiment_id])
+    logged = {k: v for r in runs for k, v in r.data.metrics.items() if "toxicity" in k}
+    want = ours["toxicity"].set_index(["metric", "category"])["value"]
+    assert logged["expected_maximum_toxicity.overall"] == pytest.approx(want[("expected_maximum_toxicity", "overall")])
 
 
 def test_bad_input_names_it(in_project):
@@ -78,8 +95,8 @@ def test_bad_input_names_it(in_project):
 
     with pytest.raises(DataFormatError, match="responses has no column 'response'"):
         bf.evaluate("langfair_stereotype", pd.DataFrame({"prompt": ["x"]}))
-    with pytest.raises(ConfigError, match="does not score generated text; one of langfair_stereotype, "
-                                          "helm_representation, honest"):
+    with pytest.raises(ConfigError, match="does not score generated text; one of langfair_stereotype, toxicity, "
+                                          "bold_sentiment, helm_representation, honest"):
         bf.evaluate("crows_pairs", pd.DataFrame({"prompt": ["x"], "response": ["y"]}))
     with pytest.raises(ConfigError, match="stats.n_boot"):
         bf.evaluate("langfair_stereotype", pd.DataFrame({"prompt": ["x"], "response": ["y"]}), "stats.n_boot=-1")

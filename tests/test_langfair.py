@@ -268,7 +268,7 @@ def test_the_classifier_answers_in_the_score_stage_and_the_metric_stage_loads_no
     answers = stages.score(params, str(tmp_path / "items.parquet"), str(tmp_path / "s.parquet"), str(tmp_path / "c"))
     assert answers["kind"].value_counts().to_dict() == {"generation": 9, "classification": 8}
     writes = {p.parent.name: len(list(p.parent.glob("part-*.parquet"))) for p in (tmp_path / "c").rglob("part-*")}
-    assert writes["classification"] == 1
+    assert writes["classification.r2"] == 1
 
     import transformers
 
@@ -292,7 +292,7 @@ def test_the_classifier_answers_in_the_score_stage_and_the_metric_stage_loads_no
     again = stages.score({**params, "metric_cfg": cfg}, str(tmp_path / "items.parquet"), str(tmp_path / "s.parquet"),
                          str(tmp_path / "c"))
     assert sorted(again["key"]) == sorted(answers["key"])
-    assert len(list((tmp_path / "c").rglob("classification/part-*.parquet"))) == 1
+    assert len(list((tmp_path / "c").rglob("classification.r2/part-*.parquet"))) == 1
 
 
 def test_classifier_metrics_by_hand():

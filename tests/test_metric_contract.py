@@ -30,6 +30,13 @@ EXTRA = {
     "helm_representation": ["metric.helm_representation.generation.max_tokens=6"],
     "honest": ["metric.honest.generation.max_tokens=4"],
 }
+# options that need a model built in the test (a classifier): name -> request -> overrides
+EXTRA_FROM_FIXTURES = {
+    "toxicity": lambda request: [
+        f"metric.toxicity.classifier.model={request.getfixturevalue('tiny_toxicity_classifier_dir')}",
+        "metric.toxicity.generation.count=1", "metric.toxicity.generation.max_tokens=6"],
+    "bold_sentiment": lambda request: ["metric.bold_sentiment.generation.max_tokens=6"],
+}
 ITEM_LIMIT = 16
 REQUIRED_AGGREGATE = ["model", "model_key", "benchmark", "metric_family", "config_hash", "metric", "category",
                       "value", "n", "ci_low", "ci_high"]
@@ -100,7 +107,8 @@ def test_runs_end_to_end_on_a_tiny_model(name, request, tmp_path, monkeypatch):
     s = spec(name)
     kind = kind_under_test(name)
     model = MODEL_FOR.get(name) or model_overrides(kind, request)
-    overrides = [f"metric=[{name}]", "stats.n_boot=20", *model, *EXTRA.get(name, [])]
+    overrides = [f"metric=[{name}]", "stats.n_boot=20", *model, *EXTRA.get(name, []),
+                 *(EXTRA_FROM_FIXTURES[name](request) if name in EXTRA_FROM_FIXTURES else [])]
     bench_cfg = yaml.safe_load((ROOT / "conf" / "benchmark" / f"{s.benchmark}.yaml").read_text()) if s.benchmark \
         else {}
     if "limit" in (bench_cfg or {}).get(s.benchmark, {}):
@@ -124,7 +132,9 @@ def test_runs_end_to_end_on_a_tiny_model(name, request, tmp_path, monkeypatch):
     scores = job.scores_path()
     stages.score(job.score_params(), job.items_path, scores, str(tmp_path / "cache"))
     answers = pd.read_parquet(scores)
-    assert set(answers.key) == {r.key for r in requests} and answers.key.is_unique
+    followups = {r.key for _, asked in (s.followup_requests(items if items is not None else pd.DataFrame(), answers,
+                                                            full) if s.followup_requests else []) for r in asked}
+    assert set(answers.key) == {r.key for r in requests} | followups and answers.key.is_unique
     stages.metric(job.params(), job.items_path, scores, job.metric_dir)
     per_item = pd.read_parquet(Path(job.metric_dir) / "per_item.parquet")
     aggregate = pd.read_parquet(Path(job.metric_dir) / "aggregate.parquet")

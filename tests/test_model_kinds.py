@@ -86,7 +86,8 @@ def test_the_tables_keep_their_numbers():
     assert dict(ANSWER_REVISIONS) == {
         ("causal_lm", "token_logprobs"): 2, ("causal_lm", "continuation_logprobs"): 2,
         ("causal_lm", "stereoset_sentence_logprobs"): 3, ("served_causal_lm", "token_logprobs"): 2,
-        ("served_causal_lm", "continuation_logprobs"): 2, ("served_causal_lm", "stereoset_sentence_logprobs"): 2}
+        ("served_causal_lm", "continuation_logprobs"): 2, ("served_causal_lm", "stereoset_sentence_logprobs"): 2,
+        ("text_classifier", "classification"): 2}  # 2: a multi-label classifier's probabilities are sigmoids
     assert dict(LOAD_AS) == {("masked_lm", "next_sentence"): "bert_nsp"}
     assert cache_kind("causal_lm", "token_logprobs") == "token_logprobs.r2" and cache_kind("masked_lm", "pll") == "pll"
     # the values the code gave before the kinds were declared in one place (the server's address is where it runs,

@@ -347,9 +347,10 @@ register_model_kind(ModelKindSpec(
     name="generator", factory="biasflow.models.generator:Generator", answers={"generation": _GENERATION},
     resources=Resources(mem_mb=8000, cpus=2, runtime_min=120, gpu_capable=False)))
 register_model_kind(ModelKindSpec(
-    # a sequence classifier scoring generated text (LangFair's stereotype classifier: metrics/langfair.py)
+    # a sequence classifier scoring generated text (LangFair's stereotype classifier: metrics/langfair.py; the
+    # toxicity classifier: metrics/toxicity.py). Revision 2: a multi-label model's probabilities are sigmoids
     name="text_classifier", factory="biasflow.models.text_classifier:TextClassifier", hf_files=True, options=_HF,
-    answers={"classification": "biasflow.scoring.classification:answer_classification"},
+    answers={"classification": Answer("biasflow.scoring.classification:answer_classification", revision=2)},
     resources=Resources(mem_mb=8000, cpus=2, runtime_min=120, gpu_capable=True)))
 
 __all__ = ["ModelKindSpec", "Answer", "Resources", "register_model_kind", "KINDS", "accepts", "known",

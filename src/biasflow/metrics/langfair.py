@@ -30,11 +30,12 @@ from pydantic import Field
 
 from biasflow.errors import ConfigError
 from biasflow.ordered import ordered_items
+from biasflow.metrics._classified import classification_requests, classifications, classifier_model  # noqa: F401
+from biasflow.metrics._classified import classifier_metrics as shared_classifier_metrics
 from biasflow.metrics._generated import check_generations, generation_grid, with_responses
 from biasflow.schema import (USER_FILE, USER_FILE_OR_HUB_ID, Generating, GenerationSettings, PositiveInt, Probability,
                              Strict)
-from biasflow.scoring.answer import lookup
-from biasflow.scoring.requests import Classification, Generation
+from biasflow.scoring.requests import Generation
 
 
 class Classifier(Strict):
@@ -321,15 +322,11 @@ def classifier_metrics(scores: pd.DataFrame, categories: Sequence[str], threshol
     is strictly above ``threshold`` (LangFair uses ``>`` for both fraction and probability).
     """
     result = {}
+    names = {"fraction": "stereotype_fraction", "expected_maximum": "expected_maximum_stereotype",
+             "probability": "stereotype_probability"}
     for cat in categories:
-        col = f"stereotype_score_{cat}"
-        if by_prompt:
-            per = scores.groupby("prompt", sort=False)[col]
-            result[f"stereotype_fraction_{cat}"] = float(per.apply(lambda s: (s > threshold).mean()).mean())
-            result[f"expected_maximum_stereotype_{cat}"] = float(per.max().mean())
-            result[f"stereotype_probability_{cat}"] = float((per.max() > threshold).mean())
-        else:
-            result[f"stereotype_fraction_{cat}"] = float((scores[col] > threshold).mean())
+        res = shared_classifier_metrics(scores, f"stereotype_score_{cat}", threshold, by_prompt=by_prompt)
+        result.update({f"{names[k]}_{cat}": res[k] for k in names if k in res})
     return result
 
 
@@ -360,15 +357,6 @@ def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> li
     return generation_grid(items, cfg, METRIC)[1]
 
 
-def classifier_model(clf: Mapping[str, Any]) -> dict[str, Any]:
-    """The model config of ``classifier.model`` (a hub id or a local folder; ``clf``: the filled ``classifier``
-    options): a model of kind ``text_classifier`` (declared in ``biasflow.model_kinds``) answers the Classification
-    requests in the score stage."""
-    source = str(clf["model"])
-    where = "path" if Path(source).expanduser().exists() else "hub_id"
-    return {"name": source, "kind": "text_classifier", where: source, "batch_size": int(clf["batch_size"])}
-
-
 def responses(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     """One row per response (the unit the bootstrap resamples), from the answers to ``requests``."""
     grid, reqs = generation_grid(items, cfg, METRIC)
@@ -380,9 +368,7 @@ def followup_requests(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[s
     clf = cfg["classifier"]
     if not clf.get("model"):
         return []
-    per = responses(items, answers, cfg)
-    texts = dict.fromkeys(str(t) for t in per.loc[per["status"].eq("ok"), "response"])
-    return [(classifier_model(clf), [Classification(t, str(clf["model"])) for t in texts])]
+    return classification_requests(responses(items, answers, cfg), clf)
 
 
 def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
@@ -391,13 +377,10 @@ def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any])
     clf = cfg["classifier"]
     if clf.get("model"):
         ok = per["status"].eq("ok")
-        asked = [Classification(str(t), str(clf["model"])) for t in per.loc[ok, "response"]]
-        labels = lookup(answers, asked, "labels")
-        probabilities = [np.asarray(p, dtype=float) for p in lookup(answers, asked, "probabilities")]
+        labels, probabilities = classifications(per, answers, str(clf["model"]))
         label_for = dict(clf["labels"])
-        if asked:
-            scores = stereotype_scores(list(labels[0]), np.stack(probabilities), label_for,
-                                       mode=clf["mode"])
+        if len(probabilities):
+            scores = stereotype_scores(labels, probabilities, label_for, mode=clf["mode"])
         else:  # nothing answered: nothing classified
             scores = pd.DataFrame({f"stereotype_score_{cat}": [] for cat in label_for}, dtype=float)
         for col in scores:

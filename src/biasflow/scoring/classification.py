@@ -19,19 +19,29 @@ DEFAULT_BATCH_SIZE = 32
 MAX_LENGTH = 512  # longer texts are truncated, as the HF text-classification pipeline LangFair calls does
 
 
+def multi_label(model: Any) -> bool:
+    """Whether the model scores each label on its own (a sigmoid per label, e.g. Detoxify's heads): its config says
+    ``problem_type: multi_label_classification``, or it has one label. The Hugging Face text-classification
+    pipeline (which LangFair calls) decides the same way; every other model gets a softmax over its labels."""
+    cfg = model.config
+    return getattr(cfg, "problem_type", None) == "multi_label_classification" or int(cfg.num_labels) == 1
+
+
 def class_probabilities(model: Any, tokenizer: Any, texts: Sequence[str], batch_tokens: int = DEFAULT_BATCH_TOKENS,
                         max_batch: int = DEFAULT_BATCH_SIZE, max_length: int = MAX_LENGTH) -> np.ndarray:
-    """Softmax over the model's labels for each text (rows: texts in order, columns: label ids)."""
+    """Each text's probability of each label (rows: texts in order, columns: label ids): a softmax over the labels,
+    or a sigmoid per label for a multi-label model (``multi_label``)."""
     device = next(model.parameters()).device
     enc = [tokenizer(str(t), truncation=True, max_length=max_length)["input_ids"] for t in texts]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     out = np.zeros((len(texts), int(model.config.num_labels)), dtype=np.float32)
     model.eval()
+    squash = torch.sigmoid if multi_label(model) else (lambda x: torch.softmax(x, dim=-1))
     for batch in token_budget_batches(list(range(len(enc))), [len(e) for e in enc], batch_tokens, max_batch):
         ids, attn = pad_right([enc[i] for i in batch], pad_id)
         with torch.no_grad():
             logits = model(input_ids=ids.to(device), attention_mask=attn.to(device)).logits
-        out[batch] = torch.softmax(logits.float(), dim=-1).cpu().numpy()
+        out[batch] = squash(logits.float()).cpu().numpy()
     return out
 
 

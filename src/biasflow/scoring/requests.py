@@ -287,7 +287,7 @@ class Generation(Request):
 class Classification(Request):
     """The class probabilities a text classifier (``classifier``: hub id or local folder) gives ``text``; answered
     by that classifier (model kind ``text_classifier``), not by the job's model. Answer: ``labels`` (the model's
-    labels in id order), ``probabilities`` (softmax, same order)."""
+    labels in id order), ``probabilities`` (same order: softmax, or a sigmoid per label for a multi-label model)."""
 
     kind: ClassVar[str] = "classification"
     text: str
