@@ -280,7 +280,8 @@ def test_the_plans_options_are_what_validating_them_again_gives():
     load_all()
     names = sorted(METRICS)
     jobs = [job for model in ("gpt2", "bert_base_uncased")
-            for job in build_plan([f"metric=[{','.join(names)}]", f"model={model}"]).jobs]
+            for job in build_plan([f"metric=[{','.join(names)}]", f"model={model}",
+                                   "metric.toxicity.classifier.model=s-nlp/roberta_toxicity_classifier"]).jobs]
     assert {job.metric for job in jobs} == set(names)
     for job in jobs:
         spec = METRICS[job.metric]
