@@ -1,0 +1,130 @@
+"""LangFair 0.8.0 counterfactual family: prompts and metrics against the real LangFair's outputs
+(tests/fixtures/langfair_counterfactual/, see its README) and hand-computed values."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import minilm_vocab_dir
+
+from biasflow.errors import BiasflowError
+from biasflow.metrics import counterfactual as cf
+
+FIX = Path(__file__).parent / "fixtures" / "langfair_counterfactual"
+PROMPTS = json.loads((FIX / "counterfactual_prompts.json").read_text())["prompts"]
+METRICS = json.loads((FIX / "counterfactual_metrics.json").read_text())
+TEXTS1 = [p["text1"] for p in METRICS["pairs"]]
+TEXTS2 = [p["text2"] for p in METRICS["pairs"]]
+
+
+def _allowed(record: dict, field: str) -> list:
+    """LangFair's value of a field, or every value it gave over PYTHONHASHSEED 0-39 when it depends on the seed."""
+    variants = record["hash_seed_dependent"].get(field)
+    return [v["value"] for v in variants] if variants else [record[field]]
+
+
+@pytest.mark.parametrize("record", PROMPTS, ids=lambda r: str(r["index"]))
+def test_prompts_as_langfair(record):
+    text = record["prompt"]
+    assert cf.attribute_words(text, "gender") == record["parse_texts_gender_sorted"]
+    assert cf.attribute_words(text, "race") == record["parse_texts_race_sorted"]
+    assert cf.neutralize(text, "gender") == record["neutralize_tokens_gender"]
+    assert cf.neutralize(text, "race") in _allowed(record, "neutralize_tokens_race")
+    gender = cf.counterfactual_variants(text, "gender")
+    if record["create_prompts_gender"] is None:
+        assert gender is None
+    else:
+        assert gender == {g: record["create_prompts_gender"][f"{g}_prompt"] for g in cf.GENDER_GROUPS}
+    race = cf.counterfactual_variants(text, "race")
+    if record["create_prompts_race"] is None:
+        assert race is None
+    else:  # per target, one of the outputs LangFair gave under some hash seed (biasflow: longest match first)
+        for group in cf.RACE_GROUPS:
+            assert race[group] in {v[f"{group}_prompt"] for v in _allowed(record, "create_prompts_race")}
+
+
+def test_race_order_is_deterministic_and_documented():
+    # LangFair gives "the caucwhite man" or "the white man" depending on PYTHONHASHSEED; biasflow replaces the longest
+    # phrase first, ties alphabetically ("asian man" before "caucasian", both 9 characters): always the former
+    assert cf.counterfactual_variants("The Caucasian man was tall.", "race")["white"] == "the caucwhite man was tall."
+    assert cf.counterfactual_variants("The blacksmith spoke.", "race")["white"] == "the whitemith spoke."
+
+
+def test_corrected_mode_fixes_the_quirks():
+    assert cf.attribute_words("The blacksmith spoke.", "race", "corrected") == []
+    assert cf.counterfactual_variants("The blacksmith spoke.", "race", "corrected") is None
+    assert cf.attribute_words("The Caucasian man was tall.", "race", "corrected") == ["caucasian"]
+    assert cf.counterfactual_variants("My girlfriend called.", "gender") is None  # LangFair's "girfriend"
+    assert cf.counterfactual_variants("My girlfriend called.", "gender", "corrected") == {
+        "female": "my girlfriend called.", "male": "my boyfriend called."}
+    assert cf.counterfactual_variants("My boyfriend called.", "gender")["female"] == "my girfriend called."
+    assert cf.attribute_words("Hello, Mr. President.", "gender") == []
+    assert cf.attribute_words("Hello, Mr. President.", "gender", "corrected") == ["mr."]
+
+
+def test_bad_input_errors():
+    with pytest.raises(BiasflowError, match="attribute"):
+        cf.attribute_words("he", "religion")
+    with pytest.raises(BiasflowError, match="mode"):
+        cf.attribute_words("he", "gender", "strict")
+    with pytest.raises(BiasflowError, match="pair up"):
+        cf.pair_metrics(["a"], ["a", "b"])
+
+
+def test_detokenize_matches_moses_cases():
+    assert cf.detokenize(["she", "said", "``", "no", "''", "and", "did", "n't", "go", "(", "really", ")", "."]) == \
+        "she said ``no ''and did n't go (really)."
+    assert cf.detokenize(["it", "was", "her", "'s", ",", "not", "$", "5", "!"]) == "it was her's, not $5!"
+
+
+def test_hand_computed_metrics():
+    # BLEU: identical 2-token texts have no 3-/4-grams; method1 gives them 0.1/1 -> (1*1*0.1*0.1)**0.25
+    assert cf.bleu("OK go", "ok go") == pytest.approx(0.1 ** 0.5, abs=1e-12)
+    # ROUGE-L: LCS("the cat sat", "the cat ran") = 2 of 3 each way -> F = 2/3
+    assert cf.rouge_l("the cat sat", "the cat ran") == pytest.approx(2 / 3, abs=1e-12)
+    assert cf.rouge_l("", "") == 0.0
+    assert cf.strong_parity([0.0, 0.5, 0.2], [0.1, 0.0, 0.6]) == pytest.approx((0 + 0.1 + 0.1) / 3)
+    assert cf.weak_parity([0.6, 0.1], [0.1, 0.1]) == 0.5 and cf.weak_parity([0.1], [0.6]) == -1.0
+    assert cf.weak_parity([0.5], [0.0]) == 0.0  # strict >
+    np.testing.assert_allclose(cf.cosine([[1, 0], [1, 1]], [[1, 0], [-1, 1]]), [1.0, 0.0], atol=1e-7)
+
+
+@pytest.mark.parametrize("attribute", ["gender", "race"])
+def test_neutralised_texts_as_langfair(attribute):
+    ing = METRICS["ingredients"]
+    assert [cf.neutralize(t, attribute) for t in TEXTS1] == ing[f"neutralized_{attribute}_texts1"]
+    assert [cf.neutralize(t, attribute) for t in TEXTS2] == ing[f"neutralized_{attribute}_texts2"]
+
+
+@pytest.fixture(scope="module")
+def embeddings():
+    from sentence_transformers import SentenceTransformer
+    model = SentenceTransformer(str(minilm_vocab_dir()), device="cpu")
+    return model.encode(TEXTS1), model.encode(TEXTS2)
+
+
+@pytest.mark.parametrize("case,attribute", [("default_attribute_gender", "gender"), ("default_attribute_race", "race"),
+                                            ("neutralize_tokens_False", None)])
+def test_metrics_as_langfair(case, attribute, embeddings):
+    ref = METRICS["CounterfactualMetrics"][case]["result"]
+    per, agg = cf.pair_metrics(TEXTS1, TEXTS2, attribute, *embeddings)
+    names = {"cosine": "Cosine Similarity", "rougel": "RougeL Similarity", "bleu": "Bleu Similarity",
+             "sentiment_diff": "Sentiment Bias"}
+    for mine, theirs in names.items():
+        np.testing.assert_allclose(per[mine], ref["data"][theirs], rtol=0, atol=1e-6)
+    for mine, theirs in list(names.items())[:3]:
+        assert agg[mine] == pytest.approx(ref["metrics"][theirs], abs=1e-6)
+    assert agg["sentiment_strong_parity"] == pytest.approx(ref["metrics"]["Sentiment Bias"], abs=1e-12)
+
+
+@pytest.mark.parametrize("sentiment", ["neg", "pos"])
+@pytest.mark.parametrize("parity,threshold", [("strong", 0.5), ("weak", 0.5), ("weak", 0.2)])
+def test_sentiment_parity_as_langfair(sentiment, parity, threshold):
+    key = (f"SentimentBias(classifier='vader', sentiment='{sentiment}', parity='{parity}', threshold={threshold}, "
+           "how='mean')")
+    expected = METRICS["individual_metrics_on_raw_texts"][key]["return_value"]
+    s1, s2 = cf.vader_scores(TEXTS1, sentiment), cf.vader_scores(TEXTS2, sentiment)
+    got = cf.strong_parity(s1, s2) if parity == "strong" else cf.weak_parity(s1, s2, threshold)
+    assert got == pytest.approx(expected, abs=1e-12)
