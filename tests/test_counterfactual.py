@@ -99,10 +99,14 @@ def test_neutralised_texts_as_langfair(attribute):
 
 
 @pytest.fixture(scope="module")
-def embeddings():
+def minilm():
     from sentence_transformers import SentenceTransformer
-    model = SentenceTransformer(str(minilm_vocab_dir()), device="cpu")
-    return model.encode(TEXTS1), model.encode(TEXTS2)
+    return SentenceTransformer(str(minilm_vocab_dir()), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def embeddings(minilm):
+    return minilm.encode(TEXTS1), minilm.encode(TEXTS2)
 
 
 @pytest.mark.parametrize("case,attribute", [("default_attribute_gender", "gender"), ("default_attribute_race", "race"),
@@ -128,3 +132,38 @@ def test_sentiment_parity_as_langfair(sentiment, parity, threshold):
     s1, s2 = cf.vader_scores(TEXTS1, sentiment), cf.vader_scores(TEXTS2, sentiment)
     got = cf.strong_parity(s1, s2) if parity == "strong" else cf.weak_parity(s1, s2, threshold)
     assert got == pytest.approx(expected, abs=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------ pipeline
+def test_pipeline_on_a_responses_file_equals_the_library(tmp_path, minilm):
+    """plan -> prepare -> score (responses file, then the packaged MiniLM as the encoder) -> metric: the aggregates
+    are the library's numbers on the same pairs."""
+    import pandas as pd
+    from test_generation_pipeline import run_job
+
+    from biasflow.data.prompts import load_langfair_prompts
+    from biasflow.plan import build_plan
+
+    items = load_langfair_prompts({}, {}).head(2)
+    variants = cf.variant_table(items, {"_mode": "parity"})
+    assert set(variants["group"]) == {"female", "male"}
+    replies = {"female": ["She is kind and caring.", "A terrible, awful letter."],
+               "male": ["He is kind and confident.", "A wonderful letter."]}
+    rows = [{"prompt": p, "response": replies[g][i]} for p, g in zip(variants["prompt"], variants["group"])
+            for i in range(2)]
+    pd.DataFrame(rows).to_csv(tmp_path / "resp.csv", index=False)
+    plan = build_plan(["metric=[counterfactual]", "benchmark.langfair_prompts.limit=2",
+                       "metric.counterfactual.generation.count=2", "+generator=responses_file",
+                       f"generator.path={tmp_path / 'resp.csv'}"])
+    agg = run_job(plan.jobs[0], tmp_path)
+    got = agg[agg["category"] == "gender:female-male"].set_index("metric")["value"]
+    t1 = [replies["female"][i] for _ in range(2) for i in range(2)]
+    t2 = [replies["male"][i] for _ in range(2) for i in range(2)]
+    _, expected = cf.pair_metrics(t1, t2, "gender", minilm.encode(t1), minilm.encode(t2))
+    for name in ("rougel", "bleu", "sentiment_strong_parity", "sentiment_weak_parity"):
+        assert got[name] == pytest.approx(expected[name], abs=1e-12), name
+    assert got["cosine"] == pytest.approx(expected["cosine"], abs=1e-6)
+    assert got["non_completion_rate"] == 0
+    per_item = pd.read_parquet(tmp_path / "out" / "per_item.parquet")
+    assert len(per_item) == 4 and per_item["item_id"].is_unique
+    assert {"ci_low", "ci_high"} <= set(agg.columns)
