@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import minilm_vocab_dir
 
-from biasflow.errors import BiasflowError
+from biasflow.errors import BiasflowError, DataFormatError
 from biasflow.metrics import counterfactual as cf
 
 FIX = Path(__file__).parent / "fixtures" / "langfair_counterfactual"
@@ -167,3 +167,12 @@ def test_pipeline_on_a_responses_file_equals_the_library(tmp_path, minilm):
     per_item = pd.read_parquet(tmp_path / "out" / "per_item.parquet")
     assert len(per_item) == 4 and per_item["item_id"].is_unique
     assert {"ci_low", "ci_high"} <= set(agg.columns)
+
+    # a response without its counterfactual partner: one line naming the file and the row
+    pd.DataFrame(rows[:-1]).to_csv(tmp_path / "short.csv", index=False)
+    plan = build_plan(["metric=[counterfactual]", "benchmark.langfair_prompts.limit=2",
+                       "metric.counterfactual.generation.count=2", "metric.counterfactual.encoder=false",
+                       "+generator=responses_file", f"generator.path={tmp_path / 'short.csv'}"])
+    with pytest.raises(DataFormatError, match=r"short\.csv: row 6 .* has no counterfactual partner: no response 2 "
+                                              r"to .* \(its male variant\)"):
+        run_job(plan.jobs[0], tmp_path / "short")

@@ -366,6 +366,28 @@ def followup_requests(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[s
     return [(model, [SentenceEmbedding(t) for t in texts])]
 
 
+def _check_partner(r1: Mapping[str, Any], r2: Mapping[str, Any], cfg: Mapping[str, Any]) -> None:
+    """A responses file that answers one variant of a prompt but not its partner: an error naming the file, the
+    row that has no partner and the variant prompt it needs (a pair cannot be compared with nothing)."""
+    from biasflow.generation.answer import _shown, read_responses_file
+    from biasflow.metrics._generated import generator_settings, responses_path
+
+    missing = [r for r in (r1, r2) if r["status"] != "ok" and str(r.get("error") or "").startswith("no response")]
+    if len(missing) != 1:
+        return
+    path = responses_path(*generator_settings(cfg, METRIC))
+    if path is None:
+        return
+    have = r2 if missing[0] is r1 else r1
+    table = read_responses_file(path)
+    row = table.index[(table["prompt"] == have["prompt"]) & (table["sample_index"] == have["sample_index"])]
+    where = f"row {int(row[0]) + 1}" if len(row) else "a row"
+    raise DataFormatError(
+        f"responses file {path}: {where} (counting from the first data row, prompt {_shown(have['prompt'])}, "
+        f"response {int(have['sample_index']) + 1}) has no counterfactual partner: no response "
+        f"{int(have['sample_index']) + 1} to {_shown(missing[0]['prompt'])} (its {missing[0]['group']} variant)")
+
+
 def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     """One row per response pair: the two groups' responses with the same sample index to the same prompt, for
     every pair of groups of the attribute (gender: female-male; race: the 6 pairs of white/black/hispanic/asian)."""
@@ -388,6 +410,7 @@ def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any])
         by_group = {g: r for g, r in zip(df["group"], df.to_dict("records"))}
         for g1, g2 in combinations(GROUPS[attribute], 2):
             r1, r2 = by_group[g1], by_group[g2]
+            _check_partner(r1, r2, cfg)
             row = {"item_id": f"{item_id}|{attribute}|{sample}", "prompt_id": item_id, "attribute": attribute,
                    "category": f"{attribute}:{g1}-{g2}", "group1": g1, "group2": g2, "sample_index": sample,
                    "prompt1": r1["prompt"], "prompt2": r2["prompt"], "response1": r1["response"],
@@ -440,6 +463,7 @@ def _register() -> None:
     from biasflow.registry import MetricSpec, options_in_module, register_metric
 
     options_in_module(globals(), Counterfactual, only=("variant_table", "requests", "encoder_model", "_responses",
+                                                       "_check_partner",
                                                        "followup_requests", "_compute", "_aggregate", "_grid",
                                                        "_mode"))
     register_metric(MetricSpec(
