@@ -79,7 +79,7 @@ def test_bad_input_names_it(in_project):
     with pytest.raises(DataFormatError, match="responses has no column 'response'"):
         bf.evaluate("langfair_stereotype", pd.DataFrame({"prompt": ["x"]}))
     with pytest.raises(ConfigError, match="does not score generated text; one of langfair_stereotype, "
-                                          "helm_representation, honest"):
+                                          "counterfactual, helm_representation, honest"):
         bf.evaluate("crows_pairs", pd.DataFrame({"prompt": ["x"], "response": ["y"]}))
     with pytest.raises(ConfigError, match="stats.n_boot"):
         bf.evaluate("langfair_stereotype", pd.DataFrame({"prompt": ["x"], "response": ["y"]}), "stats.n_boot=-1")

@@ -135,7 +135,7 @@ def test_sentiment_parity_as_langfair(sentiment, parity, threshold):
 
 
 # ------------------------------------------------------------------------------------------------ pipeline
-def test_pipeline_on_a_responses_file_equals_the_library(tmp_path, minilm):
+def test_pipeline_and_api_on_a_responses_file_equal_the_library(tmp_path, minilm, monkeypatch):
     """plan -> prepare -> score (responses file, then the packaged MiniLM as the encoder) -> metric: the aggregates
     are the library's numbers on the same pairs."""
     import pandas as pd
@@ -167,6 +167,20 @@ def test_pipeline_on_a_responses_file_equals_the_library(tmp_path, minilm):
     per_item = pd.read_parquet(tmp_path / "out" / "per_item.parquet")
     assert len(per_item) == 4 and per_item["item_id"].is_unique
     assert {"ci_low", "ci_high"} <= set(agg.columns)
+
+    # biasflow.api.evaluate on the same responses, in process: the same numbers and CIs as the pipeline
+    from conftest import project_copy
+
+    import biasflow.api as bf
+
+    project = project_copy(tmp_path / "project")
+    monkeypatch.setenv("BIASFLOW_CONF", str(project / "conf"))
+    monkeypatch.chdir(project)
+    ours = bf.evaluate("counterfactual", pd.DataFrame(rows), "benchmark.langfair_prompts.limit=2",
+                       "metric.counterfactual.generation.count=2", "stats.n_boot=20", "stats.seed=0").aggregate
+    cols = ["metric", "category", "value", "ci_low", "ci_high", "n"]
+    pd.testing.assert_frame_equal(ours[cols].sort_values(cols[:2]).reset_index(drop=True),
+                                  agg[cols].sort_values(cols[:2]).reset_index(drop=True))
 
     # a response without its counterfactual partner: one line naming the file and the row
     pd.DataFrame(rows[:-1]).to_csv(tmp_path / "short.csv", index=False)

@@ -189,8 +189,8 @@ def _responses_file(responses: pd.DataFrame | str | Path, folder: Path) -> Path:
 
 def evaluate(metric: str, responses: pd.DataFrame | str | Path, *overrides: str,
              name: str = "responses") -> Results:
-    """Compute a generated-text metric (``langfair_stereotype``, ``helm_representation``, ``honest``) with its
-    bootstrap CIs on your own responses: a DataFrame (or CSV / JSONL / Parquet file) with columns ``prompt`` and
+    """Compute a generated-text metric (``langfair_stereotype``, ``counterfactual``, ``helm_representation``,
+    ``honest``) with its bootstrap CIs on your own responses: a DataFrame (or CSV / JSONL / Parquet file) with columns ``prompt`` and
     ``response`` (HONEST: k responses per template prompt). ``name`` names the model that wrote them (tables,
     folders). The same plan, cache and code as ``biasflow run metric=[<metric>] +generator=responses_file
     generator.path=<file> generator.name=<name>``, run in this process without Snakemake or MLflow."""
@@ -202,7 +202,8 @@ def evaluate(metric: str, responses: pd.DataFrame | str | Path, *overrides: str,
         raise ConfigError(f"evaluate: metric {metric!r} does not score generated text; one of "
                           f"{', '.join(scoring_text)} (other metrics: run(...))")
     overrides = _overrides(overrides)
-    results_dir = Path(compose(overrides)["paths"]["results"])
+    # composed with the metric, so that its own options (metric.<name>.generation.count=...) can be overridden
+    results_dir = Path(compose([f"metric=[{metric}]", *overrides])["paths"]["results"])
     path = _responses_file(responses, results_dir / "api")
     the_plan = build_plan([f"metric=[{metric}]", "+generator=responses_file", f"generator.path={path}",
                            f"generator.name={name}", *overrides])
