@@ -168,6 +168,19 @@ def test_pipeline_and_api_on_a_responses_file_equal_the_library(tmp_path, minilm
     assert len(per_item) == 4 and per_item["item_id"].is_unique
     assert {"ci_low", "ci_high"} <= set(agg.columns)
 
+    # paired tests between two models on the same pairs (the generic paired bootstrap over item_id)
+    from biasflow.registry import get_metric
+    from biasflow.stats import paired
+
+    spec = get_metric("counterfactual")
+    other = per_item.copy()
+    other["rougel"], other["sentiment1"] = other["rougel"] * 0.5, 0.0
+    tables = {"A": per_item, "B": other}
+    tests = paired.paired_bootstrap(tables, {m: (lambda df: spec.aggregate(df, {})) for m in tables},
+                                    list(spec.headline), n_boot=20, seed=0)
+    row = tests[tests["metric"] == "rougel"].iloc[0]
+    assert row["ci_low"] > 0 and set(tests["metric"]) == set(spec.headline)
+
     # biasflow.api.evaluate on the same responses, in process: the same numbers and CIs as the pipeline
     from conftest import project_copy
 
