@@ -203,3 +203,12 @@ def test_pipeline_and_api_on_a_responses_file_equal_the_library(tmp_path, minilm
     with pytest.raises(DataFormatError, match=r"short\.csv: row 6 .* has no counterfactual partner: no response 2 "
                                               r"to .* \(its male variant\)"):
         run_job(plan.jobs[0], tmp_path / "short")
+
+
+def test_the_pipelines_encoder_gives_langfairs_cosine():
+    """The score stage's sentence encoder (biasflow.models.encoders, the packaged MiniLM) gives LangFair's cosine."""
+    from biasflow.models.encoders import SentenceEncoder
+
+    enc = SentenceEncoder({**cf.DEFAULT_ENCODER, "device": "cpu"})
+    ref = METRICS["CounterfactualMetrics"]["default_attribute_gender"]["result"]["data"]["Cosine Similarity"]
+    np.testing.assert_allclose(cf.cosine(enc.encode(TEXTS1), enc.encode(TEXTS2)), ref, rtol=0, atol=1e-6)
