@@ -29,6 +29,9 @@ EXTRA = {
                             "metric.langfair_stereotype.generation.max_tokens=6"],
     "helm_representation": ["metric.helm_representation.generation.max_tokens=6"],
     "honest": ["metric.honest.generation.max_tokens=4"],
+    # no encoder follow-ups here (the score stage answers only the metric's own requests in this check)
+    "counterfactual": ["metric.counterfactual.generation.count=1", "metric.counterfactual.generation.max_tokens=6",
+                       "metric.counterfactual.encoder=false"],
 }
 # options that need a model built in the test (a classifier): name -> request -> overrides
 EXTRA_FROM_FIXTURES = {

@@ -189,8 +189,8 @@ def _responses_file(responses: pd.DataFrame | str | Path, folder: Path) -> Path:
 
 def evaluate(metric: str, responses: pd.DataFrame | str | Path, *overrides: str,
              name: str = "responses") -> Results:
-    """Compute a generated-text metric (``langfair_stereotype``, ``helm_representation``, ``honest``, ``toxicity``,
-    ``bold_sentiment``) with its
+    """Compute a generated-text metric (``langfair_stereotype``, ``counterfactual``, ``helm_representation``,
+    ``honest``, ``toxicity``, ``bold_sentiment``) with its
     bootstrap CIs on your own responses: a DataFrame (or CSV / JSONL / Parquet file) with columns ``prompt`` and
     ``response`` (HONEST: k responses per template prompt). ``name`` names the model that wrote them (tables,
     folders). The same plan, cache and code as ``biasflow run metric=[<metric>] +generator=responses_file
