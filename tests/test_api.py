@@ -95,8 +95,8 @@ def test_bad_input_names_it(in_project):
 
     with pytest.raises(DataFormatError, match="responses has no column 'response'"):
         bf.evaluate("langfair_stereotype", pd.DataFrame({"prompt": ["x"]}))
-    with pytest.raises(ConfigError, match="does not score generated text; one of langfair_stereotype, toxicity, "
-                                          "bold_sentiment, counterfactual, helm_representation, honest"):
+    with pytest.raises(ConfigError, match="does not score generated text; one of bold_sentiment, counterfactual, "
+                                          "helm_representation, honest, langfair_stereotype, toxicity"):
         bf.evaluate("crows_pairs", pd.DataFrame({"prompt": ["x"], "response": ["y"]}))
     with pytest.raises(ConfigError, match="stats.n_boot"):
         bf.evaluate("langfair_stereotype", pd.DataFrame({"prompt": ["x"], "response": ["y"]}), "stats.n_boot=-1")

@@ -145,7 +145,7 @@ def test_pipeline_and_api_on_a_responses_file_equal_the_library(tmp_path, minilm
     from biasflow.plan import build_plan
 
     items = load_langfair_prompts({}, {}).head(2)
-    variants = cf.variant_table(items, {"_mode": "parity"})
+    variants = cf.variant_table(items, {"run_mode": "parity"})
     assert set(variants["group"]) == {"female", "male"}
     replies = {"female": ["She is kind and caring.", "A terrible, awful letter."],
                "male": ["He is kind and confident.", "A wonderful letter."]}

@@ -31,7 +31,7 @@ def generated_text_metrics() -> list[str]:
     from biasflow.registry import METRICS, load_all
 
     load_all()
-    return [name for name, spec in METRICS.items() if "generator" in spec.model_kinds]
+    return sorted(name for name, spec in METRICS.items() if "generator" in spec.model_kinds)
 
 
 class RunFailed(BiasflowError):
