@@ -182,11 +182,15 @@ def metric_options(spec, params: Mapping[str, Any], complete: bool = True):
     """The options a stage passes to the metric, with ``run_mode``: the job's ``run.mode`` as the plan stores it.
     ``complete``: the plan's options, validated with every default filled in when the plan was made, passed as they
     are (not validated again); otherwise (the score stage's, only its score keys) the rest filled from their
-    defaults here."""
+    defaults here, as are params that lack some option."""
     from biasflow.registry import FilledOptions, filled
 
     cfg = {**params["metric_cfg"], "run_mode": params["mode"]}
-    return FilledOptions(cfg) if complete else filled(spec.options, cfg)
+    # the plan's options hold every option of the metric (filled_options); params written by hand (a test, a
+    # notebook calling a stage) may hold fewer: those are validated and filled here
+    if complete and set(spec.options.model_fields) <= set(cfg):
+        return FilledOptions(cfg)
+    return filled(spec.options, cfg)
 
 
 def score(params: Mapping[str, Any], items_path: str | None, out: str, cache_dir: str) -> pd.DataFrame:
