@@ -42,9 +42,9 @@ def documented_overrides(table: Path) -> list[str]:
 
 @pytest.fixture
 def example(tmp_path, monkeypatch, crows_csv):
-    """The page's files in a scratch project with the CrowS-Pairs file in place; the kind registered as the end of
-    model_kinds.py registers it (and gone after the test); a counts table from the first pairs' less stereotyped
-    sentences."""
+    """The page's files in a scratch project with the CrowS-Pairs file in place; the declaration module imported as
+    biasflow.kinds.unigram (the registry finds it there) and its kind gone after the test; a counts table from the
+    first pairs' less stereotyped sentences."""
     from biasflow import model_kinds
 
     monkeypatch.setattr(model_kinds, "KINDS", dict(model_kinds.KINDS))
@@ -54,8 +54,10 @@ def example(tmp_path, monkeypatch, crows_csv):
     module.__file__ = str(tmp_path / "unigram.py")
     monkeypatch.setitem(sys.modules, module.__name__, module)
     exec(compile(titled("src/biasflow/models/unigram.py"), module.__file__, "exec"), module.__dict__)
-    namespace = {"__name__": "biasflow.model_kinds", **{n: getattr(model_kinds, n) for n in model_kinds.__all__}}
-    exec(compile(titled("src/biasflow/model_kinds.py"), "model_kinds.py", "exec"), namespace)
+    declaration = types.ModuleType("biasflow.kinds.unigram")
+    declaration.__file__ = str(tmp_path / "kinds_unigram.py")
+    monkeypatch.setitem(sys.modules, declaration.__name__, declaration)
+    exec(compile(titled("src/biasflow/kinds/unigram.py"), declaration.__file__, "exec"), declaration.__dict__)
     monkeypatch.setenv("BIASFLOW_CONF", str(project / "conf"))
     monkeypatch.chdir(project)
     source = pd.read_csv(crows_csv).head(LIMIT)
@@ -141,8 +143,16 @@ def test_the_worked_example_tells_what_is_wrong(example, tmp_path):
                                           r"\['masked_lm'\], got 'unigram'"):
         build_plan(["model=unigram", f"model.path={table}", "metric=[crows_pairs]"])
     # a second declaration of the name from another module
-    with pytest.raises(ValueError, match="model kind 'unigram' is registered twice: by biasflow.model_kinds and by "
+    with pytest.raises(ValueError, match="model kind 'unigram' is registered twice: by biasflow.kinds.unigram and by "
                                          "my_project.kinds"):
         register_model_kind(ModelKindSpec(name="unigram", factory="my_project.kinds:Unigram", answers={},
                                           resources=Resources(mem_mb=1, cpus=1, runtime_min=1, gpu_capable=False)),
                             module="my_project.kinds")
+
+
+def test_the_worked_example_touches_only_its_own_files_and_its_model_config():
+    """A new model kind is its adapter module, its declaration module and its model config: the page writes nothing
+    else (no registry, schema, fingerprint or scheduler file to edit), and the fixture above runs it with exactly
+    those."""
+    assert {b["title"] for b in blocks() if b["title"]} == {
+        "src/biasflow/models/unigram.py", "src/biasflow/kinds/unigram.py", "conf/model/unigram.yaml"}

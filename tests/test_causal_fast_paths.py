@@ -138,15 +138,16 @@ def test_head_chunk_through_the_model_config(tiny_gpt2):
 
 
 def test_head_chunk_and_compile_are_validated():
-    from biasflow.schema import ModelConfig
+    from biasflow.errors import ConfigError
+    from biasflow.schema import validate_model_config
 
-    ModelConfig(kind="causal_lm", hub_id="x", head_chunk="auto", compile="blocks")
-    ModelConfig(kind="causal_lm", hub_id="x", head_chunk=8192, compile=None)
+    validate_model_config(dict(kind="causal_lm", hub_id="x", head_chunk="auto", compile="blocks"))
+    validate_model_config(dict(kind="causal_lm", hub_id="x", head_chunk=8192, compile=None))
     for bad in ({"head_chunk": 0}, {"head_chunk": "big"}, {"compile": "model"}, {"compile": True}, {"compile": False}):
-        with pytest.raises(Exception, match="head_chunk|compile"):
-            ModelConfig(kind="causal_lm", hub_id="x", **bad)
-    with pytest.raises(Exception, match="head_chunk"):
-        ModelConfig(kind="masked_lm", hub_id="x", head_chunk=8192)
+        with pytest.raises(ConfigError, match="head_chunk|compile"):
+            validate_model_config(dict(kind="causal_lm", hub_id="x", **bad))
+    with pytest.raises(ConfigError, match="kind masked_lm takes no option 'head_chunk' .an option of kind causal_lm"):
+        validate_model_config(dict(kind="masked_lm", hub_id="x", head_chunk=8192))
 
 
 # ----------------------------------------------------------------------------------------------- compiled blocks

@@ -181,7 +181,7 @@ def test_the_schema_defines_no_metric_options():
     assert {name for name in defined if issubclass(getattr(schema, name), schema.MetricBase)} \
         <= SHARED_OPTION_CLASSES
     reached = set().union(*(_option_classes(model) for model in (
-        schema.ModelConfig, schema.GenerationJobModel, schema.BenchmarkConfig, schema.GeneratorConfig,
+        schema.ModelOptions, schema.GenerationJobModel, schema.BenchmarkConfig, schema.GeneratorConfig,
         *schema.RUN_SECTIONS.values(),
         schema.PathsConfig, schema.TrackingConfig)))
     assert defined - {c.__name__ for c in reached} - SHARED_OPTION_CLASSES - {"Strict", "Open", "_TypedScalars"} \
@@ -205,7 +205,7 @@ def repeated_schema_defaults(root=ROOT) -> list[str]:
 
     load_all()
     defaults: dict[str, list] = {}
-    sections = [schema.ModelConfig, schema.TrackingConfig, schema.GeneratorConfig, schema.GenerationSettings,
+    sections = [schema.ModelOptions, *schema.model_config_models().values(), schema.TrackingConfig, schema.GeneratorConfig, schema.GenerationSettings,
                 *schema.RUN_SECTIONS.values(), *(spec.options for spec in METRICS.values())]
     for model in sections:
         for key, value in option_defaults(model).items():

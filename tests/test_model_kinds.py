@@ -107,11 +107,11 @@ def test_the_tables_keep_their_numbers():
 
 def test_a_second_model_kind_under_a_taken_name_is_refused_naming_both_modules(kinds):
     taken = ModelKindSpec(name="causal_lm", factory="my_project.models:Other", answers={}, resources=SMALL)
-    with pytest.raises(ValueError, match="model kind 'causal_lm' is registered twice: by biasflow.model_kinds and "
+    with pytest.raises(ValueError, match="model kind 'causal_lm' is registered twice: by biasflow.kinds.hf and "
                                          "by my_project.kinds; give one of them another name"):
         register_model_kind(taken, module="my_project.kinds")
     # from this module: the caller's name is the declaring module
-    with pytest.raises(ValueError, match=f"by biasflow.model_kinds and by {__name__}"):
+    with pytest.raises(ValueError, match=f"by biasflow.kinds.hf and by {__name__}"):
         register_model_kind(taken)
     mine = ModelKindSpec(name="mine", factory="my_project.models:Mine", answers={"pll": "my_project.models:pll"},
                          resources=SMALL)
@@ -228,17 +228,65 @@ def test_every_model_config_of_the_project_sets_only_its_kinds_options():
         validate_model_config(yaml.safe_load(path.read_text()), f"conf/model/{path.name}")
 
 
-def test_every_kind_option_is_a_model_config_field_and_every_field_is_read_by_some_kind():
-    from biasflow import model_kinds
-    from biasflow.schema import ModelConfig
+def test_each_kind_declares_its_config_model_and_an_option_shared_by_kinds_means_the_same_in_each():
+    """A config is validated by its kind's own model (a union keyed on kind); where kinds share an option name, its
+    type, default and markers agree (the fingerprint and the user-file digests read the markers by name)."""
+    from biasflow.schema import ModelOptions, model_config_model, model_config_models
 
-    fields = set(ModelConfig.model_fields)
-    declared = {k: set(spec.options) for k, spec in model_kinds.KINDS.items() if spec.options is not None}
-    assert set(model_kinds.COMMON_OPTIONS) <= fields
-    for kind, options in declared.items():
-        assert options <= fields, (kind, options - fields)
-    read_by_some = set(model_kinds.COMMON_OPTIONS).union(*declared.values())
-    assert fields - read_by_some == set()
+    models = model_config_models()
+    assert set(models) == set(model_kinds.KINDS) - {"generator"}  # the plan writes a generator's model configs
+    assert model_config_model("generator") is ModelOptions and model_config_model("nope") is None
+    by_name: dict[str, dict] = {}
+    for kind, model in models.items():
+        assert issubclass(model, ModelOptions), kind
+        for name, info in model.model_fields.items():
+            seen = (str(info.annotation), repr(info.default), repr(info.json_schema_extra))
+            by_name.setdefault(name, {}).setdefault(seen, []).append(kind)
+    differing = {name: variants for name, variants in by_name.items() if len(variants) > 1}
+    assert differing == {}
+
+
+def test_a_kind_declared_in_a_module_of_its_own_is_found_without_an_edit_elsewhere(tmp_path, monkeypatch):
+    """The declaration modules are discovered (``model_kinds.DECLARATION_PACKAGES``): a new module in the package
+    declares a kind, its config model validates its configs, and a kind it refers to may be declared in a module
+    imported after it."""
+    import sys
+
+    from biasflow.schema import validate_model_config
+
+    package = tmp_path / "my_kinds"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a_first.py").write_text(
+        "from typing import Optional\n"
+        "from pydantic import Field\n"
+        "from biasflow.model_kinds import ModelKindSpec, Resources, register_model_kind\n"
+        "from biasflow.schema import IDENTITY_WHEN_SET, ModelOptions\n"
+        "class TableConfig(ModelOptions):\n"
+        "    table: Optional[str] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)\n"
+        "register_model_kind(ModelKindSpec(name='table_lm', factory='my_kinds.a_first:Model', like='z_base',\n"
+        "    config=TableConfig, answers={}, resources=Resources(mem_mb=1, cpus=1, runtime_min=1, gpu_capable=False)))\n")
+    (package / "z_base.py").write_text(
+        "from biasflow.model_kinds import ModelKindSpec, Resources, register_model_kind\n"
+        "register_model_kind(ModelKindSpec(name='z_base', factory='my_kinds.z_base:Model', answers={},\n"
+        "    resources=Resources(mem_mb=1, cpus=1, runtime_min=1, gpu_capable=False)))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(model_kinds, "KINDS", model_kinds._Registry())
+    monkeypatch.setattr(model_kinds, "DECLARATION_PACKAGES", [*model_kinds.DECLARATION_PACKAGES, "my_kinds"])
+    monkeypatch.setitem(model_kinds._loading, "state", "no")
+    for name in [m for m in sys.modules if m == "biasflow.kinds" or m.startswith(("biasflow.kinds.", "my_kinds"))]:
+        monkeypatch.delitem(sys.modules, name)
+    try:
+        assert {"table_lm", "z_base", "causal_lm"} <= set(model_kinds.KINDS)
+        assert model_kinds.accepts(["z_base"], "table_lm")
+        validate_model_config({"kind": "table_lm", "table": "t.tsv"})
+        with pytest.raises(ConfigError, match="kind table_lm takes no option 'dtype'"):
+            validate_model_config({"kind": "table_lm", "dtype": "bfloat16"})
+        with pytest.raises(ConfigError, match="kind causal_lm takes no option 'table' .an option of kind table_lm"):
+            validate_model_config({"kind": "causal_lm", "hub_id": "x", "table": "t.tsv"})
+    finally:
+        monkeypatch.undo()
+        model_kinds._loading["state"] = "done"
 
 
 def test_metrics_choose_requests_by_what_a_kind_answers_not_by_its_name(kinds):
@@ -289,12 +337,13 @@ def test_the_fingerprint_keys_are_the_options_marked_as_the_models_identity():
     """A model option marked IDENTITY changes the fingerprint (the answer cache and output paths), one marked
     IDENTITY_WHEN_SET changes it only when set, and an unmarked one (where or how fast it runs) never does."""
     from biasflow.models.fingerprint import PROCESS_KEYS, SCORING_KEYS, config_fingerprint
-    from biasflow.schema import GenerationJobModel, ModelConfig, identity_keys
+    from biasflow.schema import GenerationJobModel, every_model_option, model_marked_options
 
-    fields = set(ModelConfig.model_fields) - {"kind"}
+    fields = every_model_option() - {"kind"}
     assert set(_SAMPLE) == fields, "give the new option a sample value here"
-    marked_always, marked_when_set = set(identity_keys(ModelConfig, "always")), set(identity_keys(ModelConfig,
-                                                                                                  "when_set"))
+    marked = model_marked_options("identity")
+    marked_always = {k for k, v in marked.items() if v == "always"}
+    marked_when_set = {k for k, v in marked.items() if v == "when_set"}
     assert set(SCORING_KEYS) == marked_always and "kind" in marked_always
     assert set(PROCESS_KEYS) == marked_when_set | set(GenerationJobModel.model_fields)
     base = {"name": "m", "kind": "causal_lm", "hub_id": "org/m"}

@@ -1,27 +1,31 @@
-"""Model kinds, each declared once: the one place that says what a ``model.kind`` is.
+"""Model kinds, each declared once: the registry that says what a ``model.kind`` is.
 
 A declaration (``ModelKindSpec``) names the kind's adapter factory and answerers as ``"module:function"`` strings
 (imported only when a model is loaded or a request answered, so declaring a kind imports neither torch nor
-transformers), the scheduling defaults of its score jobs, and how its fingerprint is found. Everything else that
-knows about model kinds reads it from here:
+transformers), its config model (the options a model config of the kind takes, validated at plan time), the
+scheduling defaults of its score jobs, and how its fingerprint is found. Everything else that knows about model kinds
+reads it from here:
 
-* ``schema.ModelKind`` (``ModelConfig.kind``): a config's kind must be a declared one; an unknown kind is a one-line
-  error listing the known kinds;
+* ``schema.ModelKind`` and ``schema.validate_model_config``: a config's kind must be a declared one (an unknown kind
+  is a one-line error listing the known kinds), and the kind's config model validates it;
 * ``models.MODEL_KINDS`` / ``models.load_model``: the adapter factory;
 * ``scoring.answer.ANSWERERS`` (who answers which request kind), ``ANSWER_REVISIONS`` (the cache folder revision of
   an answerer's numbers) and ``LOAD_AS`` (a request answered by a sibling head of the same checkpoint);
 * ``scheduling.KIND_DEFAULTS``: memory, CPUs, time limit and whether the kind can use a GPU;
-* ``models.fingerprint``: which kinds load a Hugging Face folder (their fingerprint is known without loading them)
-  and which config keys say only where a model runs;
+* ``models.fingerprint``: the identity markers of the config models, which kinds load a Hugging Face folder (their
+  fingerprint is known without loading them) and which config keys say only where a model runs;
 * the plan: a metric that accepts ``like``'s kind accepts this one too.
 
-The built-in kinds are declared at the end of this module; ``docs/adding_a_model_kind.md`` adds one. A second
-declaration under a taken name is an error naming both modules. This module imports no other biasflow module (the
-schema sits above it).
+The declarations live in the modules of ``biasflow.kinds`` (one per family of kinds, each with its config models),
+imported on the first read of ``KINDS``; ``docs/adding_a_model_kind.md`` adds one there. A second declaration under
+a taken name is an error naming both modules. This module imports no other biasflow module (the schema, which the
+declarations' config models build on, sits above it).
 """
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import pkgutil
 import re
 import sys
 from dataclasses import dataclass, field, fields
@@ -99,9 +103,11 @@ class ModelKindSpec:
     like: str | None = None
     hf_files: bool = False
     location_keys: tuple[str, ...] = ()
-    # the model-config keys (schema.ModelConfig fields) this kind reads beyond COMMON_OPTIONS; a config of the kind
-    # that sets another is refused at plan time (a key the adapter never reads would be silently ignored). None: any
-    options: tuple[str, ...] | None = None
+    # the kind's config model: a ``schema.ModelOptions`` subclass (or "module:Class"), declared with the kind. It
+    # says which keys a model config of the kind takes (any other is refused at plan time, naming the kinds that
+    # take it), their types and defaults, and which of them are the model's identity (its fingerprint). None: the
+    # plan writes the kind's configs itself and takes any key (the generator kind)
+    config: str | type | None = None
     module: str | None = field(default=None, compare=False)
 
     def __post_init__(self):
@@ -127,17 +133,87 @@ class ModelKindSpec:
                                  "gpu_capable=...)")
             if self.like is not None and (not isinstance(self.like, str) or self.like == self.name):
                 raise ValueError(f"like={self.like!r} must name another model kind")
+            if self.config is not None:
+                _check_target(self.config, "config")
         except (TypeError, ValueError) as exc:
             raise ValueError(f"model kind {self.name!r}: {exc}") from None
         object.__setattr__(self, "answers", answers)
         object.__setattr__(self, "resources", resources)
         object.__setattr__(self, "location_keys", tuple(self.location_keys))
-        if self.options is not None:
-            object.__setattr__(self, "options", tuple(self.options))
+
+
+# the packages whose modules declare model kinds: every module of each is imported on the first read of KINDS
+DECLARATION_PACKAGES = ["biasflow.kinds"]
+_loading = {"state": "no", "references": []}
+
+
+def load_declarations() -> None:
+    """Import every module of ``DECLARATION_PACKAGES`` once (each registers its kinds), then check the references
+    between kinds (``like``, ``load_as``), which may point to a kind of a module imported later."""
+    if _loading["state"] != "no":
+        return
+    _loading["state"] = "loading"
+    try:
+        for package_name in DECLARATION_PACKAGES:
+            package = importlib.import_module(package_name)
+            for info in pkgutil.iter_modules(package.__path__):
+                if not info.name.startswith("_"):
+                    importlib.import_module(f"{package_name}.{info.name}")
+        references, _loading["references"] = _loading["references"], []
+        for spec in references:
+            _check_references(spec)
+    except BaseException:
+        _loading["state"] = "no"
+        raise
+    _loading["state"] = "done"
+
+
+class _Registry(dict):
+    """name -> declaration. Reading it imports the declaration modules first (``load_declarations``); registering
+    writes to it without reading, so a declaration module can register while they are imported."""
+
+    def __getitem__(self, key):
+        load_declarations()
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        load_declarations()
+        return super().get(key, default)
+
+    def __contains__(self, key) -> bool:
+        load_declarations()
+        return super().__contains__(key)
+
+    def __iter__(self):
+        load_declarations()
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        load_declarations()
+        return super().__len__()
+
+    def keys(self):
+        load_declarations()
+        return super().keys()
+
+    def values(self):
+        load_declarations()
+        return super().values()
+
+    def items(self):
+        load_declarations()
+        return super().items()
 
 
 # name -> declaration: the one registry of model kinds
-KINDS: dict[str, ModelKindSpec] = {}
+KINDS: dict[str, ModelKindSpec] = _Registry()
+
+
+def _check_references(spec: ModelKindSpec) -> None:
+    for other in ([spec.like] if spec.like else []) + [a.load_as for a in spec.answers.values() if a.load_as]:
+        if other not in KINDS and other != spec.name:
+            raise ValueError(f"model kind {spec.name!r} refers to model kind {other!r}, which is not registered; "
+                             f"known: {', '.join(sorted(KINDS))}")
 
 
 def register_model_kind(spec: ModelKindSpec, module: str | None = None) -> ModelKindSpec:
@@ -148,20 +224,28 @@ def register_model_kind(spec: ModelKindSpec, module: str | None = None) -> Model
         raise TypeError("register_model_kind takes a ModelKindSpec(name=..., factory='module:function', answers=..., "
                         "resources=Resources(...)), see docs/adding_a_model_kind.md")
     module = module or spec.module or sys._getframe(1).f_globals.get("__name__", "?")
-    old = KINDS.get(spec.name)
+    # while the declaration modules are imported, the registry is read as it stands (it is being filled)
+    old = dict.get(KINDS, spec.name) if _loading["state"] == "loading" else KINDS.get(spec.name)
     if old is not None and old.module != module:
         raise ValueError(f"model kind {spec.name!r} is registered twice: by {old.module} and by {module}; give one "
                          f"of them another name")
     if old is not None and old != spec:
         raise ValueError(f"model kind {spec.name!r} is registered twice in {module}, differently; keep one of the "
                          f"declarations")
-    for other in ([spec.like] if spec.like else []) + [a.load_as for a in spec.answers.values() if a.load_as]:
-        if other not in KINDS and other != spec.name:
-            raise ValueError(f"model kind {spec.name!r} refers to model kind {other!r}, which is not registered; "
-                             f"known: {', '.join(sorted(KINDS))}")
+    if _loading["state"] == "loading":
+        _loading["references"].append(spec)  # checked once every declaration module is imported
+    else:
+        _check_references(spec)
     spec = dataclasses.replace(spec, module=module)
     KINDS[spec.name] = spec
     return spec
+
+
+def config_model(kind: Any) -> type | None:
+    """The config model of model kind ``kind`` (imported now when it is named as "module:Class"); None for an
+    unknown kind or one that takes any key."""
+    spec = KINDS.get(kind) if isinstance(kind, str) else None
+    return resolve(spec.config) if spec is not None and spec.config is not None else None
 
 
 def known() -> list[str]:
@@ -170,22 +254,6 @@ def known() -> list[str]:
 
 def unknown_kind_message(kind: Any) -> str:
     return f"{kind!r} is not a known model kind; known: {', '.join(known())}"
-
-
-# model-config keys every kind takes: its name and kind, where it runs, what its score jobs ask the scheduler for,
-# and the token budget of a scoring chunk (scoring.answer.Budget, halved on out-of-memory for every kind)
-COMMON_OPTIONS = ("name", "kind", "device", "resources", "batch_tokens")
-
-
-def foreign_options(kind: Any, given: Mapping[str, Any]) -> dict[str, list[str]]:
-    """The keys of a model config ``given`` (those set, not None) that its kind does not read, each with the kinds
-    that do: ``{}`` when every key is the kind's (or the kind declares no option list)."""
-    spec = KINDS.get(kind) if isinstance(kind, str) else None
-    if spec is None or spec.options is None:
-        return {}
-    own = set(COMMON_OPTIONS) | set(spec.options)
-    return {key: sorted(k.name for k in KINDS.values() if k.options and key in k.options)
-            for key, value in given.items() if value is not None and key not in own}
 
 
 def accepts(model_kinds: tuple[str, ...] | list[str], kind: Any) -> bool:
@@ -201,8 +269,6 @@ def resolve(target: str | Callable) -> Callable:
     """The callable a ``"module:function"`` target names (imported now)."""
     if callable(target):
         return target
-    import importlib
-
     module, name = target.split(":")
     return getattr(importlib.import_module(module), name)
 
@@ -253,106 +319,11 @@ LOAD_AS = View(_load_as, "(model kind, request kind) -> the kind of the sibling 
 KIND_DEFAULTS = View(_resources, "model kind -> its scheduling defaults (mem_mb, cpus, runtime_min, gpu_capable)")
 
 
-# ------------------------------------------------------------------------------------------------ built-in kinds
-# (answerers' numbers: revision 2 of causal_lm = packed passes and the vocabulary head in slices, answers moved by up
-# to ~1e-6; stereoset_sentence_logprobs 3 = the reference's unbatched softmax loop, with `probs`; served 2 = a reply
-# is checked (tokens, offsets, usage and finite log-probabilities agree): answers cached before the check may hold a
-# dropped last token or -inf, so they are asked again, never served)
-_LMC = "biasflow.lmchallenge.pipeline:answer_lmc_line"
-# the config options of an HTTP client (``openai_http.OpenAIHTTPClient``): a served model's ``model.*`` and an
-# OpenAI-compatible generator's ``generator.*`` (``generation.kinds``): where its key is, how it paces, bounds and
-# retries its requests
+# the config options of an HTTP client (``openai_http.OpenAIHTTPClient``; ``schema.http_client_options`` declares
+# their types and defaults): a served model's ``model.*`` and an OpenAI-compatible generator's ``generator.*``
+# (``generation.kinds``): where its key is, how it paces, bounds and retries its requests
 HTTP_CLIENT_OPTIONS = ("api_key_env", "api_key_file", "timeout_s", "max_retries", "backoff_s", "max_backoff_s",
                        "concurrency", "requests_per_second")
-_GENERATION = "biasflow.generation.answer:answer_generation"
-# what a model loaded from a Hugging Face folder or hub id reads (models/hf.py, masked_lm.py: threads and the CPU's
-# oneDNN linears; generation: batch_size prompts; LM Challenge: predictions per position)
-_HF = ("hub_id", "path", "revision", "lowercase", "dtype", "attn_implementation", "cpu_linear", "threads",
-       "batch_size", "max_length", "predictions")
-
-register_model_kind(ModelKindSpec(
-    name="bert_nsp", factory="biasflow.models.nsp:BertNSP", hf_files=True, options=_HF,
-    answers={"next_sentence": "biasflow.scoring.stereoset:answer_next_sentence"},
-    resources=Resources(mem_mb=8000, cpus=4, runtime_min=120, gpu_capable=True)))
-register_model_kind(ModelKindSpec(
-    # the demo model (build, train, demo) is a masked LM the workflow builds (models/demo.py)
-    name="masked_lm", factory="biasflow.models.masked_lm:MaskedLM", hf_files=True,
-    options=(*_HF, "build", "train", "demo"),
-    answers={
-        "pll": "biasflow.scoring.masked:answer_pll",
-        "unmasked_logprobs": "biasflow.scoring.unmasked:answer_unmasked_logprobs",
-        "unmasked_logprobs_attn": "biasflow.scoring.unmasked:answer_unmasked_logprobs_attention",
-        "mask_candidates": "biasflow.scoring.fill_mask:answer_mask_candidates",
-        "mask_token_str": "biasflow.scoring.fill_mask:answer_mask_token_str",
-        "mask_top_k": "biasflow.scoring.fill_mask:answer_mask_top_k",
-        "multi_mask": "biasflow.scoring.multi_mask:answer_multi_mask",
-        "first_mask_probability": "biasflow.scoring.first_mask:answer_first_mask_probability",
-        "blank_fill": "biasflow.scoring.stereoset:answer_blank_fill",
-        # BERT's next-sentence head of the same checkpoint, loaded as bert_nsp
-        "next_sentence": Answer("biasflow.scoring.stereoset:answer_next_sentence", load_as="bert_nsp"),
-        "lmc_line": _LMC,
-    },
-    resources=Resources(mem_mb=8000, cpus=4, runtime_min=120, gpu_capable=True)))
-register_model_kind(ModelKindSpec(
-    name="causal_lm", factory="biasflow.models.causal_lm:CausalLM", hf_files=True,
-    options=(*_HF, "head_chunk", "compile"),
-    answers={
-        "token_logprobs": Answer("biasflow.scoring.causal:answer_token_logprobs", revision=2),
-        "stereoset_sentence_logprobs": Answer("biasflow.scoring.stereoset:answer_sentence_logprobs", revision=3),
-        "continuation_logprobs": Answer("biasflow.scoring.causal_options:answer_continuation_logprobs", revision=2),
-        "shared_context_continuation": "biasflow.scoring.causal_options:answer_shared_context",
-        "lmc_line": _LMC,
-        "generation": _GENERATION,
-    },
-    resources=Resources(mem_mb=16000, cpus=4, runtime_min=240, gpu_capable=True)))
-register_model_kind(ModelKindSpec(
-    # a causal LM behind an OpenAI-compatible server (docs/served_models.md); the GPUs are the server's (vLLM on its
-    # own nodes), the job only sends HTTP requests; base_url says where it runs, not what it computes
-    name="served_causal_lm", factory="biasflow.models.served:ServedCausalLM", location_keys=("base_url",),
-    options=("base_url", "served_model_name", *HTTP_CLIENT_OPTIONS, "bos_text", "lowercase", "revision",
-             "batch_size"),
-    answers={
-        "token_logprobs": Answer("biasflow.models.served:answer_token_logprobs", revision=2),
-        "continuation_logprobs": Answer("biasflow.models.served:answer_continuation_logprobs", revision=2),
-        # the same requests: vLLM's automatic prefix caching computes a context once for all its continuations
-        # (docs/served_models.md), and the work key keeps them in one chunk, so the context alone is sent once
-        "shared_context_continuation": "biasflow.models.served:answer_continuation_logprobs",
-        # StereoSet's sentence log-probabilities (its reference arithmetic): first_token=separate
-        "stereoset_sentence_logprobs": Answer("biasflow.models.served:answer_separate_logprobs", revision=2),
-        "generation": _GENERATION,
-    },
-    resources=Resources(mem_mb=2000, cpus=1, runtime_min=240, gpu_capable=False)))
-register_model_kind(ModelKindSpec(
-    name="sentence_encoder", factory="biasflow.models.encoders:SentenceEncoder", hf_files=True,
-    options=("hub_id", "path", "revision", "package", "lowercase", "dtype", "batch_size", "max_length", "pooling",
-             "threads"),
-    answers={"sentence_embedding": "biasflow.scoring.embeddings:answer_sentence_embedding"},
-    resources=Resources(mem_mb=4000, cpus=2, runtime_min=60, gpu_capable=True)))
-register_model_kind(ModelKindSpec(
-    name="word_vectors", factory="biasflow.models.vectors:load_word_vectors",
-    options=("path", "package", "format", "header", "lowercase"),
-    answers={"word_vector": "biasflow.models.vectors:answer_word_vector"},
-    resources=Resources(mem_mb=4000, cpus=1, runtime_min=30, gpu_capable=False)))
-register_model_kind(ModelKindSpec(
-    # LM Challenge protocol models: biasflow's n-gram model, or any program speaking the line protocol
-    name="ngram", factory="biasflow.models.lmc_process:ProtocolModel", answers={"lmc_line": _LMC},
-    options=("order", "level", "predictions", "shards", "timeout_s"),
-    resources=Resources(mem_mb=4000, cpus=1, runtime_min=60, gpu_capable=False)))
-register_model_kind(ModelKindSpec(
-    name="lmc_process", factory="biasflow.models.lmc_process:ProtocolModel", answers={"lmc_line": _LMC},
-    options=("command", "shards", "timeout_s", "predictions"),
-    resources=Resources(mem_mb=4000, cpus=1, runtime_min=120, gpu_capable=False)))
-register_model_kind(ModelKindSpec(
-    # generated text from an OpenAI-compatible chat endpoint or a responses file (generation.config.generator_model)
-    name="generator", factory="biasflow.models.generator:Generator", answers={"generation": _GENERATION},
-    resources=Resources(mem_mb=8000, cpus=2, runtime_min=120, gpu_capable=False)))
-register_model_kind(ModelKindSpec(
-    # a sequence classifier scoring generated text (LangFair's stereotype classifier: metrics/langfair.py; the
-    # toxicity classifier: metrics/toxicity.py). Revision 2: a multi-label model's probabilities are sigmoids
-    name="text_classifier", factory="biasflow.models.text_classifier:TextClassifier", hf_files=True, options=_HF,
-    answers={"classification": Answer("biasflow.scoring.classification:answer_classification", revision=2)},
-    resources=Resources(mem_mb=8000, cpus=2, runtime_min=120, gpu_capable=True)))
 
 __all__ = ["ModelKindSpec", "Answer", "Resources", "register_model_kind", "KINDS", "accepts", "known",
-           "COMMON_OPTIONS", "foreign_options",
-           "resolve", "ANSWERERS", "ANSWER_REVISIONS", "LOAD_AS", "KIND_DEFAULTS"]
+           "config_model", "load_declarations", "DECLARATION_PACKAGES", "HTTP_CLIENT_OPTIONS", "resolve", "ANSWERERS", "ANSWER_REVISIONS", "LOAD_AS", "KIND_DEFAULTS"]

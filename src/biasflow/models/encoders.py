@@ -31,7 +31,7 @@ import torch
 from biasflow.errors import ConfigError, ModelLoadError
 from biasflow.models.fingerprint import package_folder
 from biasflow.models.hf import load_pretrained
-from biasflow.schema import ModelConfig, config_value
+from biasflow.schema import model_value
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class SentenceEncoder:
         self.fingerprint = loaded.fingerprint(cfg)
         self.name = cfg.get("name") or self.source
         self.batch_size = int(cfg.get("batch_size") or 32)
-        self.lowercase = bool(config_value(ModelConfig, cfg, "lowercase"))
+        self.lowercase = bool(model_value(cfg, "lowercase"))
         self.max_length = cfg.get("max_length")
         self.tokenizer.padding_side = "right"  # position 0 is the first token in every row
         if self.tokenizer.pad_token is None:  # GPT-2 style: any id works, padded positions are masked out

@@ -15,17 +15,26 @@ from typing import Any, Mapping
 from biasflow import model_kinds
 from biasflow.errors import ModelLoadError
 from biasflow.io import stable_hash
-from biasflow.schema import GenerationJobModel, ModelConfig, identity_keys
+from biasflow.schema import DEFAULT_DTYPE, GenerationJobModel, marked_options, model_marked_options
 
 log = logging.getLogger(__name__)
 
-# Config keys that change what a model computes: the options marked IDENTITY (every kind; a key a kind does not use is
-# simply absent) and IDENTITY_WHEN_SET (process models, served models, generators: in the fingerprint only when set,
-# so other models' keys never change) on ``schema.ModelConfig`` and ``schema.GenerationJobModel``. device and batch
-# sizes do not change the numbers (batch sizes not at all: scoring/batching.py; a device only up to float rounding),
-# so they carry no marker.
-SCORING_KEYS = identity_keys(ModelConfig, "always")
-PROCESS_KEYS = (*identity_keys(ModelConfig, "when_set"), *identity_keys(GenerationJobModel, "when_set"))
+
+
+def _identity_keys(when: str) -> tuple[str, ...]:
+    marked = {**model_marked_options("identity"), **marked_options(GenerationJobModel, "identity")}
+    return tuple(sorted(k for k, v in marked.items() if v == when and "." not in k))
+
+
+# Config keys that change what a model computes, from the markers on the model kinds' config models
+# (``schema.ModelOptions`` subclasses, declared with the kinds in ``biasflow.kinds``) and on
+# ``schema.GenerationJobModel``: IDENTITY, in every model's fingerprint (null where absent: a key another kind takes
+# is null in this one's), and IDENTITY_WHEN_SET (process models, served models, generators, and any new kind's own
+# option: only when set, so adding one never changes another model's fingerprint). device and batch sizes do not
+# change the numbers (batch sizes not at all: scoring/batching.py; a device only up to float rounding), so they carry
+# no marker.
+SCORING_KEYS = _identity_keys("always")
+PROCESS_KEYS = _identity_keys("when_set")
 
 # Keys that say where a model runs, not what it computes (a served causal LM is named by the server's model name and
 # its pinned revision, so moving the server to another node keeps its results and cached answers): per model kind,
@@ -54,7 +63,6 @@ def numeric_library_versions() -> dict[str, str]:
 
 
 DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-DEFAULT_DTYPE = ModelConfig.model_fields["dtype"].default
 
 
 def canonical_dtype(value: Any) -> str:
@@ -64,8 +72,8 @@ def canonical_dtype(value: Any) -> str:
 
 
 def _reads(kind: Any, key: str) -> bool:
-    spec = model_kinds.KINDS.get(str(kind))
-    return spec is None or spec.options is None or key in spec.options
+    model = model_kinds.config_model(str(kind))  # None: an unknown kind, or one that takes any key
+    return model is None or key in model.model_fields
 
 
 def config_fingerprint(cfg: Mapping[str, Any]) -> str:

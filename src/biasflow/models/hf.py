@@ -13,7 +13,7 @@ from biasflow.io import stable_hash
 # planning needs these without torch; they live in models.fingerprint and stay importable from here
 from biasflow.models.fingerprint import (PROCESS_KEYS, SCORING_KEYS, config_fingerprint,  # noqa: F401
                                          local_weights_digest, numeric_library_versions)
-from biasflow.schema import ModelConfig, config_value
+from biasflow.schema import model_value
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +91,8 @@ def load_pretrained(cfg: Mapping[str, Any], auto_class: Any, *, tokenizer: bool 
     name = cfg.get("name") or source_of(cfg)
     source = source_of(cfg)
     revision = cfg.get("revision") or None
-    device = resolve_device(config_value(ModelConfig, cfg, "device"))
-    dtype_name = str(config_value(ModelConfig, cfg, "dtype"))
+    device = resolve_device(model_value(cfg, "device"))
+    dtype_name = str(model_value(cfg, "dtype"))
     if dtype_name not in DTYPES:
         raise ModelLoadError(f"model.dtype={dtype_name!r} is not one of {sorted(DTYPES)}")
     local = Path(source).expanduser()
@@ -289,7 +289,7 @@ class HFAdapter:
     def __init__(self, cfg: Mapping[str, Any]):
         self.cfg = dict(cfg)
         self.name = cfg.get("name") or source_of(cfg)
-        self.lowercase = bool(config_value(ModelConfig, cfg, "lowercase"))
+        self.lowercase = bool(model_value(cfg, "lowercase"))
         loaded = load_pretrained(cfg, self.auto_class)
         self.source, self.revision = loaded.source, cfg.get("revision") or None
         self.device, self.dtype = loaded.device, loaded.dtype

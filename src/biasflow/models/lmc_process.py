@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 from biasflow.errors import ConfigError
 from biasflow.io import stable_hash
 from biasflow.models.fingerprint import config_fingerprint
-from biasflow.schema import ModelConfig, config_value
+from biasflow.schema import model_value
 
 
 class ProtocolModel:
@@ -31,7 +31,7 @@ class ProtocolModel:
         if self.kind == "lmc_process" and not cfg.get("command"):
             raise ConfigError(f"model {self.name!r} (kind lmc_process) needs model.command")
         self.shards = int(cfg.get("shards") or 1)
-        self.timeout = float(config_value(ModelConfig, cfg, "timeout_s"))
+        self.timeout = float(model_value(cfg, "timeout_s"))
         self.fingerprint = stable_hash({"config": config_fingerprint(cfg), "adapter": "lmc-protocol"}, 24)
         self._folder: Path | None = None
         self._commands: dict[str, str] = {}

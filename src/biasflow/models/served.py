@@ -66,7 +66,7 @@ from biasflow.errors import ConfigError, ServedModelError
 from biasflow.io import stable_hash
 from biasflow.models.fingerprint import config_fingerprint
 from biasflow.openai_http import OpenAIHTTPClient, RateLimiter, html_summary, looks_like_html
-from biasflow.schema import ModelConfig, config_value
+from biasflow.schema import model_value
 from biasflow.score_kinds import FIRST_TOKEN_MODES
 from biasflow.secrets import read_secret, redact_uri
 
@@ -222,15 +222,15 @@ class ServedCausalLM(OpenAIHTTPClient):
         self._api_key = read_secret(env=cfg.get("api_key_env"), file=cfg.get("api_key_file"),
                                     what="model.api_key_file")
         self.revision = cfg.get("revision") or None
-        self.lowercase = bool(config_value(ModelConfig, cfg, "lowercase"))
+        self.lowercase = bool(model_value(cfg, "lowercase"))
         self.bos_text = str(cfg.get("bos_text") or "")
-        self.concurrency = int(config_value(ModelConfig, cfg, "concurrency"))
+        self.concurrency = int(model_value(cfg, "concurrency"))
         if self.concurrency < 1:
             raise ConfigError(f"model.concurrency must be >= 1, got {self.concurrency}")
-        self.timeout_s = float(config_value(ModelConfig, cfg, "timeout_s"))
-        self.max_retries = int(config_value(ModelConfig, cfg, "max_retries"))
-        self.backoff_s = float(config_value(ModelConfig, cfg, "backoff_s"))
-        self.max_backoff_s = float(config_value(ModelConfig, cfg, "max_backoff_s"))
+        self.timeout_s = float(model_value(cfg, "timeout_s"))
+        self.max_retries = int(model_value(cfg, "max_retries"))
+        self.backoff_s = float(model_value(cfg, "backoff_s"))
+        self.max_backoff_s = float(model_value(cfg, "max_backoff_s"))
         self.limiter = RateLimiter(cfg.get("requests_per_second"))
         self._sleep = sleep
         self.fingerprint = served_fingerprint(self.cfg)

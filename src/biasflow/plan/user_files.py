@@ -16,14 +16,14 @@ if TYPE_CHECKING:
 def user_file_options(metric: str, loader: str | None = None) -> dict[str, dict[str, str]]:
     """Per config section of a job of ``metric`` (on a dataset read by ``loader``): option -> how its value is read
     (``path``, or ``hub_id``: a hub id when no such file exists), from the ``USER_FILE`` markers of the options
-    models (the metric's, the loader's, ``schema.ModelConfig``)."""
+    models (the metric's, the loader's, every model kind's config model)."""
     from biasflow.registry import loader_options, metric_options
-    from biasflow.schema import BenchmarkConfig, ModelConfig, marked_options
+    from biasflow.schema import BenchmarkConfig, marked_options, model_marked_options
 
     options = metric_options(metric)
     return {"metric": marked_options(options, "user_file") if options is not None else {},
             "benchmark": marked_options(loader_options(loader) if loader else BenchmarkConfig, "user_file"),
-            "model": marked_options(ModelConfig, "user_file")}
+            "model": model_marked_options("user_file")}
 
 
 def _lookup(cfg: Any, dotted: str) -> Any:

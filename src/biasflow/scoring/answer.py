@@ -68,12 +68,12 @@ GPU_CHUNK_FACTOR = 8
 WORK_UNITS = 64
 
 def _model_default(option: str):
-    from biasflow.schema import ModelConfig
+    from biasflow.schema import ModelOptions
 
-    return ModelConfig.model_fields[option].default
+    return ModelOptions.model_fields[option].default
 
 
-DEFAULT_BATCH_TOKENS = _model_default("batch_tokens")  # the model config's default (biasflow.schema.ModelConfig)
+DEFAULT_BATCH_TOKENS = _model_default("batch_tokens")  # every model config's default (biasflow.schema.ModelOptions)
 DEFAULT_MAX_LOGITS = 1 << 26  # 64M floats = 256 MB of logits per forward pass
 MIN_BATCH_TOKENS = 16
 
