@@ -107,6 +107,18 @@ def build_tiny_gpt2(out: Path) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models run many small ops: on a busy shared machine one thread is several times faster than two (a module
+    asks for it with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def tiny_gpt2(tmp_path_factory):
     from biasflow.models import load_model

@@ -24,12 +24,7 @@ TOL = 1e-5
 VOCAB = 97  # prime: no chunk size divides it
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _decoder(model_type: str, tied: bool = True):

@@ -38,13 +38,7 @@ def crows_sentences() -> list[str]:
 SENTENCES = crows_sentences()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run many small ops: on a busy shared machine one thread is several times faster than two."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
