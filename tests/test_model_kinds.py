@@ -246,47 +246,76 @@ def test_each_kind_declares_its_config_model_and_an_option_shared_by_kinds_means
     assert differing == {}
 
 
-def test_a_kind_declared_in_a_module_of_its_own_is_found_without_an_edit_elsewhere(tmp_path, monkeypatch):
+SCRATCH_KIND = (
+    "from typing import Optional\n"
+    "from pydantic import Field\n"
+    "from biasflow.model_kinds import ModelKindSpec, Resources, register_model_kind\n"
+    "from biasflow.schema import IDENTITY_WHEN_SET, ModelOptions\n"
+    "class TableConfig(ModelOptions):\n"
+    "    table: Optional[str] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)\n"
+    "register_model_kind(ModelKindSpec(name='{name}', factory='x.y:Model', like='{like}', config=TableConfig,\n"
+    "    answers={{}}, resources=Resources(mem_mb=1, cpus=1, runtime_min=1, gpu_capable=False)))\n")
+
+
+@pytest.fixture
+def fresh_registry(tmp_path, monkeypatch):
+    """An empty registry that reads the declaration modules again on its first read (from a scratch folder on
+    sys.path too), and the real one back after the test."""
+    import sys
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(model_kinds, "KINDS", model_kinds._Registry())
+    monkeypatch.setitem(model_kinds._loading, "state", "no")
+    for name in [m for m in sys.modules if m == "biasflow.kinds" or m.startswith(("biasflow.kinds.", "my_"))]:
+        monkeypatch.delitem(sys.modules, name)
+    yield tmp_path
+    monkeypatch.undo()
+    model_kinds._loading["state"] = "done"
+
+
+def test_a_kind_declared_in_a_module_of_its_own_is_found_without_an_edit_elsewhere(fresh_registry, monkeypatch):
     """The declaration modules are discovered (``model_kinds.DECLARATION_PACKAGES``): a new module in the package
     declares a kind, its config model validates its configs, and a kind it refers to may be declared in a module
     imported after it."""
-    import sys
-
     from biasflow.schema import validate_model_config
 
-    package = tmp_path / "my_kinds"
+    package = fresh_registry / "my_kinds"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    (package / "a_first.py").write_text(
-        "from typing import Optional\n"
-        "from pydantic import Field\n"
-        "from biasflow.model_kinds import ModelKindSpec, Resources, register_model_kind\n"
-        "from biasflow.schema import IDENTITY_WHEN_SET, ModelOptions\n"
-        "class TableConfig(ModelOptions):\n"
-        "    table: Optional[str] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)\n"
-        "register_model_kind(ModelKindSpec(name='table_lm', factory='my_kinds.a_first:Model', like='z_base',\n"
-        "    config=TableConfig, answers={}, resources=Resources(mem_mb=1, cpus=1, runtime_min=1, gpu_capable=False)))\n")
+    (package / "a_first.py").write_text(SCRATCH_KIND.format(name="table_lm", like="z_base"))
     (package / "z_base.py").write_text(
         "from biasflow.model_kinds import ModelKindSpec, Resources, register_model_kind\n"
         "register_model_kind(ModelKindSpec(name='z_base', factory='my_kinds.z_base:Model', answers={},\n"
         "    resources=Resources(mem_mb=1, cpus=1, runtime_min=1, gpu_capable=False)))\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(model_kinds, "KINDS", model_kinds._Registry())
     monkeypatch.setattr(model_kinds, "DECLARATION_PACKAGES", [*model_kinds.DECLARATION_PACKAGES, "my_kinds"])
-    monkeypatch.setitem(model_kinds._loading, "state", "no")
-    for name in [m for m in sys.modules if m == "biasflow.kinds" or m.startswith(("biasflow.kinds.", "my_kinds"))]:
-        monkeypatch.delitem(sys.modules, name)
-    try:
-        assert {"table_lm", "z_base", "causal_lm"} <= set(model_kinds.KINDS)
-        assert model_kinds.accepts(["z_base"], "table_lm")
-        validate_model_config({"kind": "table_lm", "table": "t.tsv"})
-        with pytest.raises(ConfigError, match="kind table_lm takes no option 'dtype'"):
-            validate_model_config({"kind": "table_lm", "dtype": "bfloat16"})
-        with pytest.raises(ConfigError, match="kind causal_lm takes no option 'table' .an option of kind table_lm"):
-            validate_model_config({"kind": "causal_lm", "hub_id": "x", "table": "t.tsv"})
-    finally:
-        monkeypatch.undo()
-        model_kinds._loading["state"] = "done"
+    assert {"table_lm", "z_base", "causal_lm"} <= set(model_kinds.KINDS)
+    assert model_kinds.accepts(["z_base"], "table_lm")
+    validate_model_config({"kind": "table_lm", "table": "t.tsv"})
+    with pytest.raises(ConfigError, match="kind table_lm takes no option 'dtype'"):
+        validate_model_config({"kind": "table_lm", "dtype": "bfloat16"})
+    with pytest.raises(ConfigError, match="kind causal_lm takes no option 'table' .an option of kind table_lm"):
+        validate_model_config({"kind": "causal_lm", "hub_id": "x", "table": "t.tsv"})
+
+
+def test_an_installed_package_declares_its_kinds_by_an_entry_point(fresh_registry):
+    """biasflow installed from a wheel: a package of one's own names its declaration module under the entry-point
+    group ``biasflow.kinds`` (no file of biasflow edited); a declaration module that fails is an error naming it."""
+    (fresh_registry / "my_plugin.py").write_text(SCRATCH_KIND.format(name="plugin_lm", like="causal_lm"))
+    dist = fresh_registry / "my_plugin-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-plugin\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[{model_kinds.ENTRY_POINT_GROUP}]\nplugin = my_plugin\n")
+    assert model_kinds.accepts(["causal_lm"], "plugin_lm") and "plugin_lm" in model_kinds.known()
+    # a broken declaration module: one line naming it, and the registry is read again once it is mended
+    (fresh_registry / "my_plugin.py").write_text("register_model_kind(\n")
+    import sys
+
+    del sys.modules["my_plugin"]
+    model_kinds.KINDS.clear()
+    model_kinds._loading["state"] = "no"
+    with pytest.raises(ImportError, match="the model kinds declared in my_plugin could not be read: SyntaxError"):
+        model_kinds.known()
+    assert model_kinds._loading["state"] == "no"
 
 
 def test_metrics_choose_requests_by_what_a_kind_answers_not_by_its_name(kinds):

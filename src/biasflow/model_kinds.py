@@ -144,21 +144,37 @@ class ModelKindSpec:
 
 # the packages whose modules declare model kinds: every module of each is imported on the first read of KINDS
 DECLARATION_PACKAGES = ["biasflow.kinds"]
+# an installed package of one's own declares its kinds' module under this entry-point group (its pyproject.toml:
+# [project.entry-points."biasflow.kinds"] my_kinds = "my_project.kinds"), so no file of biasflow is edited
+ENTRY_POINT_GROUP = "biasflow.kinds"
 _loading = {"state": "no", "references": []}
 
 
+def _declaration_modules() -> list[str]:
+    from importlib.metadata import entry_points
+
+    modules = []
+    for package_name in DECLARATION_PACKAGES:
+        package = importlib.import_module(package_name)
+        modules += [f"{package_name}.{info.name}" for info in pkgutil.iter_modules(package.__path__)
+                    if not info.name.startswith("_")]
+    return modules + sorted({entry.module for entry in entry_points(group=ENTRY_POINT_GROUP)})
+
+
 def load_declarations() -> None:
-    """Import every module of ``DECLARATION_PACKAGES`` once (each registers its kinds), then check the references
-    between kinds (``like``, ``load_as``), which may point to a kind of a module imported later."""
+    """Import every module of ``DECLARATION_PACKAGES`` and of the ``biasflow.kinds`` entry points once (each registers
+    its kinds), then check the references between kinds (``like``, ``load_as``), which may point to a kind of a
+    module imported later. A module that fails to import is an error naming it."""
     if _loading["state"] != "no":
         return
     _loading["state"] = "loading"
     try:
-        for package_name in DECLARATION_PACKAGES:
-            package = importlib.import_module(package_name)
-            for info in pkgutil.iter_modules(package.__path__):
-                if not info.name.startswith("_"):
-                    importlib.import_module(f"{package_name}.{info.name}")
+        for module in _declaration_modules():
+            try:
+                importlib.import_module(module)
+            except Exception as exc:
+                raise ImportError(f"the model kinds declared in {module} could not be read: "
+                                  f"{type(exc).__name__}: {exc}") from exc
         references, _loading["references"] = _loading["references"], []
         for spec in references:
             _check_references(spec)
@@ -326,4 +342,4 @@ HTTP_CLIENT_OPTIONS = ("api_key_env", "api_key_file", "timeout_s", "max_retries"
                        "concurrency", "requests_per_second")
 
 __all__ = ["ModelKindSpec", "Answer", "Resources", "register_model_kind", "KINDS", "accepts", "known",
-           "config_model", "load_declarations", "DECLARATION_PACKAGES", "HTTP_CLIENT_OPTIONS", "resolve", "ANSWERERS", "ANSWER_REVISIONS", "LOAD_AS", "KIND_DEFAULTS"]
+           "config_model", "load_declarations", "DECLARATION_PACKAGES", "ENTRY_POINT_GROUP", "HTTP_CLIENT_OPTIONS", "resolve", "ANSWERERS", "ANSWER_REVISIONS", "LOAD_AS", "KIND_DEFAULTS"]
