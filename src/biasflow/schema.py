@@ -483,7 +483,8 @@ def _format(prefix: str, err: ValidationError, value: Any) -> list[str]:
         else:
             shown = "" if isinstance(got, (dict, list)) else f"={got!r}"
             msg = e["msg"].replace("Input should be", "must be").replace("Value error, ", "")
-            lines.append(f"{loc}{shown}: {msg}")
+            # a whole-section check names the option itself (``model.build='demo_mlm': kind causal_lm takes ...``)
+            lines.append(msg if msg.startswith(f"{loc}.") or msg.startswith(f"{loc}=") else f"{loc}{shown}: {msg}")
     return lines
 
 
