@@ -264,7 +264,7 @@ def fresh_registry(tmp_path, monkeypatch):
     import sys
 
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(model_kinds, "KINDS", model_kinds._Registry())
+    monkeypatch.setattr(model_kinds, "KINDS", model_kinds.DeclaredRegistry())
     monkeypatch.setitem(model_kinds._loading, "state", "no")
     for name in [m for m in sys.modules if m == "biasflow.kinds" or m.startswith(("biasflow.kinds.", "my_"))]:
         monkeypatch.delitem(sys.modules, name)
@@ -316,6 +316,30 @@ def test_an_installed_package_declares_its_kinds_by_an_entry_point(fresh_registr
     with pytest.raises(ImportError, match="the model kinds declared in my_plugin could not be read: SyntaxError"):
         model_kinds.known()
     assert model_kinds._loading["state"] == "no"
+
+
+def test_a_generator_kind_declared_in_a_declaration_module_is_known_without_importing_it(fresh_registry, monkeypatch):
+    """A generator kind of one's own, registered in a declaration module, is known wherever the generator registry is
+    read (the plan, every score job), with nothing importing that module by hand."""
+    from biasflow.generation.kinds import GENERATOR_KINDS
+    from biasflow.schema import GeneratorConfig
+
+    package = fresh_registry / "my_generators"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "echo.py").write_text(
+        "from biasflow.generation.kinds import GeneratorKindSpec, register_generator_kind\n"
+        "def echo_model(gen):\n"
+        "    return {'name': gen.get('name') or 'echo', 'kind': 'generator', 'generator': 'my_echo'}\n"
+        "register_generator_kind(GeneratorKindSpec(name='my_echo', reads=('kind', 'name'), job_model=echo_model))\n")
+    monkeypatch.setattr(model_kinds, "DECLARATION_PACKAGES", [*model_kinds.DECLARATION_PACKAGES, "my_generators"])
+    try:
+        assert dict.get(GENERATOR_KINDS, "my_echo") is None  # not imported yet
+        assert GeneratorConfig.model_validate({"kind": "my_echo"}).kind == "my_echo"
+        assert GENERATOR_KINDS["my_echo"].job_model({}) == {"name": "echo", "kind": "generator",
+                                                            "generator": "my_echo"}
+    finally:
+        GENERATOR_KINDS.pop("my_echo", None)
 
 
 def test_metrics_choose_requests_by_what_a_kind_answers_not_by_its_name(kinds):

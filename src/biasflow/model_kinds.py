@@ -184,9 +184,11 @@ def load_declarations() -> None:
     _loading["state"] = "done"
 
 
-class _Registry(dict):
+class DeclaredRegistry(dict):
     """name -> declaration. Reading it imports the declaration modules first (``load_declarations``); registering
-    writes to it without reading, so a declaration module can register while they are imported."""
+    writes to it without reading, so a declaration module can register while they are imported. The registries of
+    model kinds and of generator kinds (``generation.kinds``) are two of these: a declaration module may add to
+    both."""
 
     def __getitem__(self, key):
         load_declarations()
@@ -222,7 +224,7 @@ class _Registry(dict):
 
 
 # name -> declaration: the one registry of model kinds
-KINDS: dict[str, ModelKindSpec] = _Registry()
+KINDS: dict[str, ModelKindSpec] = DeclaredRegistry()
 
 
 def _check_references(spec: ModelKindSpec) -> None:
@@ -342,4 +344,4 @@ HTTP_CLIENT_OPTIONS = ("api_key_env", "api_key_file", "timeout_s", "max_retries"
                        "concurrency", "requests_per_second")
 
 __all__ = ["ModelKindSpec", "Answer", "Resources", "register_model_kind", "KINDS", "accepts", "known",
-           "config_model", "load_declarations", "DECLARATION_PACKAGES", "ENTRY_POINT_GROUP", "HTTP_CLIENT_OPTIONS", "resolve", "ANSWERERS", "ANSWER_REVISIONS", "LOAD_AS", "KIND_DEFAULTS"]
+           "config_model", "load_declarations", "DeclaredRegistry", "DECLARATION_PACKAGES", "ENTRY_POINT_GROUP", "HTTP_CLIENT_OPTIONS", "resolve", "ANSWERERS", "ANSWER_REVISIONS", "LOAD_AS", "KIND_DEFAULTS"]

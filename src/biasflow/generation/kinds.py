@@ -5,7 +5,9 @@ refuses it naming the kinds that read it), how the generation job's model config
 model its jobs are filed under and its score stage loads; None: the run's own causal LM generates), and, for a kind
 answered by ``model.kind: generator``, the backend that model builds. Everything else reads these declarations:
 ``schema.GeneratorConfig`` (which kinds exist), ``generation.config`` (the keys each reads, the job's model),
-``models.generator`` (the backends). A new kind is one ``register_generator_kind`` call.
+``models.generator`` (the backends). A new kind is one ``register_generator_kind`` call in a declaration module
+(``src/biasflow/kinds/<name>.py``, or a module of one's own package named under the ``biasflow.kinds`` entry-point
+group: ``model_kinds.load_declarations``), which every process reads before it reads this registry.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from biasflow.errors import ConfigError
-from biasflow.model_kinds import HTTP_CLIENT_OPTIONS
+from biasflow.model_kinds import HTTP_CLIENT_OPTIONS, DeclaredRegistry
 
 
 @dataclass(frozen=True)
@@ -32,11 +34,12 @@ class GeneratorKindSpec:
     model_options: tuple[str, ...] = ()
 
 
-GENERATOR_KINDS: dict[str, GeneratorKindSpec] = {}
+# read after the declaration modules are imported (a kind of one's own declared there is known everywhere)
+GENERATOR_KINDS: dict[str, GeneratorKindSpec] = DeclaredRegistry()
 
 
 def register_generator_kind(spec: GeneratorKindSpec) -> GeneratorKindSpec:
-    old = GENERATOR_KINDS.get(spec.name)
+    old = dict.get(GENERATOR_KINDS, spec.name)  # registering never waits for the declaration modules
     if old is not None and old.job_model.__module__ != spec.job_model.__module__:
         raise ValueError(f"generator kind {spec.name!r} is registered twice: by {old.job_model.__module__} and by "
                          f"{spec.job_model.__module__}; give one of them another name")
