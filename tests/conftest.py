@@ -37,6 +37,24 @@ def project_copy(work: Path, datasets: dict[str, Path] | None = None) -> Path:
     return work
 
 
+def run_job_stages(job, project: Path) -> Path:
+    """Every stage of one job of a ``project_copy`` project, in process, as the Snakemake rules call them: its files
+    fetched (from the verified copies there), prepared, scored through the project's answer cache, and the metric
+    computed; returns the job's metric folder."""
+    from biasflow import stages
+
+    raw = {}
+    for key, spec in job.benchmark_cfg["files"].items():
+        dest = project / "resources" / "datasets" / job.benchmark / spec["filename"]
+        stages.download_file(spec["sources"], str(dest), str(project / "wheels"))
+        raw[key] = str(dest)
+    stages.prepare(job.benchmark, job.benchmark_cfg, raw, job.items_path)
+    scores = job.scores_path()
+    stages.score(job.score_params(), job.items_path, scores, str(project / "results" / "cache" / "scores"))
+    stages.metric(job.params(), job.items_path, scores, job.metric_dir)
+    return Path(job.metric_dir)
+
+
 def snakemake_job_stats(output: str) -> dict[str, int]:
     """The 'Job stats' table of a Snakemake run or dry run: rule -> count ({} when there was nothing to do)."""
     import re

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import ROOT, project_copy
+from conftest import ROOT, project_copy, run_job_stages
 
 DOC = ROOT / "docs" / "adding_a_benchmark.md"
 BLOCK = re.compile(r'```(?P<lang>\w+)(?: title="(?P<title>[^"]+)")?\n(?P<body>.*?)```', re.S)
@@ -69,22 +69,6 @@ def documented_overrides() -> list[str]:
     return shlex.split(commands[0])[2:]
 
 
-def run_job(job, project: Path) -> pd.DataFrame:
-    """Every stage of one job, in process, as the Snakemake rules call them."""
-    from biasflow import stages
-
-    raw = {}
-    for key, spec in job.benchmark_cfg["files"].items():
-        dest = project / "resources" / "datasets" / job.benchmark / spec["filename"]
-        stages.download_file(spec["sources"], str(dest), str(project / "wheels"))
-        raw[key] = str(dest)
-    stages.prepare(job.benchmark, job.benchmark_cfg, raw, job.items_path)
-    scores = job.scores_path()
-    stages.score(job.score_params(), job.items_path, scores, str(project / "results" / "cache" / "scores"))
-    stages.metric(job.params(), job.items_path, scores, job.metric_dir)
-    return pd.read_parquet(Path(job.metric_dir) / "aggregate.parquet")
-
-
 @pytest.mark.parametrize("kind", ["masked_lm", "causal_lm"])
 def test_the_worked_example_runs_end_to_end(example, kind, tiny_bert_dir, tiny_gpt2):
     from biasflow.plan import build_plan
@@ -99,7 +83,7 @@ def test_the_worked_example_runs_end_to_end(example, kind, tiny_bert_dir, tiny_g
         model = ["model=gpt2", f"+model.path={tiny_gpt2.source}", "model.device=cpu"]
     plan = build_plan(overrides + model + ["stats.n_boot=50"])
     (job,) = plan.jobs
-    agg = run_job(job, project).set_index(["metric", "category"])
+    agg = pd.read_parquet(run_job_stages(job, project) / "aggregate.parquet").set_index(["metric", "category"])
     # by hand: each sentence's total log-likelihood straight from the scorer, then the share preferring sent_a
     items = pd.read_csv(data)
     from biasflow.models import load_model

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import ROOT, project_copy
+from conftest import ROOT, project_copy, run_job_stages
 
 DOC = ROOT / "docs" / "adding_a_model_kind.md"
 BLOCK = re.compile(r'```(?P<lang>\w+)(?: title="(?P<title>[^"]+)")?\n(?P<body>.*?)```', re.S)
@@ -67,22 +67,6 @@ def example(tmp_path, monkeypatch, crows_csv):
     return project, table, counts
 
 
-def run_job(job, project: Path) -> Path:
-    """Every stage of one job, in process, as the Snakemake rules call them."""
-    from biasflow import stages
-
-    raw = {}
-    for key, spec in job.benchmark_cfg["files"].items():
-        dest = project / "resources" / "datasets" / job.benchmark / spec["filename"]
-        stages.download_file(spec["sources"], str(dest), str(project / "wheels"))
-        raw[key] = str(dest)
-    stages.prepare(job.benchmark, job.benchmark_cfg, raw, job.items_path)
-    scores = job.scores_path()
-    stages.score(job.score_params(), job.items_path, scores, str(project / "results" / "cache" / "scores"))
-    stages.metric(job.params(), job.items_path, scores, job.metric_dir)
-    return Path(job.metric_dir)
-
-
 def test_the_worked_example_runs_crows_pairs_end_to_end(example):
     from biasflow.plan import build_plan
     from biasflow.scheduling import score_resources
@@ -94,7 +78,7 @@ def test_the_worked_example_runs_crows_pairs_end_to_end(example):
     # the declared scheduling defaults: no GPU even on a CUDA device
     assert score_resources(dict(job.model, device="cuda")) == {"mem_mb": 1000, "gpus": 0, "cpus": 1,
                                                                "runtime_min": 30}
-    out = run_job(job, project)
+    out = run_job_stages(job, project)
     items = pd.read_parquet(job.items_path)
     assert len(items) == LIMIT
 
