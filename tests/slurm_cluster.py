@@ -125,6 +125,10 @@ class LocalSlurm:
             "ReturnToService=2",
             f"MinJobAge={MIN_JOB_AGE_S}",  # finished jobs stay visible to squeue (no accounting database here)
             "KillWait=5",  # a job past its time limit is killed 5 s after its SIGTERM (the failure tests' TIMEOUT)
+            # a step that ends while the controller is down (the failure test's outage) cannot report its end; after
+            # the default 60 s slurmd calls it unkillable and drains the node ("Kill task failed"), and every later
+            # job pends for good. Real clusters set this well above their controller's restart time too
+            "UnkillableStepTimeout=300",
             "AccountingStorageType=accounting_storage/none",
             "JobCompType=jobcomp/none",
             "JobAcctGatherType=jobacct_gather/none",
@@ -173,6 +177,12 @@ class LocalSlurm:
         self.procs = [(n, p) for n, p in self.procs if not (n == "slurmctld" and p.poll() is not None)]
         self._spawn("slurmctld", [shutil.which("slurmctld", path=SEARCH_PATH), "-D", "-i", "-f", str(self.conf)])
         self._wait(self.controller_answers, timeout_s, "slurmctld did not answer after its restart")
+
+    def drained(self) -> str:
+        """``sinfo -R``: the nodes SLURM took out of service and why (empty when none)."""
+        proc = subprocess.run(["sinfo", "-R", "--noheader"], env=self.client_env(), capture_output=True, text=True,
+                              timeout=30)
+        return proc.stdout.strip()
 
     def controller_answers(self) -> bool:
         proc = subprocess.run(["squeue", "--noheader"], env=self.client_env(), capture_output=True, timeout=30)

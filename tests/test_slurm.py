@@ -11,6 +11,7 @@ them all (.ci/run), so there it never skips. The cluster's file system is this m
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -257,9 +258,11 @@ class Saboteur(threading.Thread):
                 if self.signal_job(job["id"], signal.SIGKILL, seconds=60, only="score.py"):
                     self.handled[job["id"]] = "SIGKILL"
         # the controller goes down (and comes back) while tiny_a's first attempt hangs, once the others are over
+        # (ended: none of them still COMPLETING, whose end the down controller could not take)
         if (self.outage is None and len(self.attempts["tiny_a"]) == 1 and self.attempts["tiny_a"][0] in self.handled
                 and all(len(self.attempts[m]) == 2 and set(self.attempts[m]) <= set(self.handled)
-                        for m in ("tiny_b", "tiny_c"))):
+                        for m in ("tiny_b", "tiny_c"))
+                and not any(j["state"] == "COMPLETING" for j in self.cluster.jobs())):
             started = time.monotonic()
             self.cluster.stop_controller()
             time.sleep(45)  # status queries fail meanwhile (each squeue gives up after ~9 s)
@@ -312,9 +315,16 @@ def test_failures_on_slurm_are_named_retried_with_more_and_reported(slurm, tiny_
     saboteur.start()
     started = time.monotonic()
     try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        # its own session: a hung run is stopped with its Snakemake process, which would otherwise outlive the test
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+                              start_new_session=True)
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"biasflow run hung (the controller outage?): {str(exc.stderr)[-4000:]}")
+        pgrep = subprocess.run(["pgrep", "-f", str(project)], capture_output=True, text=True)
+        for pid in pgrep.stdout.split():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(pid), signal.SIGKILL)
+        pytest.fail(f"biasflow run hung (the controller outage?); nodes out of service: {slurm.drained() or 'none'}"
+                    f"\n{str(exc.stderr)[-4000:]}")
     finally:
         saboteur.done.set()
         saboteur.join(timeout=90)
