@@ -293,6 +293,10 @@ def model_config_models() -> dict[str, type[ModelOptions]]:
             if (model := model_kinds.config_model(name)) is not None}
 
 
+def _every_model_config() -> tuple[type[ModelOptions], ...]:
+    return (ModelOptions, *model_config_models().values())
+
+
 def model_config_model(kind: Any) -> type[ModelOptions] | None:
     """The config model of ``kind``: its declared one, ``ModelOptions`` itself for a kind that declares none (its
     configs are written by the plan), None for an unknown kind."""
@@ -303,14 +307,14 @@ def model_config_model(kind: Any) -> type[ModelOptions] | None:
 
 def every_model_option() -> set[str]:
     """Every key some model kind's config takes."""
-    return set(ModelOptions.model_fields).union(*(m.model_fields for m in model_config_models().values()))
+    return set().union(*(m.model_fields for m in _every_model_config()))
 
 
 def model_marked_options(marker: str) -> dict[str, Any]:
     """``marked_options`` over every kind's config model (an option marked in one kind's model is marked alike in
     every other that has it: tested)."""
     found: dict[str, Any] = {}
-    for model in (ModelOptions, *model_config_models().values()):
+    for model in _every_model_config():
         found.update(marked_options(model, marker))
     return found
 
@@ -320,7 +324,7 @@ def model_value(cfg: Mapping[str, Any], key: str) -> Any:
     stays as written: its fingerprint is the cache key)."""
     model = model_config_model(cfg.get("kind"))
     if model is None or key not in model.model_fields:  # a config without its kind (a test's, a notebook's)
-        model = next((m for m in (ModelOptions, *model_config_models().values()) if key in m.model_fields), None)
+        model = next((m for m in _every_model_config() if key in m.model_fields), None)
         if model is None:
             raise KeyError(f"{key!r} is an option of no model kind")
     return config_value(model, cfg, key)
@@ -547,11 +551,11 @@ def _check_model(model: Any, prefix: str, problems: list[str]) -> None:
     """A model config, validated by its kind's config model (one of the union keyed on ``kind``)."""
     if model is None:
         return
-    kind = model.get("kind") if isinstance(model, Mapping) else None
-    # an unknown or missing kind: ModelOptions says so (and checks the rest it knows) in the same words
-    _check(model_config_model(kind) or ModelOptions, prefix,
-           model if model_config_model(kind) else {k: v for k, v in model.items() if k in ModelOptions.model_fields}
-           if isinstance(model, Mapping) else model, problems)
+    options = model_config_model(model.get("kind")) if isinstance(model, Mapping) else None
+    if options is None and isinstance(model, Mapping):
+        # an unknown or missing kind: ModelOptions says so, and checks the options every kind takes
+        model = {k: v for k, v in model.items() if k in ModelOptions.model_fields}
+    _check(options or ModelOptions, prefix, model, problems)
 
 
 def validate_model_config(model: Mapping[str, Any], option: str = "model") -> None:
