@@ -391,6 +391,40 @@ def test_runs_carry_mlflows_own_metadata_and_logging_again_changes_nothing(tmp_p
     assert client.get_run(record["parent_run_id"]).data.tags["biasflow.command"] == command
 
 
+def test_the_parent_run_lies_inside_the_runs_wall_clock_window(tmp_path, empty_store):
+    """Issue 44 item 4: the parent's start comes from the Snakemake benchmark records (pandas 3 parses their times
+    to datetime64[us], once read as nanoseconds: a start in January 1970, "Created 56 years ago"). A run written
+    now, with stage records at their real times, reads back from MLflow inside the window that held it."""
+    from mlflow.tracking import MlflowClient
+
+    from biasflow.report.timing import benchmark_file, plan_jobs
+
+    window_start = time.time()
+    uri = store_in(tmp_path, empty_store)
+    run_dir = write_plan(tmp_path, uri)
+    plan = with_stage_records(run_dir, window_start)
+    time.sleep(0.3)
+    for job in plan["jobs"]:  # the stages' own records, at their real times
+        mdir = Path(job["metric_dir"])
+        (mdir / "score_meta.json").write_text(json.dumps({"started": time.time() - 0.2, "finished": time.time()}))
+        (mdir / "metric_meta.json").write_text(json.dumps({"started": time.time(), "finished": time.time()}))
+    results = plan["paths"]["results"]
+    jobs = list(plan_jobs(plan))
+    assert {r for r, _ in jobs} >= {"prepare", "metric"}
+    for rule, key in jobs:  # written when the job ends, timing its 0.25 s
+        path = Path(benchmark_file(results, rule, key))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("s\th:m:s\tmax_rss\tcpu_time\n0.25\t0:00:00\t100\t0.2\n")
+    started = time.time()
+    time.sleep(0.1)
+    (run_dir / "run_times.json").write_text(json.dumps({"started": started, "finished": time.time()}))
+    record = log_plan(plan, run_dir, uri)
+    window_end = time.time()
+    parent = MlflowClient(tracking_uri=uri).get_run(record["parent_run_id"])
+    low, high = int(window_start * 1000), int(window_end * 1000) + 1
+    assert low <= parent.info.start_time <= parent.info.end_time <= high, (low, parent.info, high)
+
+
 def test_sweep_runs_are_named_by_what_differs():
     from biasflow.tracking.mlflow_log import child_run_names
 

@@ -99,3 +99,36 @@ def test_every_rule_writes_a_benchmark_record():
     for rule in rules:
         body = text.split(f"rule {rule}:", 1)[1].split("\nrule ", 1)[0]
         assert f'benchmark_file(RESULTS, "{rule}",' in body, rule
+
+
+@pytest.mark.parametrize("unit", ["s", "ms", "us", "ns"])
+def test_run_span_reads_times_of_any_resolution(unit, tmp_path, monkeypatch):
+    """Issue 44 item 4: pandas 3 parses text to datetime64[us]; the span was read as if in nanoseconds (a start in
+    January 1970). Whatever resolution the stage records' times have, the span is in seconds since the epoch."""
+    from biasflow.report import timing
+
+    end = pd.Timestamp("2025-03-04 05:06:07")
+    finished = pd.Series([end - pd.Timedelta(seconds=30), end]).astype(f"datetime64[{unit}]")
+    monkeypatch.setattr(timing, "stage_times", lambda plan: pd.DataFrame(
+        {"rule": ["prepare", "metric"], "job": ["a", "b"], "wall_s": [10.0, 5.0], "finished": finished}))
+    (tmp_path / timing.RUN_TIMES).write_text(json.dumps({"started": end.timestamp() - 1, "finished":
+                                                         end.timestamp() + 2.5}))
+    start, stop = timing.run_span({}, tmp_path)
+    assert start == pytest.approx(end.timestamp() - 40) and stop == pytest.approx(end.timestamp() + 2.5)
+    assert start == pytest.approx(1741064727 - 40)  # 2025-03-04 05:06:07 UTC, not a day of 1970
+
+
+def test_stage_record_times_read_back_to_the_millisecond(tmp_path):
+    """The tables' finishing times are text; read back they give the time written, to the millisecond, under the
+    resolution pandas parses them to."""
+    import os
+
+    from biasflow.report.timing import clock_text, epoch_seconds
+
+    now = 1741064767.123456
+    assert clock_text(now) == "2025-03-04 05:06:07.123"
+    assert epoch_seconds([clock_text(now)]).iloc[0] == pytest.approx(now, abs=1e-3)
+    path = tmp_path / "rec.tsv"
+    path.write_text(HEADER + "0.5\t0:00:00\tNA\tNA\tNA\tNA\tNA\tNA\tNA\tNA\n")
+    os.utime(path, (now, now))
+    assert epoch_seconds([read_benchmark(path)["finished"]]).iloc[0] == pytest.approx(now, abs=1e-3)

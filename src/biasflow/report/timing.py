@@ -39,7 +39,21 @@ def read_benchmark(path: str | os.PathLike) -> dict[str, Any] | None:
     last = df.iloc[-1]
     number = lambda col: float(last[col]) if col in df and pd.notna(last[col]) else float("nan")  # noqa: E731
     return {"wall_s": number("s"), "cpu_s": number("cpu_time"), "max_rss_mb": number("max_rss"),
-            "finished": pd.Timestamp(os.path.getmtime(path), unit="s").strftime("%Y-%m-%d %H:%M:%S")}
+            "finished": clock_text(os.path.getmtime(path))}
+
+
+def clock_text(seconds: float) -> str:
+    """Seconds since the epoch as the UTC time the tables show (to the millisecond, so the run's span read back
+    from them is not moved by up to a second)."""
+    return pd.Timestamp(seconds, unit="s").isoformat(sep=" ", timespec="milliseconds")
+
+
+def epoch_seconds(values: Any) -> pd.Series:
+    """Times (text, or datetimes of any resolution: pandas 3 parses text to datetime64[us], older pandas to [ns])
+    as float seconds since the epoch, UTC where no zone is given. The difference to the epoch is a Timedelta, so
+    no integer of an assumed unit is read."""
+    times = pd.to_datetime(pd.Series(values), utc=True)
+    return (times - pd.Timestamp(0, tz="UTC")) / pd.Timedelta(seconds=1)
 
 
 def _key(path: str, folder: str) -> str:
@@ -121,7 +135,7 @@ def this_job(rule: str, key: str, started: float, cpu_started: float) -> dict[st
     now = time.time()
     return {"rule": rule, "job": key, "wall_s": now - started, "cpu_s": time.process_time() - cpu_started,
             "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,  # KiB on Linux
-            "finished": pd.Timestamp(now, unit="s").strftime("%Y-%m-%d %H:%M:%S")}
+            "finished": clock_text(now)}
 
 
 def run_span(plan: Mapping[str, Any], run_dir: Path) -> tuple[float | None, float | None]:
@@ -132,7 +146,7 @@ def run_span(plan: Mapping[str, Any], run_dir: Path) -> tuple[float | None, floa
     times = stage_times(plan)
     starts, ends = [], []
     if not times.empty:
-        finished = pd.to_datetime(times["finished"]).astype("int64") / 1e9
+        finished = epoch_seconds(times["finished"])
         starts += list(finished - times["wall_s"].fillna(0))
         ends += list(finished)
     try:
