@@ -9,7 +9,7 @@ from collections import Counter
 
 import pytest
 
-from biasflow.metrics._choice import parse_choice
+from biasflow.metrics._choice import parse_choice, read_reply
 
 LETTERS = "ABC"
 
@@ -94,15 +94,21 @@ def test_no_reply_is_parsed_wrongly_and_committed_replies_parse():
     replies = corpus()
     assert len(replies) > 3000
     tally = Counter()
-    wrong = []
+    wrong, missed = [], Counter()
     for reply, options, meant in replies:
-        o = outcome(parse_choice(reply, options), meant)
+        reading = read_reply(reply, options)
+        o = outcome(reading.choice, meant)
         tally[("committed" if meant is not None else "uncommitted", o)] += 1
         if o == "wrong":
             wrong.append((reply, options, meant))
+        elif o == "unparsed" and meant is not None:
+            missed[reading.rule] += 1
     assert wrong == []
     committed = sum(v for (kind, _), v in tally.items() if kind == "committed")
-    assert tally[("committed", "right")] == committed  # every committed template is understood
+    # every committed template is understood, except by design a person chosen after "The context does not say who
+    # forgot." (an undetermined phrase beside a definite answer: docs/bbq.md, rule 3)
+    assert set(missed) <= {"an undetermined phrase beside a definite answer"}
+    assert tally[("committed", "right")] == committed - sum(missed.values())
     assert tally[("uncommitted", "unparsed")] == len(replies) - committed
 
 
