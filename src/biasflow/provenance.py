@@ -11,7 +11,7 @@ import platform
 import shlex
 import subprocess
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 PACKAGES = ("biasflow", "torch", "transformers", "tokenizers", "pandas", "pyarrow", "snakemake", "hydra-core",
             "mlflow", "numpy", "scipy")
@@ -144,5 +144,42 @@ def source_command() -> str | None:
     return shlex.join(["snakemake", *argv[first + 1:]])
 
 
-__all__ = ["package_versions", "git_commit", "ancestor_matching", "alive", "process_stat", "source_command",
+def file_rows(loader: str, items: Any, files: Mapping[str, Any], cfg: Mapping[str, Any]) -> dict[str, int | None]:
+    """The files the prepared ``items`` came from: file key -> the rows it contributed (after ``limit``), or None
+    for a file read beside them that gives no rows of its own (BBQ's metadata, templates), or whose share the
+    loader does not declare. A file that contributed no row (another split, a category not chosen, rows cut by
+    ``limit``) is left out: the report and MLflow list only the files the numbers come from."""
+    from biasflow.registry import loader_file_rows
+
+    count = loader_file_rows(loader)
+    if count is not None:
+        counted = dict(count(items, files, cfg))
+        unknown = sorted(set(counted) - set(files))
+        if unknown:  # files keyed otherwise than the loader expects: listed, without counts, rather than wrong
+            import logging
+
+            logging.getLogger(__name__).warning("loader %s: rows counted for %s, which are not among the files "
+                                                "%s; listing every file without counts", loader, unknown,
+                                                sorted(files))
+            return {key: None for key in files}
+        return {k: (None if v is None else int(v)) for k, v in counted.items() if v is None or int(v) > 0}
+    if len(files) == 1:
+        return {key: len(items) for key in files} if len(items) else {}
+    return {key: None for key in files}
+
+
+def rows_by_column(column: str, supporting: tuple[str, ...] = ()) -> Callable[..., dict[str, int | None]]:
+    """A ``file_rows`` for loaders whose items name their file in ``column`` (its value is the file key, e.g. a
+    BBQ category); ``supporting``: files read beside them that give no rows of their own (None)."""
+    def count(items: Any, files: Mapping[str, Any], cfg: Mapping[str, Any]) -> dict[str, int | None]:
+        by_key = items[column].value_counts() if len(items) else {}
+        out: dict[str, int | None] = {k: int(n) for k, n in dict(by_key).items() if n}
+        if len(items):
+            out.update({k: None for k in supporting if k in files})
+        return out
+
+    return count
+
+
+__all__ = ["package_versions", "file_rows", "rows_by_column", "git_commit", "ancestor_matching", "alive", "process_stat", "source_command",
            "PACKAGES"]

@@ -30,6 +30,10 @@ LOADER_SPLITS: dict[str, tuple[str, ...]] = {}
 # loader name -> its options model (a ``schema.BenchmarkConfig`` subclass; a loader that declares none has only the
 # options every dataset has)
 LOADER_OPTIONS: dict[str, type] = {}
+# loader name -> (items, files, cfg) -> {file key: rows that file contributed to the items, or None for a file read
+# beside them that gives no rows of its own (metadata, templates)}; a key left out is a file the loader did not read
+FileRows = Callable[[pd.DataFrame, Mapping[str, Path], Mapping[str, Any]], Mapping[str, "int | None"]]
+LOADER_FILE_ROWS: dict[str, FileRows] = {}
 
 # Every module of these packages is imported by ``load_all`` (so a new metric needs no edit here).
 DISCOVERED_PACKAGES = ["biasflow.data", "biasflow.metrics"]
@@ -116,11 +120,14 @@ def _refuse_taken(kind: str, name: str, old_module: str | None, new_module: str 
 
 def register_loader(name: str, ordered_options: tuple[str, ...] = (),
                     check: Callable[[Mapping[str, Any]], None] | None = None, splits: tuple[str, ...] = (),
-                    options: type | None = None):
+                    options: type | None = None, file_rows: FileRows | None = None):
     """Register a dataset loader. ``check(benchmark_cfg)``: the options it can check without data (category names),
     raising ConfigError; the plan runs it, so a typo fails before any download. ``splits``: the values of its
     ``split`` option (checked at plan time). ``options``: its options model, a ``schema.BenchmarkConfig`` subclass
-    declaring the options it reads beyond every dataset's (None: it reads none)."""
+    declaring the options it reads beyond every dataset's (None: it reads none). ``file_rows(items, files, cfg)``:
+    the rows each configured file contributed to the prepared items (``LOADER_FILE_ROWS``), for the provenance of
+    the report and of MLflow; without it a loader of one file gives it every row, and the files of a loader of
+    several are listed without counts (``biasflow.provenance.file_rows``)."""
     from biasflow.schema import BenchmarkConfig
 
     if options is not None and not (isinstance(options, type) and issubclass(options, BenchmarkConfig)):
@@ -136,6 +143,8 @@ def register_loader(name: str, ordered_options: tuple[str, ...] = (),
             LOADER_SPLITS[name] = tuple(splits)
         if check is not None:
             LOADER_CHECKS[name] = check
+        if file_rows is not None:
+            LOADER_FILE_ROWS[name] = file_rows
         return fn
 
     return deco
@@ -145,6 +154,12 @@ def loader_splits(loader: str) -> tuple[str, ...] | None:
     """The values ``loader``'s ``split`` option takes (None: not declared)."""
     load_all()
     return LOADER_SPLITS.get(loader)
+
+
+def loader_file_rows(loader: str) -> FileRows | None:
+    """``loader``'s count of the rows each of its files contributed (None: not declared)."""
+    load_all()
+    return LOADER_FILE_ROWS.get(loader)
 
 
 def loader_options(loader: str) -> type:

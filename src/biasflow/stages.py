@@ -136,6 +136,12 @@ def prepare(benchmark: str, benchmark_cfg: Mapping[str, Any], raw_files: Mapping
     limit = benchmark_cfg.get("limit")
     if limit:
         items = items.head(int(limit))
+    # the files the items came from, each with the rows it gave; a file the loader did not read (another split),
+    # or whose rows were all cut, is not listed (the report's and MLflow's datasets)
+    from biasflow.provenance import file_rows
+
+    contributed = file_rows(benchmark_cfg.get("loader", benchmark), items, raw_files, benchmark_cfg)
+    read = {key: {**read[key], "rows": rows} for key, rows in contributed.items()}
     repeated = repeated_items(items)
     if repeated:
         # kept, as the benchmark's reference code counts every row (CrowS-Pairs itself repeats one pair)

@@ -26,6 +26,7 @@ from typing import Any, Mapping, Optional
 import pandas as pd
 
 from biasflow.errors import ConfigError, DataFormatError, did_you_mean
+from biasflow.provenance import rows_by_column
 from biasflow.registry import register_loader
 from biasflow.schema import BenchmarkConfig
 
@@ -147,7 +148,8 @@ class BBQDataset(BenchmarkConfig):
     categories: Optional[list[str]] = None  # the category files to read (null = all)
 
 
-@register_loader("bbq", splits=("all", "ambig", "disambig"), check=check_options, options=BBQDataset)
+@register_loader("bbq", splits=("all", "ambig", "disambig"), check=check_options, options=BBQDataset,
+                 file_rows=rows_by_column("category", supporting=("metadata",)))
 def load(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     check_options(cfg)
     categories = selected_categories(cfg)

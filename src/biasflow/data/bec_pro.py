@@ -156,7 +156,8 @@ class BECProDataset(BenchmarkConfig):
     language: Optional[Literal["en", "de"]] = None  # which language's file (null = en)
 
 
-@register_loader("bec_pro", splits=("all",), options=BECProDataset)
+@register_loader("bec_pro", splits=("all",), options=BECProDataset,
+                 file_rows=lambda items, files, cfg: {cfg.get("language") or "en": len(items)})
 def load_bec_pro(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     language = cfg.get("language") or "en"
     if language not in LANGUAGES:

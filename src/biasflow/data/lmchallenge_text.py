@@ -9,6 +9,7 @@ import pandas as pd
 
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.io import read_text_utf8
+from biasflow.provenance import rows_by_column
 from biasflow.registry import register_loader
 from pydantic import Field
 
@@ -51,7 +52,8 @@ class LMChallengeText(BenchmarkConfig):
     test_limit: Optional[PositiveInt] = None  # at most this many test lines
 
 
-@register_loader("lmchallenge_text", splits=("all",), options=LMChallengeText)
+@register_loader("lmchallenge_text", splits=("all",), options=LMChallengeText,
+                 file_rows=rows_by_column("category"))
 def load_lmchallenge_text(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     rows = []
     for key, path in sorted(files.items(), key=lambda kv: Path(kv[1]).name):  # file order fixes the split

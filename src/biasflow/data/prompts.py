@@ -20,6 +20,7 @@ import pandas as pd
 
 from biasflow.io import read_text_utf8
 from biasflow.errors import DataFormatError
+from biasflow.provenance import rows_by_column
 from biasflow.registry import register_loader
 from biasflow.schema import BenchmarkConfig, PositiveInt
 
@@ -70,7 +71,7 @@ class BoldPrompts(BenchmarkConfig):
     per_group: Optional[PositiveInt] = None  # the first N prompts of every group (null = all)
 
 
-@register_loader("bold", splits=("all",), options=BoldPrompts)
+@register_loader("bold", splits=("all",), options=BoldPrompts, file_rows=rows_by_column("category"))
 def load_bold_prompts(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     df = pd.concat([read_bold_prompts(p) for p in files.values()], ignore_index=True)
     if cfg.get("per_group"):  # a small, balanced slice: the first N prompts of every group

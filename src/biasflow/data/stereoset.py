@@ -106,14 +106,22 @@ def read_stereoset(path: str | Path, split: str = "dev") -> pd.DataFrame:
     return df
 
 
-@register_loader("stereoset", splits=("dev", "test"))
-def load_stereoset(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
-    """``files`` maps a split name (``dev``/``test``) to its JSON; ``cfg.split`` picks one."""
+def chosen_file(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> str:
+    """The key of the one file ``cfg.split`` reads (the file of that split, or the only file)."""
     split = str(cfg.get("split", "dev"))
     if split in files:
-        path = files[split]
-    elif len(files) == 1:
-        path = next(iter(files.values()))
-    else:
-        raise DataFormatError(f"benchmark.stereoset.split={split!r}: no such file; have {sorted(files)}")
-    return read_stereoset(path, split=split)
+        return split
+    if len(files) == 1:
+        return next(iter(files))
+    raise DataFormatError(f"benchmark.stereoset.split={split!r}: no such file; have {sorted(files)}")
+
+
+def file_rows(items: pd.DataFrame, files: Mapping[str, Path], cfg: Mapping[str, Any]) -> dict[str, int]:
+    """Every item comes from the file of the chosen split; the other split's file is not read."""
+    return {chosen_file(files, cfg): len(items)}
+
+
+@register_loader("stereoset", splits=("dev", "test"), file_rows=file_rows)
+def load_stereoset(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
+    """``files`` maps a split name (``dev``/``test``) to its JSON; ``cfg.split`` picks one."""
+    return read_stereoset(files[chosen_file(files, cfg)], split=str(cfg.get("split", "dev")))

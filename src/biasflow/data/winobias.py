@@ -147,7 +147,15 @@ def build_items(frames: Iterable[pd.DataFrame]) -> pd.DataFrame:
     return df[cols]
 
 
-@register_loader("winobias", splits=("dev", "test", "all"))
+def file_rows(items: pd.DataFrame, files: Mapping[str, Path], cfg: Mapping[str, Any]) -> dict[str, int]:
+    """The items of each file (one per non-empty line of it that ``limit`` kept), by the file its item id names;
+    the files of the split not chosen are not read."""
+    key_of = {Path(p).name: key for key, p in files.items()}
+    names = [f"{s}_stereotyped_type{t}.txt.{sp}" for s, t, sp in zip(items["stereotype"], items["type"], items["split"])]
+    return {key_of[name]: n for name, n in pd.Series(names, dtype=object).value_counts(sort=False).items()}
+
+
+@register_loader("winobias", splits=("dev", "test", "all"), file_rows=file_rows)
 def load_winobias(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     split = cfg.get("split", "test")
     wanted = SPLITS if split == "all" else (split,)

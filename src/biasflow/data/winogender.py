@@ -152,7 +152,8 @@ def load_items(sentences: str | Path, templates: str | Path, stats: str | Path) 
     return items.sort_values(["_u", "_g"]).drop(columns=["_u", "_g"]).reset_index(drop=True)
 
 
-@register_loader("winogender", splits=("all",))
+@register_loader("winogender", splits=("all",),  # a row per sentence; templates and statistics describe them
+                 file_rows=lambda items, files, cfg: {"sentences": len(items), "templates": None, "stats": None})
 def load_winogender(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     missing = [k for k in ("sentences", "templates", "stats") if k not in files]
     if missing:

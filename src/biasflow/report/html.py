@@ -200,10 +200,12 @@ def provenance(plan: Mapping[str, Any]) -> dict[str, Any]:
         items_meta = Path(f"{job['items_path']}.meta.json") if job.get("items_path") else None
         if items_meta is not None and items_meta.exists():
             info = json.loads(items_meta.read_text())
-            for key, f in (info.get("files") or {}).items():
-                datasets[f"{info.get('benchmark', job.get('benchmark'))}/{key}"] = {
-                    "sha256": str(f.get("sha256", "")), "source": str(f.get("source", "")),
-                    "items": str(info.get("rows", ""))}
+            for key, f in (info.get("files") or {}).items():  # the files the items came from, and their rows
+                entry = datasets.setdefault(f"{info.get('benchmark', job.get('benchmark'))}/{key}", {
+                    "sha256": str(f.get("sha256", "")), "source": str(f.get("source", "")), "items": ""})
+                rows = f"{f['rows']:,}" if isinstance(f.get("rows"), int) else ""  # None: read beside the rows
+                if rows and rows not in entry["items"].split(" / "):  # a sweep preparing it twice (limit)
+                    entry["items"] = f"{entry['items']} / {rows}" if entry["items"] else rows
     first = plan["jobs"][0] if plan["jobs"] else {}
     return {"plan": plan["plan_hash"], "created": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "git commit": git_commit(), "mode": str(first.get("mode", "")),
@@ -227,7 +229,11 @@ def _provenance_html(prov: Mapping[str, Any], files: Sequence[str]) -> str:
         parts.append("<h3>Models</h3>" + table(head, rows))
     if prov["datasets"]:
         rows = [[k, d["items"], d["sha256"], d["source"]] for k, d in sorted(prov["datasets"].items())]
-        parts.append("<h3>Datasets (verified files)</h3>" + table(["file", "items", "sha256", "source"], rows))
+        parts.append("<h3>Datasets (verified files)</h3><p>The files the items were read from, each with the "
+                     "items it gave (after <code>limit</code>; blank: a file read beside them, such as metadata or "
+                     "templates, that gives none of its own). A configured file the run did not read (another "
+                     "split, a category not chosen) is not listed.</p>"
+                     + table(["file", "items", "sha256", "source"], rows))
     if prov["skipped"]:
         parts.append("<h3>Skipped</h3><ul>" + "".join(f"<li>{escape(s)}</li>" for s in prov["skipped"]) + "</ul>")
     parts.append("<details><summary>Package versions</summary>"

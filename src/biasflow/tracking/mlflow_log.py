@@ -180,7 +180,9 @@ def job_datasets(job: Mapping[str, Any]):
     files = meta.get("files") or {}
     for key, info in sorted(files.items()):
         kind, source = dataset_source(str(info.get("source", "")), info.get("path"))
-        profile = {"sha256": info["sha256"], "file": Path(info["path"]).name, "items_prepared": meta.get("rows")}
+        # the items this file gave (None: read beside them, e.g. metadata), and all the job's items
+        profile = {"sha256": info["sha256"], "file": Path(info["path"]).name, "items_from_file": info.get("rows"),
+                   "items_prepared": meta.get("rows")}
         out.append(Dataset(name=job["benchmark"] if len(files) == 1 else f"{job['benchmark']}/{key}",
                            digest=info["sha256"][:DIGEST_CHARS], source_type=kind, source=json.dumps(source),
                            profile=json.dumps(profile)))
