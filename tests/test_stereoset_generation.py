@@ -150,7 +150,13 @@ def test_a_prompt_missing_from_a_responses_file_is_named_and_no_retry_is_promise
         metric_answers("stereoset_mc", items, cfg, model, tmp_path / "cache", progress=False)
     message = str(err.value)
     assert "requests have no response in the responses file" in message and "Add the missing responses" in message
-    assert "re-run" not in message and " ".join(missing.split())[:40] in message
+    # every missing prompt named by its example's id (before: only the first, cut inside the shared template)
+    answered = {json.loads(line)["prompt"] for line in lines[1:] if json.loads(line)["response"]}  # "" is none
+    ex = examples(items, options_of(cfg))
+    missing_ids = sorted(i for i, p in zip(ex.item_id, ex.prompt) if p not in answered)
+    assert missing in set(ex.prompt) and len(missing_ids) >= 1
+    assert "re-run" not in message
+    assert f"no response to the prompt of {len(missing_ids)} item(s): {', '.join(missing_ids)}" in message
 
 
 def values(agg: pd.DataFrame) -> dict[tuple[str, str], float]:

@@ -2,6 +2,7 @@
 implementation, the multiple-choice test (answer parsing, option likelihood vs a plain loop on a tiny GPT-2)."""
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -257,9 +258,13 @@ def test_mc_from_generated_answers_by_hand():
     assert all(isinstance(r, Generation) for r in asked) and len({r.key for r in asked}) == 5
     assert asked[0].prompt == cfg["prompt"].format(sentence="sentence 0 [MASK] here.", A="he", B="she")
     assert (asked[0].temperature, asked[0].max_tokens, asked[0].sample_index) == (0.0, 16, 0)
-    # the generator's own settings win over the metric's generation defaults
+    # the metric's generation settings are the ones asked (issue 44: the generator's temperature 1.0 and 256
+    # tokens reached the server); the plan refuses the generator's sampling settings (test below)
     hot = wb.generation_requests(items, {**cfg, "generator": {"kind": "hf_generate", "temperature": 1.0}})
-    assert hot[0].temperature == 1.0 and hot[0].key != asked[0].key
+    assert hot[0].temperature == 0.0 and hot[0].key == asked[0].key
+    mine = wb.generation_requests(items, {**cfg, "generation": {**cfg["generation"], "temperature": 0.5,
+                                                                  "max_tokens": 4}})
+    assert (mine[0].temperature, mine[0].max_tokens) == (0.5, 4)
     answers = request_frame(asked).assign(
         response=["C. Both A and B", "Answer: b", "(C)", "A or B", "C"], status=["ok"] * 4 + ["failed"],
         error=[None] * 4 + ["HTTP 500"])
@@ -338,3 +343,57 @@ def test_pass_verdict_compares_fractions_not_rounded_percentages(denominator):
     assert agg_mc.loc[("test_passed", "overall"), "value"] == 1.0
     assert wb.aggregate_mc(mc, {"min_pass_rate": 0.56}).set_index(["metric", "category"]).loc[
         ("test_passed", "overall"), "value"] == 0.0
+
+
+@pytest.mark.parametrize("metric", ["winobias_mc", "bbq", "stereoset_mc"])
+def test_every_multiple_choice_metric_refuses_the_generators_sampling_settings_at_plan_time(metric):
+    """One rule for every multiple-choice metric answered by generation (issue 44): a generator's temperature or
+    count would be ignored, so the plan refuses it, naming the metric's own option (or, for count, saying that one
+    reply is asked, without suggesting an option that is refused too)."""
+    from biasflow.errors import ConfigError
+    from biasflow.plan import build_plan
+
+    chat = [f"metric=[{metric}]", "+generator=openai_compatible", "generator.model=chat-model",
+            "generator.base_url=http://127.0.0.1:9/v1"]
+    with pytest.raises(ConfigError, match=rf"generator.temperature=1.5 would be ignored.*metric.{metric}.generation"
+                                          rf".temperature"):
+        build_plan(chat + ["generator.temperature=1.5"])
+    with pytest.raises(ConfigError) as err:
+        build_plan(chat + ["generator.count=3"])
+    assert "asks one reply per example" in str(err.value) and f"metric.{metric}.generation.count" not in str(err.value)
+    with pytest.raises(ConfigError, match="one reply per example"):
+        build_plan(chat + [f"metric.{metric}.generation.count=3"])
+    (job,) = build_plan(chat + [f"metric.{metric}.generation.temperature=0.0",
+                                f"metric.{metric}.generation.max_tokens=4"]).jobs
+    assert job.metric_cfg["generation"]["max_tokens"] == 4
+
+
+def test_winobias_mc_failures_and_missing_responses_follow_bbqs_rules(tmp_path):
+    """More failed requests than generation.max_failed_fraction fail the score stage (before: 7 of 20 HTTP 500s
+    exited 0 with a warning), and a responses file missing prompts names every one by item id (before: exit 0)."""
+    from biasflow.errors import GenerationError
+    from biasflow.generation.config import generator_model
+    from biasflow.scoring.answer import metric_answers
+
+    items = _items([("pro", 1, "he", "he", "she"), ("anti", 1, "she", "he", "she"), ("pro", 2, "his", "his", "her"),
+                    ("anti", 2, "her", "him", "her")])
+    items["masked_sentence"] = [f"The sentence number {i} has a [MASK] in it." for i in range(4)]
+    cfg = compose(["metric=[winobias_mc]"])["metric"]["winobias_mc"]
+    prompts = [p for _, p in wb.generation_prompts(items, cfg)]
+    path = tmp_path / "replies.jsonl"
+    path.write_text("".join(json.dumps({"prompt": p, "response": "C"}) + "\n" for p in prompts[1:3]))
+    cfg["generator"] = {"kind": "responses_file", "path": str(path)}
+    model = generator_model(cfg["generator"])
+    with pytest.raises(GenerationError) as err:
+        metric_answers("winobias_mc", items, cfg, model, tmp_path / "cache", progress=False)
+    message = str(err.value)
+    missing = [items.item_id.iloc[0], items.item_id.iloc[3]]
+    assert "2 of 4 requests have no response" in message
+    assert f"2 item(s): {missing[0]}, {missing[1]}" in message, message
+    answers = pd.DataFrame({"kind": "generation", "status": ["ok"] * 13 + ["failed"] * 7, "prompt": "p",
+                            "error": [None] * 13 + ["HTTP 500: server error"] * 7})
+    with pytest.raises(GenerationError, match=r"7 of 20 requests failed, more than "
+                                              r"metric.winobias_mc.generation.max_failed_fraction=0"):
+        get_metric("winobias_mc").check_answers(answers, cfg)
+    get_metric("winobias_mc").check_answers(answers, {**cfg, "generation": {**cfg["generation"],
+                                                                            "max_failed_fraction": 0.4}})

@@ -8,6 +8,7 @@ their redacted error), and asks the failed ones again on the next run.
 from __future__ import annotations
 
 import hashlib
+import re
 import logging
 import time
 from pathlib import Path
@@ -173,7 +174,7 @@ _FILE_FAILURE = r"^(?:no response \d+ to this prompt in |empty response in )"
 
 
 def check_failures(answers: pd.DataFrame, max_failed_fraction: float, option: str = "generator",
-                   source: str = "") -> None:
+                   source: str = "", ids: Mapping[str, Sequence[str]] | None = None) -> None:
     """GenerationError when more than ``max_failed_fraction`` of the generation answers failed.
 
     The score stage calls it (``MetricSpec.check_answers``) before writing its answers: raising fails the stage,
@@ -189,7 +190,9 @@ def check_failures(answers: pd.DataFrame, max_failed_fraction: float, option: st
     first = f"; first error: {errors.iloc[0]}" if len(errors) else ""
     where = f" ({source})" if source else ""
     from_file = len(errors) == n_failed and errors.str.contains(_FILE_FAILURE).all()
-    if from_file and "prompt" in answers:
+    if from_file and "prompt" in answers and ids:
+        first = "; " + _missing_by_id(answers.loc[failed, "prompt"], ids)
+    elif from_file and "prompt" in answers:
         first += f" (prompt {_shown(answers.loc[failed, 'prompt'].iloc[0])})"
     if n_failed / n > max_failed_fraction and from_file:
         # a re-run reads the same file: only editing it (or accepting the failures) changes anything
@@ -208,6 +211,22 @@ def check_failures(answers: pd.DataFrame, max_failed_fraction: float, option: st
         raise GenerationError(msg)
     log.warning("generation%s: %d of %d requests failed, accepted (%s.max_failed_fraction=%g)%s", where, n_failed,
                 n, option, max_failed_fraction, first)
+
+
+def _missing_by_id(prompts: Iterable[str], ids: Mapping[str, Sequence[str]], shown: int = 50) -> str:
+    """"the prompts of items X, Y, ... have no response": every missing prompt named by the items that ask it (a
+    prompt's text shares its template with every other, so its start names nothing)."""
+    named = sorted({i for p in prompts for i in ids.get(p, ())}, key=_natural)
+    unnamed = sum(1 for p in prompts if p not in ids)
+    listed = ", ".join(named[:shown]) + (f" and {len(named) - shown} more" if len(named) > shown else "")
+    if len(named) > shown:
+        log.error("every item whose prompt has no response: %s", ", ".join(named))
+    extra = f" (and {unnamed} prompt(s) of no item)" if unnamed else ""
+    return f"no response to the prompt of {len(named)} item(s): {listed}{extra}"
+
+
+def _natural(text: str) -> list:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
 
 
 def max_failed_fraction(gen_cfg: Mapping[str, Any], option: str = "generator") -> float:

@@ -52,6 +52,11 @@ def check_metric_overrides(gen_cfg: Mapping[str, Any] | None, defaults: Mapping[
     if not gen_cfg:
         return
     for key in (*SAMPLING_KEYS, "max_failed_fraction"):
+        if key in gen_cfg and gen_cfg.get(key) != defaults.get(key) and key == "count":
+            raise ConfigError(
+                f"generator.count={gen_cfg[key]!r} would be ignored: metric {metric} asks one reply per example (the "
+                f"choice, greedy: metric.{metric}.generation.temperature="
+                f"{metric_settings.get('temperature', 0.0)!r}). Remove generator.count")
         if key in gen_cfg and gen_cfg.get(key) != defaults.get(key):
             raise ConfigError(
                 f"generator.{key}={gen_cfg[key]!r} would be ignored: metric {metric} answers with its own generation "

@@ -6,7 +6,7 @@ settings. A metric asks for ``Generation`` requests and reads the answers by req
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import pandas as pd
 
@@ -87,5 +87,30 @@ def check_generations(metric: str) -> Callable[[pd.DataFrame, Mapping[str, Any]]
         if len(rows):
             source = f"{gen_cfg['kind']} {gen_cfg.get('model') or 'the job model'}"
             check_failures(rows, max_failed_fraction(gen_cfg, option), option, source)
+
+    return check
+
+
+def check_choice_replies(metric: str, prompts: Callable[[pd.DataFrame, Mapping[str, Any]], Iterable[tuple[str, str]]]
+                         ) -> Callable[..., None]:
+    """``MetricSpec.check_answers`` of a multiple-choice metric answered by generation (``bbq``, ``stereoset_mc``,
+    ``winobias_mc``: one rule for all): more failed requests than ``metric.<metric>.generation.max_failed_fraction``
+    fail the score stage (the answered ones are cached; a re-run asks only the failed ones), and prompts a responses
+    file lacks are named by the ids of the items that ask them. ``prompts(items, cfg)`` gives (item id, prompt)."""
+
+    def check(answers: pd.DataFrame, cfg: Mapping[str, Any], items: pd.DataFrame | None = None) -> None:
+        if answers is None or not len(answers) or "status" not in answers:
+            return
+        rows = answers[answers["kind"] == Generation.kind] if "kind" in answers else answers
+        if not len(rows):
+            return
+        gen = cfg.get("generator") or {}
+        source = gen.get("model") or "the job model"
+        ids: dict[str, list[str]] = {}
+        if items is not None and (rows["status"] != "ok").any():
+            for item_id, prompt in prompts(items, cfg):
+                ids.setdefault(prompt, []).append(str(item_id))
+        check_failures(rows, float(cfg["generation"]["max_failed_fraction"]), f"metric.{metric}.generation", source,
+                       ids=ids)
 
     return check

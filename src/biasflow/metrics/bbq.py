@@ -51,6 +51,7 @@ from pydantic import Field, field_validator
 from biasflow.data.bbq import CATEGORIES as BBQ_CATEGORIES
 from biasflow.errors import DataFormatError, did_you_mean
 from biasflow.metrics._choice import parse_choice as choose
+from biasflow.metrics._generated import check_choice_replies
 from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import USER_FILE, ContextPass, Generating, GenerationSettings as GenerationOptions
 from biasflow.scoring.answer import lookup
@@ -561,18 +562,13 @@ def replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r) -> dict | None
     return out
 
 
-def check_answers(answers: pd.DataFrame, cfg: Mapping[str, Any]) -> None:
-    """Generation mode: more failed requests than ``generation.max_failed_fraction`` fail the score stage (the
-    answered ones are cached; a re-run asks only the failed ones)."""
-    if answers is None or not len(answers) or "status" not in answers:
-        return
-    from biasflow.generation.answer import check_failures
-
+def generation_prompts(items: pd.DataFrame, cfg: Mapping[str, Any]):
+    """(item id, prompt) of every example in generation mode (names the prompts a responses file lacks)."""
     opts = options_of(cfg)
-    rows = answers[answers["kind"] == Generation.kind] if "kind" in answers else answers
-    if len(rows):
-        source = (opts.generator.model if opts.generator is not None and opts.generator.model else "the job model")
-        check_failures(rows, opts.generation.max_failed_fraction, f"metric.{METRIC}.generation", source)
+    return [(it.item_id, generation_prompt(it, opts)) for it in items.itertuples(index=False)]
+
+
+check_answers = check_choice_replies(METRIC, generation_prompts)
 
 
 SPEC = register_metric(MetricSpec(

@@ -36,6 +36,7 @@ from pydantic import Field, field_validator
 
 from biasflow.data.stereoset import GOLD_LABELS, TASKS
 from biasflow.errors import DataFormatError
+from biasflow.metrics._generated import check_choice_replies
 from biasflow.metrics.bbq import OneChoiceGeneration, parse_choice
 from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import Generating
@@ -221,18 +222,13 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r) -> di
     return out
 
 
-def check_answers(answers: pd.DataFrame, cfg: Mapping[str, Any]) -> None:
-    """More failed requests than ``generation.max_failed_fraction`` fail the score stage (the answered ones are
-    cached; a re-run asks only the failed ones)."""
-    if answers is None or not len(answers) or "status" not in answers:
-        return
-    from biasflow.generation.answer import check_failures
+def generation_prompts(items: pd.DataFrame, cfg: Mapping[str, Any]):
+    """(example id, prompt) of every example asked (names the prompts a responses file lacks)."""
+    ex = examples(items, options_of(cfg))
+    return list(zip(ex["item_id"], ex["prompt"]))
 
-    opts = options_of(cfg)
-    rows = answers[answers["kind"] == Generation.kind] if "kind" in answers else answers
-    if len(rows):
-        source = opts.generator.model if opts.generator is not None and opts.generator.model else "the job model"
-        check_failures(rows, opts.generation.max_failed_fraction, f"metric.{METRIC}.generation", source)
+
+check_answers = check_choice_replies(METRIC, generation_prompts)
 
 
 SPEC = register_metric(MetricSpec(

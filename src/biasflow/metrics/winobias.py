@@ -28,7 +28,7 @@ the prompt (``Generation`` requests, one sample per item).
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, ClassVar, Literal, Mapping, Optional
 
 import numpy as np
 import pandas as pd
@@ -36,8 +36,10 @@ from pydantic import Field, field_validator
 
 from biasflow.errors import ConfigError
 from biasflow.metrics._choice import parse_choice as choose
+from biasflow.metrics._generated import check_choice_replies
 from biasflow.metrics._mode import mode_option, pass_verdict
-from biasflow.schema import ContextPass, Generating, GenerationSettings, MetricBase, PositiveInt, Probability
+from biasflow.metrics.bbq import OneChoiceGeneration
+from biasflow.schema import ContextPass, Generating, MetricBase, PositiveInt, Probability
 from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.score_kinds import top_k_probability
 from biasflow.scoring.answer import lookup
@@ -55,6 +57,13 @@ class WinoBias(MetricBase):
     pass_rate_denominator: Optional[Literal["all", "kept"]] = None
 
 
+class WinoBiasMCGeneration(OneChoiceGeneration):
+    """Greedy, one short reply per item (as BBQ's and StereoSet's generation modes)."""
+
+    asker: ClassVar[str] = "WinoBias multiple choice"
+    max_tokens: int = Field(16, ge=1)
+
+
 class WinoBiasMC(Generating):
     """The options of ``metric.winobias_mc`` (the multiple-choice test of causal LMs)."""
 
@@ -64,8 +73,8 @@ class WinoBiasMC(Generating):
     option_prefix: str = " "  # text between the prompt and "<letter>. <option>"
     option_score: Literal["sum", "mean"] = "sum"  # sum = total log-prob of the option (lm-eval acc); mean = per token
     context_pass: ContextPass = "once"
-    # with a generator only: greedy, short answers
-    generation: GenerationSettings = Field(default_factory=lambda: GenerationSettings(temperature=0.0, max_tokens=16))
+    # with a generator only: greedy, one short reply per item; these win over the generator's sampling settings
+    generation: WinoBiasMCGeneration = Field(default_factory=WinoBiasMCGeneration)
 
     @field_validator("prompt")
     @classmethod
@@ -283,14 +292,22 @@ def mc_options(items: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
 
 
 def generation_requests(items: pd.DataFrame, cfg: Mapping[str, Any]) -> list[Generation]:
-    """One generated answer per item: the generator's settings win over the metric's ``generation`` defaults."""
-    settings = {**cfg["generation"], **(cfg["generator"] or {})}
-    seed = settings["seed"]
-    return [Generation(mc_prompt(it.masked_sentence, it.pronoun_male, it.pronoun_female, cfg["prompt"])[0],
-                       sample_index=0, system_prompt=settings["system_prompt"],
-                       temperature=float(settings["temperature"]), max_tokens=int(settings["max_tokens"]),
-                       seed=None if seed is None else int(seed))
+    """One generated answer per item, with the metric's ``generation`` settings (the generator supplies the
+    endpoint; the plan refuses its sampling settings, which would be ignored)."""
+    g = cfg["generation"]
+    seed = g["seed"]
+    return [Generation(prompt, sample_index=0, system_prompt=g["system_prompt"], temperature=float(g["temperature"]),
+                       max_tokens=int(g["max_tokens"]), seed=None if seed is None else int(seed))
+            for _, prompt in generation_prompts(items, cfg)]
+
+
+def generation_prompts(items: pd.DataFrame, cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(item id, prompt) of every item (names the prompts a responses file lacks)."""
+    return [(it.item_id, mc_prompt(it.masked_sentence, it.pronoun_male, it.pronoun_female, cfg["prompt"])[0])
             for it in items.itertuples(index=False)]
+
+
+check_mc_answers = check_choice_replies("winobias_mc", generation_prompts)
 
 
 def mc_requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
@@ -390,7 +407,7 @@ options_in_module(globals(), WinoBiasMC, only=("mc_options", "generation_request
                                               "aggregate_mc", "mc_replicates"))
 MC_SPEC = register_metric(MetricSpec(
     name="winobias_mc", options=WinoBiasMC, benchmark="winobias", model_kinds=("causal_lm", "served_causal_lm"),
-    requests=mc_requests, compute=compute_mc, aggregate=aggregate_mc,
+    requests=mc_requests, compute=compute_mc, aggregate=aggregate_mc, check_answers=check_mc_answers,
     score_keys=("prompt", "option_prefix", "context_pass", "generator", "generation"),
     headline=("pass_rate", "test_passed"),
     plot_metric="pass_rate", plot_reference=None, bootstrap_statistic=mc_replicates, exact_replicates=True,

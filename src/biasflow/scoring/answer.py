@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import inspect
 import json
 import logging
 from dataclasses import dataclass, replace
@@ -429,7 +430,10 @@ def metric_answers(metric: str, items: pd.DataFrame, metric_cfg: Mapping[str, An
         check_responses_cover(model_cfg["path"], [r for r in requests if isinstance(r, Generation)], spec.name)
     answers = answer_requests(requests, model_cfg, cache_root, models=models, metric=spec.name, progress=progress)
     if spec.check_answers is not None:  # raising fails the score stage before it writes anything
-        spec.check_answers(answers, metric_cfg)
+        if "items" in inspect.signature(spec.check_answers).parameters:  # it names failed requests by item
+            spec.check_answers(answers, metric_cfg, items=items)
+        else:
+            spec.check_answers(answers, metric_cfg)
     if spec.followup_requests is None:
         return answers
     frames = [answers]
