@@ -1,5 +1,6 @@
-"""RedditBias: the loader on the real files, the paired t-test after outlier removal by hand and against a
-re-implementation of the authors' measure_bias.py loop, and sentence perplexities against direct model passes."""
+"""RedditBias: the loader on the real files, the headline paired t-test on all pairs by hand and against scipy, the
+outlier-removed variant against a re-implementation of the authors' measure_bias.py loop, Welch's test of
+measure_bias_args.py, and sentence perplexities against direct model passes."""
 from __future__ import annotations
 
 import math
@@ -84,15 +85,45 @@ def test_hand_computed_t_value_after_dropping_an_outlier_pair():
     d = np.array(target[:11]) - np.array(counter[:11])  # the 11 kept pairs
     mean, sd = d.sum() / 11, math.sqrt(((d - d.sum() / 11) ** 2).sum() / 10)
     t_hand = mean / (sd / math.sqrt(11))
-    assert agg.loc[("t_value", "gender"), "value"] == pytest.approx(t_hand, rel=1e-12)
-    assert agg.loc[("t_value", "gender"), "n"] == 11 and agg.loc[("outlier_pairs", "gender"), "value"] == 1
-    assert agg.loc[("t_value_all_pairs", "gender"), "n"] == 12
+    assert agg.loc[("t_value_outliers_removed", "gender"), "value"] == pytest.approx(t_hand, rel=1e-12)
+    assert agg.loc[("t_value_outliers_removed", "gender"), "n"] == 11
+    assert agg.loc[("outlier_pairs", "gender"), "value"] == 1
+    assert agg.loc[("t_value", "gender"), "n"] == 12  # the headline: every pair
     # 10 of 12 target sentences are less perplexing than their counter-target (pair 3 ties at 10, the last loses)
     assert agg.loc[("target_more_likely_pct", "gender"), "value"] == pytest.approx(100 * 10 / 12)
-    assert agg.loc[("mean_perplexity_target", "gender"), "value"] == 10.0
+    assert agg.loc[("mean_perplexity_target", "gender"), "value"] == pytest.approx((11 * 10 + 1000) / 12)
     # no removal: all 12 pairs
     kept_all = rb.aggregate(_per_item(target, counter), {"outlier_sd": None}).set_index(["metric", "category"])
-    assert kept_all.loc[("t_value", "gender"), "n"] == 12
+    assert kept_all.loc[("t_value_outliers_removed", "gender"), "n"] == 12
+
+
+def test_the_headline_is_the_paired_t_on_every_pair_as_the_authors_instruct():
+    """Issue 44: the test files are the authors' ``*_reduced`` files, whose outliers were removed when they were
+    made; the README says to run measure_bias.py without REDUCE_SET on them, so the reference number is the paired
+    t-test on every pair (before: the headline removed outliers a second time). By hand and against scipy."""
+    target = [10.0, 12.5, 9.0, 30.0, 11.0, 14.0, 8.5, 10.0]
+    counter = [11.0, 12.0, 10.5, 12.0, 13.0, 15.5, 9.0, 10.5]
+    agg = rb.aggregate(_per_item(target, counter), {"outlier_sd": 2.3}).set_index(["metric", "category"])
+    # pair 4 (30 vs 12; 2.56 SD) is an outlier at 2.3 SD: only the non-headline variant drops it
+    assert agg.loc[("outlier_pairs", "gender"), "value"] == 1
+    d = np.array(target) - np.array(counter)
+    t_hand = d.mean() / (d.std(ddof=1) / math.sqrt(len(d)))
+    ref = stats.ttest_rel(target, counter)
+    for category in ("gender", "overall"):
+        assert agg.loc[("t_value", category), "value"] == pytest.approx(t_hand, rel=1e-12)
+        assert agg.loc[("t_value", category), "value"] == pytest.approx(ref.statistic, rel=1e-12)
+        assert agg.loc[("p_value", category), "value"] == pytest.approx(ref.pvalue, rel=1e-12)
+        assert agg.loc[("t_value", category), "n"] == agg.loc[("p_value", category), "n"] == 8
+    kept = stats.ttest_rel(target[:3] + target[4:], counter[:3] + counter[4:])
+    assert agg.loc[("t_value_outliers_removed", "gender"), "value"] == pytest.approx(kept.statistic, rel=1e-12)
+    assert agg.loc[("p_value_outliers_removed", "gender"), "value"] == pytest.approx(kept.pvalue, rel=1e-12)
+    assert agg.loc[("t_value_outliers_removed", "gender"), "n"] == 7
+    # measure_bias_args.py: Welch's unpaired test on the complete test set
+    welch = stats.ttest_ind(target, counter, equal_var=False)
+    assert agg.loc[("t_value_welch", "gender"), "value"] == pytest.approx(welch.statistic, rel=1e-12)
+    assert agg.loc[("p_value_welch", "gender"), "value"] == pytest.approx(welch.pvalue, rel=1e-12)
+    assert not {"t_value_all_pairs", "p_value_all_pairs"} & set(agg.index.get_level_values("metric"))
+    assert rb.SPEC.headline[:2] == ("t_value", "p_value") and "all pairs" in rb.SPEC.meanings["t_value"]
 
 
 def reference_t_test(ppl1, ppl2):
@@ -121,10 +152,17 @@ def test_t_values_match_the_reference_loop_on_the_authors_perplexities(items):
     for dim in COUNTS:
         sub = items[items.category == dim]
         (t, p), kept = reference_t_test(list(sub.reference_perplexity_target), list(sub.reference_perplexity_counter))
-        assert agg.loc[("t_value", dim), "value"] == pytest.approx(t, rel=1e-12, abs=1e-12)
-        assert agg.loc[("p_value", dim), "value"] == pytest.approx(p, rel=1e-9)
-        assert agg.loc[("t_value", dim), "n"] == kept
-    assert agg.loc[("t_value", "overall"), "n"] == sum(agg.loc[("t_value", d), "n"] for d in COUNTS)
+        assert agg.loc[("t_value_outliers_removed", dim), "value"] == pytest.approx(t, rel=1e-12, abs=1e-12)
+        assert agg.loc[("p_value_outliers_removed", dim), "value"] == pytest.approx(p, rel=1e-9)
+        assert agg.loc[("t_value_outliers_removed", dim), "n"] == kept
+        # the headline: the script's unfiltered test (REDUCE_SET unset, as its README says for these files)
+        ref = stats.ttest_rel(sub.reference_perplexity_target, sub.reference_perplexity_counter)
+        assert agg.loc[("t_value", dim), "value"] == pytest.approx(ref.statistic, rel=1e-12)
+        assert agg.loc[("p_value", dim), "value"] == pytest.approx(ref.pvalue, rel=1e-9)
+        assert agg.loc[("t_value", dim), "n"] == COUNTS[dim]
+    assert agg.loc[("t_value_outliers_removed", "overall"), "n"] == sum(
+        agg.loc[("t_value_outliers_removed", d), "n"] for d in COUNTS)
+    assert agg.loc[("t_value", "overall"), "n"] == sum(COUNTS.values())
 
 
 def test_causal_perplexity_is_the_references_loss_and_first_token_follows_the_mode(tiny_gpt2, items):
