@@ -96,3 +96,32 @@ def test_packaged_glove():
     m, found, _ = model.lookup(["The", "gladiola"])
     assert found.tolist() == [True, False]
     assert m[0][:2] == pytest.approx([0.418, 0.24968])  # first row of glove.6B.50d.txt ("the")
+
+
+def test_a_pickled_vector_file_is_never_unpickled_unless_asked_for_by_name(tmp_path):
+    """Issue 45: format=gensim, or format=auto on a file starting with a pickle's byte 0x80, went to gensim's
+    KeyedVectors.load, which unpickles (runs code from the file). Now refused, naming the file and the option."""
+    import pickle
+
+    from biasflow.plan import build_plan
+
+    ran = tmp_path / "ran"
+    payload = pickle.dumps(_Evil(str(ran)), protocol=2)
+    assert payload[:1] == b"\x80"
+    bad = tmp_path / "vectors.kv"
+    bad.write_bytes(payload)
+    with pytest.raises(ConfigError, match=r"vectors.kv.*pickle.*model.allow_pickle=true"):
+        load_model({"kind": "word_vectors", "path": str(bad)})  # format auto sniffs the pickle
+    with pytest.raises(ConfigError, match=r"pickle.*model.allow_pickle=true"):
+        load_model({"kind": "word_vectors", "format": "gensim", "path": str(bad)})
+    assert not ran.exists()
+    with pytest.raises(ConfigError, match=r"allow_pickle"):  # refused at plan time, before any job
+        build_plan(["metric=[weat]", "model=glove_6b_50d", "model.format=gensim", f"model.path={bad}"])
+
+
+class _Evil:
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))

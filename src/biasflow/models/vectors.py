@@ -244,6 +244,10 @@ def load_word_vectors(cfg: Mapping[str, Any]) -> WordVectors:
         raise ModelLoadError(f"model.path={str(path)!r} does not exist")
     if fmt == "auto":
         fmt = _sniff_format(path)
+    if fmt == "gensim" and not model_value(cfg, "allow_pickle"):  # a pickle runs code: only when asked for by name
+        from biasflow.kinds.vectors import PICKLE_REFUSED
+
+        raise ConfigError(PICKLE_REFUSED.format(path=str(path)))
     if fmt == "text":
         words, matrix = read_text_vectors(path, header=cfg.get("header", "auto"))
     elif fmt == "word2vec_binary":
