@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -254,3 +255,60 @@ def test_the_api_raises_the_unfinished_jobs_as_data(project, monkeypatch):
     assert err.value.results.report is not None and err.value.results.aggregate.empty
     assert err.value.outcome.exit_code != 0 and err.value.outcome.partial_report
     assert "BIASFLOW_COMMAND" not in os.environ  # the caller's environment is left as it was
+
+
+@pytest.fixture()
+def light_project(tmp_path, crows_csv):
+    """A scratch project (conf/ copied, the CrowS-Pairs file in place) and no model built for it."""
+    return project_copy(tmp_path, {"crows_pairs/crows_pairs_anonymized.csv": crows_csv})
+
+
+def test_a_failed_download_of_the_demo_models_training_text_is_named(light_project):
+    """The demo model is built from BOLD's Wikipedia files: when their download fails, the jobs on the demo model
+    are blocked by that download (its rule, cause and log), in the console, `biasflow status` and the report; they
+    were shown as "1 waiting" with no cause."""
+    project = light_project
+    missing = (project / "nowhere" / "gender_wiki.json").as_uri()
+    run = ["model=demo_bert", "metric=[crows_pairs]", "benchmark.crows_pairs.limit=10", "stats.n_boot=0",
+           "tracking.enabled=false", f"benchmark.bold_wikipedia.files.gender.sources=[{{url:'{missing}',sha256:{'0' * 64}}}]"]
+    proc = biasflow(project, "run", *run, "--cores", "2", "--", "--directory", str(project))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "1 blocked by a failed job, 0 interrupted, 0 waiting" in out, out[-3000:]
+    cause = ("blocked  demo_bert / crows_pairs: blocked by download bold_wikipedia/gender_wiki.json (the training "
+             "text of build_demo_model demo_bert), which failed: could not fetch ")
+    assert cause in out and "No such file or directory" in out
+    assert f"log: {project}/results/logs/download/bold_wikipedia/gender_wiki.json.log" in out
+    run_dir = next((project / "results" / "runs").glob("*/report.md")).parent
+    assert "| demo_bert | crows_pairs | blocked |" in (run_dir / "report.md").read_text()
+    status = biasflow(project, "status", str(run_dir))
+    assert status.returncode == 0 and cause in status.stdout, status.stdout
+
+
+def test_a_broken_snakefile_is_named_with_its_error_and_log(light_project, tmp_path):
+    """Snakemake cannot parse the workflow: every job is blocked by it, with Snakemake's error (file, line,
+    message) and its log, in the console and `biasflow status` (they were "1 waiting" with no cause)."""
+    project = light_project
+    root = tmp_path / "checkout"
+    root.mkdir()
+    for part in ("workflow", "scripts"):
+        shutil.copytree(ROOT / part, root / part)
+    snakefile = (ROOT / "Snakefile").read_text()
+    assert "\nrule all:\n" in snakefile
+    (root / "Snakefile").write_text(snakefile.replace("\nrule all:\n", "\nrule all\n", 1))
+    env = dict(os.environ, BIASFLOW_CONF=str(project / "conf"), BIASFLOW_ROOT=str(root), HF_HUB_OFFLINE="1")
+    run = ["metric=[crows_pairs]", "benchmark.crows_pairs.limit=10", "stats.n_boot=0", "tracking.enabled=false"]
+    proc = subprocess.run([sys.executable, "-m", "biasflow.cli", "run", *run, "--cores", "1", "--", "--directory",
+                           str(project)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "1 blocked by a failed job, 0 interrupted, 0 waiting" in out, out[-3000:]
+    cause = re.search(r"blocked  demo_bert / crows_pairs: blocked by the workflow, which Snakemake could not run: "
+                      r"SyntaxError in file \"(.*?)\", line \d+: Expected name or colon after rule.*", out)
+    assert cause and cause.group(1) == str(root / "Snakefile"), out[-3000:]
+    cause = cause.group(0)
+    log = next((project / ".snakemake" / "log").glob("*.snakemake.log"))
+    assert f"log: {log}" in out
+    run_dir = next((project / "results" / "runs").glob("*/report.md")).parent
+    status = biasflow(project, "status", str(run_dir))
+    assert status.returncode == 0 and cause in status.stdout and f"log: {log}" in status.stdout, status.stdout

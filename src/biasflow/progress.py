@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import time
 from base64 import urlsafe_b64encode
@@ -153,25 +154,35 @@ def _at(path: str, workdir: Path) -> Path:
     return Path(path) if Path(path).is_absolute() else workdir / path
 
 
-def upstream_failure(job: Mapping[str, Any], paths: Mapping[str, Any], workdir: Path) -> tuple[str, str] | None:
-    """(cause, log) of a failed job that ``job`` needs and that left no output: a download of its benchmark's
-    files, the prepare of its items, the build of its model (their rules' logs: workflow/rules/data.smk, models.smk).
-    None when none failed."""
+def upstream_failure(job: Mapping[str, Any], paths: Mapping[str, Any], workdir: Path,
+                     benchmarks: Mapping[str, Any] | None = None) -> tuple[str, str] | None:
+    """(cause, log) of a failed job that ``job`` needs and that left no output: a download of the files its model
+    is built from (``benchmarks``: the plan's, which hold the demo model's training texts), the build of its model,
+    a download of its benchmark's files, the prepare of its items (their rules' logs: workflow/rules/data.smk,
+    models.smk). None when none failed."""
     results = job.get("results") or paths.get("results") or "results"
     resources = paths.get("resources") or "resources"
     needed: list[tuple[str, str, str]] = []  # (what, output, log)
+
+    def downloads(benchmark: str, bcfg: Mapping[str, Any] | None, why: str = "") -> None:
+        for spec in ((bcfg or {}).get("files") or {}).values():
+            filename = (spec or {}).get("filename")
+            if filename:
+                needed.append((f"download {benchmark}/{filename}{why}", f"{resources}/datasets/{benchmark}/{filename}",
+                               f"{results}/logs/download/{benchmark}/{filename}.log"))
+
     model = job.get("model") or {}
     if model.get("build") and model.get("path"):
+        from biasflow.models.demo import TRAINING_BENCHMARK
+
         name = Path(str(model["path"])).name
+        downloads(TRAINING_BENCHMARK, (benchmarks or {}).get(TRAINING_BENCHMARK),
+                  f" (the training text of build_demo_model {name})")
         needed.append((f"build_demo_model {name}", str(model["path"]), f"{results}/logs/build_model/{name}.log"))
     items = job.get("items_path")
     if items:
         benchmark = job.get("benchmark")
-        for spec in ((job.get("benchmark_cfg") or {}).get("files") or {}).values():
-            filename = (spec or {}).get("filename")
-            if filename:
-                needed.append((f"download {benchmark}/{filename}", f"{resources}/datasets/{benchmark}/{filename}",
-                               f"{results}/logs/download/{benchmark}/{filename}.log"))
+        downloads(str(benchmark), job.get("benchmark_cfg"))
         needed.append((f"prepare {benchmark}", items, f"{results}/logs/prepare/{Path(items).stem}.log"))
     for what, output, log in needed:
         if _at(output, workdir).exists():
@@ -179,6 +190,41 @@ def upstream_failure(job: Mapping[str, Any], paths: Mapping[str, Any], workdir: 
         error = last_error(str(_at(log, workdir)))
         if error:
             return f"blocked by {what}, which failed: {error}", log
+    return None
+
+
+_SNAKEMAKE_ERROR = re.compile(r"^(\w+(?:Error|Exception))(?: in .*?)?:$")
+
+
+def snakemake_failure(workdir: Path, owner: Mapping[str, Any] | None = None) -> tuple[str, str] | None:
+    """(cause, log) where Snakemake itself failed in the run's last invocation, so no job of the plan could start:
+    a broken Snakefile or rule file, an error in building the DAG. Read from Snakemake's own log of that invocation
+    (``.snakemake/log/<time>.snakemake.log``, the newest, if written after the run's owner record), which holds the
+    error as ``<Exception> in file "...", line N:`` and its message. None when there is no such log or it records a
+    job's failure (``Error in rule ...``: the job's own log names the cause) or no error."""
+    logs = sorted((workdir / ".snakemake" / "log").glob("*.snakemake.log"))
+    if not logs:
+        return None
+    log = logs[-1]
+    try:
+        if owner and owner.get("started") and log.stat().st_mtime < float(owner["started"]) - 1:
+            return None  # an earlier invocation's
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    if any(line.startswith("Error in rule ") for line in lines):
+        return None
+    for i, line in enumerate(lines):
+        m = _SNAKEMAKE_ERROR.match(line.strip())
+        if not m:
+            continue
+        message = []
+        for more in lines[i + 1:]:
+            if not more.strip() or more.startswith("  File ") or more.strip() == "None":
+                break
+            message.append(more.strip())
+        text = " ".join(message).rstrip(":")
+        return f"{line.strip()} {text}".strip()[:500], str(log)
     return None
 
 
@@ -204,6 +250,10 @@ def job_states(plan: Mapping[str, Any], workdir: str | os.PathLike | None = None
     alive = owner_alive(owner)
     attempts = attempts_by_output(workdir)
     pending: list[tuple[int, str]] = []  # (index in out, SLURM job id) of submitted attempts not yet ended
+    # Snakemake itself failed (a broken Snakefile): every job not done is blocked by it
+    stopped = snakemake_failure(workdir, owner) if alive is not True else None
+    workflow_failure = (f"blocked by the workflow, which Snakemake could not run: {stopped[0]}", stopped[1]) \
+        if stopped else None
     out = []
     for job in plan["jobs"]:
         mdir = job["metric_dir"]
@@ -252,7 +302,8 @@ def job_states(plan: Mapping[str, Any], workdir: str | os.PathLike | None = None
                 state.state, state.error, state.log = "failed", error, log
                 break
         if state.state == "waiting":
-            blocker = upstream_failure(job, plan.get("paths") or {}, workdir)
+            blocker = workflow_failure or upstream_failure(job, plan.get("paths") or {}, workdir,
+                                                           plan.get("benchmarks"))
             if blocker:
                 state.state, state.error, state.log = "blocked", blocker[0], blocker[1]
     if pending:  # PENDING on SLURM is queued, not running

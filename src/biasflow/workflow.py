@@ -185,7 +185,9 @@ class Lookups:
         return [job.model for job in self.plan.jobs if job.model.get("build")]
 
     def demo_training_texts(self) -> list[str]:
-        return list(self.raw_files("bold_wikipedia", self.plan.benchmarks["bold_wikipedia"]).values())
+        from biasflow.models.demo import TRAINING_BENCHMARK
+
+        return list(self.raw_files(TRAINING_BENCHMARK, self.plan.benchmarks[TRAINING_BENCHMARK]).values())
 
     # ---- scores and metrics
     def score_job(self, model_key: str, metric: str, shash: str) -> Job:

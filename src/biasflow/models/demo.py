@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# the benchmark whose downloaded files the build_demo_model rule trains on (workflow.Lookups.demo_training_texts;
+# biasflow.progress names a failed download of them as the cause of the jobs on the demo model)
+TRAINING_BENCHMARK = "bold_wikipedia"
+
 
 def minilm_dir() -> Path:
     try:
