@@ -157,3 +157,41 @@ def test_the_job_gets_the_defaults():
     assert (cfg["first_token"], cfg["p_threshold"]) == (defaults.first_token, defaults.p_threshold)
     bench = yaml.safe_load((ROOT / "conf" / "benchmark" / "holistic_bias.yaml").read_text())["holistic_bias"]
     assert bench["sentence_set"] == "evaluated" and bench["limit"] is None
+
+
+def test_the_pinned_axes_and_templates_are_the_datas(files, generated):
+    """What the plan checks ``categories`` and ``templates`` against (no data then) is what the pinned files hold."""
+    assert set(hb_data.AXES) == set(generated[hb_data.evaluated(generated)].axis)
+    assert set(generated.axis) == {*hb_data.AXES, hb_data.NULL_AXIS}
+    assert [t for t, _, _ in hb_data.templates(files["sentence_templates"])] == list(hb_data.TEMPLATES)
+    assert set(generated[hb_data.evaluated(generated)].template) == set(hb_data.TEMPLATES)
+    specs = yaml.safe_load((ROOT / "conf" / "benchmark" / "holistic_bias.yaml").read_text())["holistic_bias"]["files"]
+    for key, pinned in hb_data.PINNED_SHA256.items():
+        assert {s["sha256"] for s in specs[key]["sources"]} == pinned
+
+
+def test_unknown_axes_and_templates_are_refused_at_plan_time_with_a_did_you_mean(tmp_path):
+    """``categories=[religon]`` planned, downloaded and failed in prepare without a suggestion: the plan refuses it
+    (the axes of the pinned v1.1 files need no download). A user's own files are checked when they are read."""
+    from biasflow.plan import build_plan
+
+    base = ["metric=[holistic_bias]"]
+    with pytest.raises(ConfigError, match=r"benchmark\.holistic_bias\.categories: unknown axis \['religon'\] \(did "
+                                          r"you mean 'religion'\?\); choose from \['ability'"):
+        build_plan(base + ["benchmark.holistic_bias.categories=[religon]"])
+    with pytest.raises(ConfigError, match=r"unknown template\(s\) \[\"I'm {noun_phrase}\"\] \(did you mean \"I'm "
+                                          r"{noun_phrase}\.\"\?\)"):
+        build_plan(base + ["benchmark.holistic_bias.templates=[\"I'm {noun_phrase}\"]"])
+    with pytest.raises(ConfigError, match=r"the axis 'null' \(the nouns alone, no descriptor\) is only in "
+                                          r"sentence_set: all"):
+        build_plan(base + ["benchmark.holistic_bias.categories=['null']"])
+    (job,) = build_plan(base + ["benchmark.holistic_bias.categories=['null',religion]",
+                                "benchmark.holistic_bias.sentence_set=all"]).jobs
+    assert job.benchmark_cfg["categories"] == ["null", "religion"]
+    # the user's own descriptors.json: its axes are not known before it is read
+    own = tmp_path / "descriptors.json"
+    own.write_text('{"religon": {"x": ["y"]}}')
+    (job,) = build_plan(base + ["benchmark.holistic_bias.categories=[religon]",
+                                f"benchmark.holistic_bias.files.descriptors.sources=[{{url:'{own.as_uri()}',"
+                                f"sha256:'{'1' * 64}'}}]"]).jobs
+    assert job.benchmark_cfg["categories"] == ["religon"]
