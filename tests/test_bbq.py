@@ -726,3 +726,59 @@ def test_paired_tests_at_array_speed_equal_the_generic_path(definition, bbq_file
         tables[model] = per_item_from(items, random_choices(items, seed=seed, missing=0.05), definition,
                                       tmp_path / model)
     assert_paired_paths_agree("bbq", tables, {"definition": definition}, n_boot=25)
+
+
+# ----------------------------------------------------------------------------------------------- predictions file checks
+def test_example_ids_of_the_pinned_data_are_zero_to_n_per_category(all_items):
+    """``EXAMPLE_IDS``, what a predictions row is checked against, is the pinned data's: ids 0..n-1 per category."""
+    from biasflow.metrics.bbq import EXAMPLE_IDS
+
+    ids = all_items.groupby("category")["example_id"].agg(lambda s: sorted(int(e) for e in s))
+    assert {c: len(v) for c, v in ids.items()} == EXAMPLE_IDS and sum(EXAMPLE_IDS.values()) == N_EXAMPLES
+    assert all(v == list(range(len(v))) for v in ids)
+
+
+def test_a_predictions_row_for_no_example_is_an_error_naming_the_row_and_id(tmp_path):
+    """A row whose example_id is no example of its category was ignored (exit 0): an error naming the file, the row
+    and the id. A row for an example the run did not select (limit, split) is no error."""
+    items = hand_items()  # Age 0-7
+    rows = "".join(f"{e},Age,{c}\n" for e, c in zip(items.example_id, HAND_CHOICES))
+    cfg = {"definition": "parity"}
+    other = tmp_path / "other.csv"  # Age 3000 exists in BBQ (ids 0-3679), only not selected here; so does Religion 5
+    other.write_text("example_id,category,answer\n" + rows + "3000,Age,1\n5,Religion,0\n")
+    per_item = SPEC.compute(items, pd.DataFrame(columns=["key"]), {**cfg, "predictions_file": str(other)})
+    assert per_item.choice.tolist() == HAND_CHOICES
+    wrong = tmp_path / "wrong.csv"
+    wrong.write_text("example_id,category,answer\n" + rows + "3680,Age,1\n1200,Religion,1\n99999,SES,2\n")
+    with pytest.raises(DataFormatError, match=r"wrong\.csv, line 10: example_id 3680 is no Age example \(the BBQ data "
+                                              r"has Age example_ids 0-3679\); 2 more row\(s\) name no example"):
+        SPEC.compute(items, pd.DataFrame(columns=["key"]), {**cfg, "predictions_file": str(wrong)})
+    records = [{"example_id": int(e), "category": "Age", "answer": c} for e, c in zip(items.example_id, HAND_CHOICES)]
+    as_json = tmp_path / "wrong.json"
+    as_json.write_text(json.dumps(records + [{"example_id": -1, "category": "Religion", "answer": 0}]))
+    with pytest.raises(DataFormatError, match=r"wrong\.json, record 9: example_id -1 is no Religion example"):
+        SPEC.compute(items, pd.DataFrame(columns=["key"]), {**cfg, "predictions_file": str(as_json)})
+
+
+def test_a_predictions_file_is_checked_at_plan_time(tmp_path):
+    """Its columns, categories, ids and answers need no data: the plan refuses them (they were refused only after
+    the 12 downloads, in the metric stage), with a did-you-mean."""
+    from biasflow.plan import build_plan
+
+    def plan(text: str, name: str = "p.csv"):
+        path = tmp_path / name
+        path.write_text(text)
+        return build_plan(["metric=[bbq]", f"metric.bbq.predictions_file={path}"])
+
+    with pytest.raises(ConfigError, match=r"metric\.bbq\.predictions_file: BBQ predictions file .*p\.csv, line 3: "
+                                          r"category 'age' is not a BBQ category \(did you mean 'Age'\?\)"):
+        plan("example_id,category,answer\n0,Age,1\n1,age,2\n")
+    with pytest.raises(ConfigError, match=r"no column \['example_id'\].*\(did you mean 'exampleid'\?\)"):
+        plan("exampleid,category,answer\n0,Age,1\n")
+    with pytest.raises(ConfigError, match=r"p\.jsonl, record 2: answer 'B' is not 0, 1, 2"):
+        plan('{"example_id": 0, "category": "Age", "answer": 1}\n{"example_id": 1, "category": "Age", '
+             '"answer": "B"}\n', "p.jsonl")
+    with pytest.raises(ConfigError, match=r"line 3: a second prediction for Age example 0 \(the first: line 2\)"):
+        plan("example_id,category,answer\n0,Age,1\n0,Age,2\n")
+    (job,) = plan("example_id,category,answer\n0,Age,1\n").jobs
+    assert job.metric == "bbq" and set(job.user_files) == {"metric.bbq.predictions_file"}

@@ -55,6 +55,8 @@ SUBSTITUTIONS = {
     "<commit-sha>": "0123456789abcdef0123456789abcdef01234567",  # planning never resolves a revision
     "model.path=/models/my-bert": "model.path={tmp}/my-bert",  # an empty folder: planning does not load it
     "generator.path=responses.csv": "generator.path={tmp}/responses.csv",
+    # BBQ's predictions file is checked when planning (a list of records); StereoSet's is read by its metric job
+    "bbq.predictions_file=/path/predictions.json": "bbq.predictions_file={tmp}/bbq_predictions.json",
     "predictions_file=/path/predictions.json": "predictions_file={tmp}/predictions.json",
     "model=<a sentence_encoder config>": "model=all_minilm_l6_v2",
 }
@@ -291,6 +293,7 @@ def project(tmp_path_factory):
     (tmp / "my-bert").mkdir()
     (tmp / "responses.csv").write_text("prompt,response\nWrite a letter.,Dear reader.\n")
     (tmp / "predictions.json").write_text(json.dumps({"intrasentence": [], "intersentence": []}))
+    (tmp / "bbq_predictions.json").write_text(json.dumps([{"example_id": 0, "category": "Age", "answer": 2}]))
     return tmp
 
 

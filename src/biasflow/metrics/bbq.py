@@ -39,6 +39,7 @@ All scores are reported in percent (x100, as the R script plots them): accuracy 
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path
@@ -108,6 +109,14 @@ class BBQOptions(Generating):
     generation_prompt: str = DEFAULT_GENERATION_PROMPT  # generation mode
     generation: BBQGeneration = Field(default_factory=BBQGeneration)
     predictions_file: Optional[str] = Field(None, json_schema_extra=USER_FILE)
+
+    @classmethod
+    def check_user_file(cls, option: str, path: Path) -> None:
+        """Plan time (``plan.user_files``): what the predictions file holds that needs no data (its columns,
+        categories, ids and answers), before any download."""
+        if option == "predictions_file":
+            stat = Path(path).stat()
+            checked_predictions(str(Path(path).resolve()), stat.st_mtime_ns, stat.st_size)
 
     @field_validator("prompt")
     @classmethod
@@ -195,16 +204,26 @@ def parse_choice(reply: Any, answers: Sequence[str]) -> int | None:
 
 
 # ----------------------------------------------------------------------------------------------- predictions file
-def read_predictions(path: str | Path, items: pd.DataFrame) -> pd.Series:
-    """Chosen answer index per item_id (-1: none) from a CSV, JSONL or JSON list of records with example_id,
-    category, answer."""
+# the example_ids of each category file of the pinned BBQ data (nyu-mll/BBQ at bea11bd, conf/benchmark/bbq.yaml):
+# 0 .. n-1, with n per category (58,492 in all); a predictions row outside them names no example of BBQ
+EXAMPLE_IDS = {"Age": 3680, "Disability_status": 1556, "Gender_identity": 5672, "Nationality": 3080,
+               "Physical_appearance": 1576, "Race_ethnicity": 6880, "Race_x_SES": 11160, "Race_x_gender": 15960,
+               "Religion": 1200, "SES": 6864, "Sexual_orientation": 864}
+
+
+def predictions_table(path: str | Path) -> dict[str, tuple[int, str]]:
+    """A predictions file read and checked as far as that needs no data (the format, the columns, every row's
+    category, example_id and answer, no example twice; errors name the file and the row): item_id -> (chosen
+    answer index, -1 for none; the row, ``line N`` of a CSV / JSONL or ``record N`` of a JSON list). The plan runs it
+    (``BBQOptions.check_user_file``), so a wrong category fails before any download."""
     path = Path(path)
     if not path.exists():
         raise DataFormatError(f"BBQ predictions file {path} does not exist")
+    suffix = path.suffix.lower()
     try:
-        if path.suffix.lower() in (".jsonl", ".ndjson"):
+        if suffix in (".jsonl", ".ndjson"):
             df = pd.read_json(path, lines=True, dtype=False)
-        elif path.suffix.lower() == ".json":
+        elif suffix == ".json":
             records = json.loads(path.read_text(encoding="utf-8"))
             if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
                 raise DataFormatError(f"BBQ predictions file {path}: a .json file must hold a list of records "
@@ -212,7 +231,7 @@ def read_predictions(path: str | Path, items: pd.DataFrame) -> pd.Series:
                                       f"holds a {type(records).__name__}"
                                       + (" of other values" if isinstance(records, list) else ""))
             df = pd.DataFrame.from_records(records)
-        elif path.suffix.lower() == ".csv":
+        elif suffix == ".csv":
             df = pd.read_csv(path, dtype=str, keep_default_na=False)
         else:
             raise DataFormatError(f"BBQ predictions file {path}: unknown format {path.suffix!r} (use .csv, .jsonl "
@@ -223,11 +242,14 @@ def read_predictions(path: str | Path, items: pd.DataFrame) -> pd.Series:
         raise DataFormatError(f"BBQ predictions file {path} could not be read: {exc}") from exc
     missing = [c for c in ("example_id", "category", "answer") if c not in df.columns]
     if missing:
-        raise DataFormatError(f"BBQ predictions file {path}: no column {missing} (columns: {list(df.columns)})")
-    chosen: dict[str, int] = {}
-    first_row = 2 if path.suffix.lower() == ".csv" else 1
+        raise DataFormatError(f"BBQ predictions file {path}: no column {missing} (columns: {list(df.columns)})"
+                              + "".join(did_you_mean(m, [str(c) for c in df.columns]) for m in missing))
+    chosen: dict[str, tuple[int, str]] = {}
+    first_row = 2 if suffix == ".csv" else 1  # a CSV's header is line 1
+    row_word = "line" if suffix == ".csv" else "record"
     for row_no, (eid, cat, ans) in enumerate(zip(df["example_id"], df["category"], df["answer"]), start=first_row):
-        where = f"BBQ predictions file {path}, {'line' if first_row == 2 else 'record'} {row_no}"
+        row = f"{row_word} {row_no}"
+        where = f"BBQ predictions file {path}, {row}"
         if str(cat) not in BBQ_CATEGORIES:  # a row that could never match an example is a mistake, not ignorable
             raise DataFormatError(f"{where}: category {cat!r} is not a BBQ category"
                                   f"{did_you_mean(str(cat), BBQ_CATEGORIES)} (categories: {', '.join(BBQ_CATEGORIES)})")
@@ -243,13 +265,46 @@ def read_predictions(path: str | Path, items: pd.DataFrame) -> pd.Series:
         else:
             raise DataFormatError(f"{where}: answer {ans!r} is not 0, 1, 2 (or empty / -1 for no answer)")
         if key in chosen:
-            raise DataFormatError(f"{where}: a second prediction for {cat} example {eid}")
-        chosen[key] = value
-    absent = [i for i in items["item_id"] if i not in chosen]
+            raise DataFormatError(f"{where}: a second prediction for {cat} example {eid} (the first: "
+                                  f"{chosen[key][1]})")
+        chosen[key] = (value, row)
+    return chosen
+
+
+@functools.lru_cache(maxsize=8)
+def checked_predictions(path: str, mtime_ns: int, size: int) -> None:
+    """``predictions_table(path)`` once per version of the file (a sweep's jobs share it)."""
+    predictions_table(path)
+
+
+def read_predictions(path: str | Path, items: pd.DataFrame) -> pd.Series:
+    """Chosen answer index per item_id (-1: none) from a CSV, JSONL or JSON list of records with example_id,
+    category, answer. Rows for examples the run did not select (``limit``, ``split``, ``categories``) are left
+    out; a row whose example_id is no example of its category (none of the items, and outside the pinned data's
+    ids, ``EXAMPLE_IDS``) is an error naming the file, the row and the id, as is an item without a row."""
+    path = Path(path)
+    table = predictions_table(path)
+    selected = set(items["item_id"])
+    # the pinned data's ids, per category, unless the items show other data (an id beyond them: a user's own files)
+    known = {c: n for c, n in EXAMPLE_IDS.items()
+             if not (items["category"].eq(c) & (pd.to_numeric(items["example_id"]) >= n)).any()}
+    unknown = []
+    for key, (_, row) in table.items():
+        if key in selected:
+            continue
+        cat, _, eid = key[len("bbq-"):].partition("-")  # no category name has a "-"; an id may ("-1")
+        if cat in known and not 0 <= int(eid) < known[cat]:
+            unknown.append((row, cat, int(eid)))
+    if unknown:
+        row, cat, eid = unknown[0]
+        more = f"; {len(unknown) - 1} more row(s) name no example" if len(unknown) > 1 else ""
+        raise DataFormatError(f"BBQ predictions file {path}, {row}: example_id {eid} is no {cat} example (the BBQ "
+                              f"data has {cat} example_ids 0-{known[cat] - 1}){more}")
+    absent = [i for i in items["item_id"] if i not in table]
     if absent:
         raise DataFormatError(f"BBQ predictions file {path}: no prediction for {len(absent)} of {len(items)} "
                               f"examples (first: {absent[0]})")
-    return pd.Series(chosen).reindex(items["item_id"])
+    return pd.Series({k: v for k, (v, _) in table.items()}, dtype=int).reindex(items["item_id"])
 
 
 # ----------------------------------------------------------------------------------------------- HELM, lm-eval targets

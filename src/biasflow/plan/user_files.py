@@ -75,5 +75,23 @@ def user_files(job: "Job", digests: dict[str, str]) -> dict[str, dict[str, str]]
                 real = str(path.resolve())
                 if real not in digests:
                     digests[real] = content_digest(path)
+                if section == "metric":
+                    check_user_file(job.metric, key, path, option)
                 found[option] = {"path": real, "digest": digests[real]}
     return found
+
+
+def check_user_file(metric: str, key: str, path: Path, option: str) -> None:
+    """What a metric can check in a user's file without data (``check_user_file(key, path)`` of its options model:
+    BBQ's predictions file, its columns and categories), at plan time: a mistake fails before any download. Its
+    error, naming the file and row, becomes a ConfigError naming the option."""
+    from biasflow.errors import BiasflowError
+    from biasflow.registry import metric_options
+
+    check = getattr(metric_options(metric), "check_user_file", None)
+    if check is None or path.is_dir():
+        return
+    try:
+        check(key, path)
+    except BiasflowError as exc:
+        raise ConfigError(f"{option}: {exc}") from exc
