@@ -304,3 +304,67 @@ def test_classifier_metrics_by_hand():
     assert got["stereotype_probability_gender"] == pytest.approx(0.5)
     flat = classifier_metrics(df, ["gender"], threshold=0.25, by_prompt=False)
     assert flat == {"stereotype_fraction_gender": pytest.approx(3 / 5)}
+
+
+# ------------------------------------------------------------------------- NLTK's Punkt on hostile texts (issue 44)
+HOSTILE = json.loads((__import__("pathlib").Path(__file__).parent / "fixtures" / "langfair_counterfactual" /
+                      "hostile_reference.json").read_text(encoding="utf-8"))
+
+
+def test_punkt_parameters_are_nltks_english_punkt_tab():
+    """The packaged Punkt parameters are nltk_data's punkt_tab/english byte for byte (sha256 as in the README of
+    biasflow/resources/punkt_tab), loaded into NLTK's own PunktParameters without nltk.data or a download."""
+    from importlib import resources
+
+    from nltk.tokenize.punkt import PunktParameters
+
+    from biasflow.metrics.langfair import PUNKT_FILES, punkt_parameters
+
+    folder = resources.files("biasflow.resources").joinpath("punkt_tab").joinpath("english")
+    sha = {name: hashlib.sha256(folder.joinpath(name).read_bytes()).hexdigest() for name in PUNKT_FILES}
+    assert sha == {"abbrev_types.txt": "92a3e070f43d9b4c5534758ca40ad7343b04e7e29bfe0c2eb658a39445a4f779",
+                   "collocations.tab": "8e2da1225e4dd2cc9dba261ee231ccb134859e21b46006e7f472c5ee269af0cf",
+                   "ortho_context.tab": "4bbcca25ed3d3f06c02402abf8419b9f033b8adc06e7b482eca4e45f81a5dc4c",
+                   "sent_starters.txt": "f3f8535483e1dba487241b764945168123bca3209a9645e59acd1225dc76edac"}
+    readme = resources.files("biasflow.resources").joinpath("punkt_tab").joinpath("README.md").read_text("utf-8")
+    assert all(h in readme for h in sha.values()) and "Apache License 2.0" in readme
+    params = punkt_parameters.__wrapped__()  # a fresh copy: Punkt adds the words it looks up to ortho_context (0)
+    assert isinstance(params, PunktParameters)
+    assert (len(params.abbrev_types), len(params.sent_starters), len(params.collocations),
+            len(params.ortho_context)) == (156, 39, 37, 20366)
+    assert {"gen", "u.s", "mr", "dr"} <= params.abbrev_types and "etc" not in params.abbrev_types
+    assert ("##number##", "international") in params.collocations
+
+
+def test_sentences_and_word_tokens_are_nltks_on_hostile_texts(monkeypatch):
+    """Every hostile text (curly quotes, "Gen. Lee", "the U.S. The", "etc. He", "Plan B. Then", initials, mixed
+    case, up to 8 sentences) and its lowercased copy: NLTK 3.10.4's sent_tokenize / word_tokenize with the Punkt
+    English parameters, as recorded beside LangFair (hostile_reference.py). The stand-in with a fixed abbreviation
+    list split 431 of the 686 texts differently."""
+    import nltk
+
+    from biasflow.metrics.langfair import sentences
+
+    monkeypatch.setattr(nltk, "download", lambda *a, **k: pytest.fail("nltk.download called"))
+    monkeypatch.setattr(nltk.data, "path", [])  # no NLTK data anywhere: the packaged parameters only
+    wrong = [text for text, rec in HOSTILE["texts"].items()
+             if sentences(text) != rec["sent_tokenize"] or sentences(text.lower()) != rec["sent_tokenize_lower"]
+             or word_tokenize(text) != rec["word_tokenize"] or word_tokenize(text.lower()) != rec["word_tokenize_lower"]]
+    assert not wrong, f"{len(wrong)} texts tokenised unlike NLTK, e.g. {wrong[:3]}"
+    assert len(HOSTILE["texts"]) == 686
+    assert word_tokenize("We toured the U.S. The trip changed him.")[:5] == ["We", "toured", "the", "U.S", "."]
+    assert word_tokenize("Gen. Lee came.")[:2] == ["Gen.", "Lee"]
+
+
+def test_cobs_and_sa_match_langfair_on_hostile_texts():
+    """LangFair 0.8.0's CooccurrenceBiasMetric (mean and word level) and StereotypicalAssociations on 10 sets of 40
+    hostile texts (adjective targets, its gender lists, beta 0.95)."""
+    n = 0
+    for texts, ref in zip(HOSTILE["inputs"]["stereotype_sets"], HOSTILE["stereotype"]):
+        cobs = cooccurrence_bias(texts, word_list("adjectives"))
+        assert cobs["value"] == pytest.approx(ref["cooccurrence_bias"], abs=1e-12)
+        assert cobs["word_level"] == pytest.approx(ref["cooccurrence_bias_words"], abs=1e-12)
+        sa = stereotypical_associations(texts, word_list("adjectives"))
+        assert sa["value"] == pytest.approx(ref["stereotypical_associations"], abs=1e-12)
+        n += 2 + len(ref["cooccurrence_bias_words"])
+    assert n > 80

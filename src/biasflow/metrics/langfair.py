@@ -6,13 +6,12 @@
   Hugging Face text-classification model, which the score stage runs on the generated text (``Classification``
   requests, answered by the classifier after the ``Generation`` requests); the metric reads its probabilities.
 
-The word lists are data files in ``biasflow/resources/wordlists`` (sources in its README). LangFair tokenises
-with NLTK's ``word_tokenize``; NLTK's sentence model is data that cannot be fetched here, so ``word_tokenize``
-below reimplements its behaviour on ordinary text: sentence split on . ! ? except common abbreviations, then
-NLTK's word rules (``treebank_words``: Penn Treebank rules plus Unicode quotes and dashes -- punctuation split off,
-clitics ``n't 's 're 've 'll 'd 'm`` separated, the curly apostrophe split off as NLTK does (``don’t`` gives
-``don``, ``’``, ``t``), quotes to `` and ''). ``treebank_words`` equals NLTK 3.10.4's word tokenizer on every
-BOLD Wikipedia sentence (test).
+The word lists are data files in ``biasflow/resources/wordlists`` (sources in its README). LangFair (and HELM)
+tokenise with NLTK's ``word_tokenize``, and so does ``word_tokenize`` below: NLTK's own Punkt sentence splitter
+with NLTK's English parameters (nltk_data ``punkt_tab/english``, shipped in ``biasflow/resources/punkt_tab`` with
+its provenance and licence; nothing is downloaded), then NLTK's own word tokenizer (``NLTKWordTokenizer``) on each
+sentence. Its tokens equal NLTK 3.10.4's ``word_tokenize`` with the same data on the hostile texts of
+``tests/fixtures/langfair_counterfactual/hostile_reference.json`` and on every BOLD Wikipedia sentence (tests).
 """
 from __future__ import annotations
 
@@ -106,74 +105,57 @@ def stop_words(spec: str | Sequence[str] | None = None) -> frozenset[str]:
 
 
 # ------------------------------------------------------------------------------------------------ tokenizer
-_ABBREVIATIONS = frozenset("mr mrs ms dr prof sr jr st vs etc e.g i.e inc ltd co corp u.s u.k a.m p.m no fig".split())
-_SENT_END = re.compile(r"""([.!?]+["')\]]*)(\s+)""")
+# NLTK's English Punkt parameters (nltk_data punkt_tab/english), shipped in biasflow/resources/punkt_tab (provenance,
+# sha256 and licence in its README): read with NLTK's own decoder into NLTK's PunktParameters, never downloaded.
+PUNKT_PACKAGE = "biasflow.resources"
+PUNKT_FILES = ("collocations.tab", "sent_starters.txt", "abbrev_types.txt", "ortho_context.tab")
 
-# NLTK's word tokenizer (NLTKWordTokenizer: Penn Treebank rules plus Unicode quotes and dashes), its rule groups
-# in the order it applies them. The sentence is padded with spaces before the ending rules.
-_STARTING_QUOTES = [
-    (re.compile("([\u00ab\u201c\u2018\u201e]|[`]+)"), r" \1 "),  # opening Unicode quotes and backticks
-    (re.compile(r'^\"'), r"``"),
-    (re.compile(r"(``)"), r" \1 "),
-    (re.compile(r'([ \(\[{<])(\"|\'{2})'), r"\1 `` "),
-    (re.compile(r"(?i)(?<!\w)(\')(?!(?:re|ve|ll|m|t|s|d|n)\b)(?=\w)"), r"\1 "),  # 'word, not a clitic
-]
-_PUNCTUATION = [
-    (re.compile('([^\\.])(\\.)([\\]\\)}>"\'\u00bb\u201d\u2019 ]*)\\s*$'), r"\1 \2 \3 "),  # final period
-    (re.compile(r"([:,])([^\d])"), r" \1 \2"),
-    (re.compile(r"([:,])$"), r" \1 "),
-    (re.compile(r"\.{2,}"), r" \g<0> "),
-    (re.compile(r"[;@#$%&]"), r" \g<0> "),
-    (re.compile("[\u2012-\u2015]"), r" \g<0> "),  # figure, en and em dashes, horizontal bar
-    (re.compile(r'([^\.])(\.)([\]\)}>"\']*)\s*$'), r"\1 \2\3 "),
-    (re.compile(r"[?!]"), r" \g<0> "),
-    (re.compile(r"([^'])' "), r"\1 ' "),
-    (re.compile(r"[*]"), r" \g<0> "),
-    (re.compile(r"[\]\[\(\)\{\}\<\>]"), r" \g<0> "),  # brackets
-    (re.compile(r"--"), r" -- "),
-]
-_ENDING_QUOTES = [
-    (re.compile("([\u00bb\u201d\u2019])"), r" \1 "),  # closing Unicode quotes (and the curly apostrophe)
-    (re.compile(r"''"), " '' "),
-    (re.compile(r'"'), " '' "),
-    (re.compile(r"\s+"), " "),
-    (re.compile(r"([^' ])('[sS]|'[mM]|'[dD]|') "), r"\1 \2 "),
-    (re.compile(r"([^' ])('ll|'LL|'re|'RE|'ve|'VE|n't|N'T) "), r"\1 \2 "),
-]
-_CONTRACTIONS = [(re.compile(p), r" \1 \2 ") for p in (  # Robert MacIntyre's list, as NLTK splits them
-    r"(?i)\b(can)(not)\b", r"(?i)\b(d)('ye)\b", r"(?i)\b(gim)(me)\b", r"(?i)\b(gon)(na)\b",
-    r"(?i)\b(got)(ta)\b", r"(?i)\b(lem)(me)\b", r"(?i)\b(more)('n)\b", r"(?i)\b(wan)(na)(?=\s)",
-    r"(?i) ('t)(is)\b", r"(?i) ('t)(was)\b")]
+
+@lru_cache(maxsize=1)
+def punkt_parameters() -> Any:
+    """NLTK's English Punkt model (``nltk.tokenize.punkt.PunktParameters``) from the packaged punkt_tab files, read
+    as NLTK's ``load_punkt_params`` reads them (``nltk.tabdata.PunktDecoder``)."""
+    from nltk.tabdata import PunktDecoder
+    from nltk.tokenize.punkt import PunktParameters
+
+    folder = resources.files(PUNKT_PACKAGE).joinpath("punkt_tab").joinpath("english")
+    decoder, params = PunktDecoder(), PunktParameters()
+    with folder.joinpath("collocations.tab").open("r", encoding="utf-8") as f:
+        params.collocations = set(decoder.tab2tups(f))
+    with folder.joinpath("sent_starters.txt").open("r", encoding="utf-8") as f:
+        params.sent_starters = decoder.txt2set(f)
+    with folder.joinpath("abbrev_types.txt").open("r", encoding="utf-8") as f:
+        params.abbrev_types = decoder.txt2set(f)
+    with folder.joinpath("ortho_context.tab").open("r", encoding="utf-8") as f:
+        params.ortho_context = decoder.tab2intdict(f)
+    return params
+
+
+@lru_cache(maxsize=1)
+def _sentence_splitter() -> Any:
+    from nltk.tokenize.punkt import PunktSentenceTokenizer
+    return PunktSentenceTokenizer(punkt_parameters())  # what nltk.sent_tokenize(text) runs for "english"
+
+
+@lru_cache(maxsize=1)
+def _word_splitter() -> Any:
+    from nltk.tokenize.destructive import NLTKWordTokenizer
+    return NLTKWordTokenizer()  # the word tokenizer of nltk.word_tokenize
 
 
 def sentences(text: str) -> list[str]:
-    """Sentence split at . ! ? followed by space, except after common abbreviations (Punkt-like)."""
-    out, start = [], 0
-    for m in _SENT_END.finditer(text):
-        word = text[start:m.start()].rsplit(None, 1)[-1] if text[start:m.start()].strip() else ""
-        if m.group(1).startswith(".") and len(m.group(1).rstrip("\"')]")) == 1 and \
-                (word.lower().rstrip(".") in _ABBREVIATIONS or re.fullmatch(r"[A-Za-z]", word)):
-            continue
-        out.append(text[start:m.end(1)])
-        start = m.end()
-    if text[start:].strip():
-        out.append(text[start:])
-    return out
+    """NLTK's ``sent_tokenize(text)`` (English Punkt, the packaged parameters)."""
+    return _sentence_splitter().tokenize(text)
 
 
 def treebank_words(sentence: str) -> list[str]:
-    """NLTK's word tokens of one sentence (``NLTKWordTokenizer().tokenize``)."""
-    s = sentence
-    for pattern, repl in _STARTING_QUOTES + _PUNCTUATION:
-        s = pattern.sub(repl, s)
-    s = f" {s} "
-    for pattern, repl in _ENDING_QUOTES + _CONTRACTIONS:
-        s = pattern.sub(repl, s)
-    return s.split()
+    """NLTK's word tokens of one sentence (``NLTKWordTokenizer().tokenize``, i.e. ``word_tokenize(sentence,
+    preserve_line=True)``)."""
+    return _word_splitter().tokenize(sentence)
 
 
 def word_tokenize(text: str) -> list[str]:
-    """NLTK-style word tokens (see module docstring): sentences, then each sentence's treebank words."""
+    """``nltk.word_tokenize(text)``: Punkt sentences, then each sentence's treebank words."""
     return [tok for sent in sentences(text) for tok in treebank_words(sent)]
 
 
