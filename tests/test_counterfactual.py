@@ -212,3 +212,140 @@ def test_the_pipelines_encoder_gives_langfairs_cosine():
     enc = SentenceEncoder({**cf.DEFAULT_ENCODER, "device": "cpu"})
     ref = METRICS["CounterfactualMetrics"]["default_attribute_gender"]["result"]["data"]["Cosine Similarity"]
     np.testing.assert_allclose(cf.cosine(enc.encode(TEXTS1), enc.encode(TEXTS2)), ref, rtol=0, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------- hostile texts (issue 44)
+# LangFair 0.8.0 run for real (NLTK 3.10.4 with its Punkt English parameters, sacremoses 0.1.1) on 686 texts written
+# to break text processing: curly quotes, abbreviations ("Gen. Lee", "the U.S. The", "etc. He", "Plan B. Then"),
+# initials, mixed case, many sentences; 200 gender and 120 race response pairs. Made by hostile_reference.py (its
+# docstring has the command; versions and date in the file).
+HOSTILE = json.loads((FIX / "hostile_reference.json").read_text(encoding="utf-8"))
+
+
+def test_hostile_texts_processed_as_langfair():
+    """parse_texts, create_prompts and neutralize_tokens, gender and race, on every hostile text: equal."""
+    assert HOSTILE["versions"]["langfair"] == "0.8.0" and HOSTILE["versions"]["nltk"] == "3.10.4"
+    assert not HOSTILE["race_seed_dependent_texts"]  # the texts avoid overlapping race phrases
+    wrong = []
+    for text, rec in HOSTILE["texts"].items():
+        gender = cf.counterfactual_variants(text, "gender")
+        race = cf.counterfactual_variants(text, "race")
+        got = {"parse_texts_gender_sorted": cf.attribute_words(text, "gender"),
+               "parse_texts_race_sorted": cf.attribute_words(text, "race"),
+               "neutralize_tokens_gender": cf.neutralize(text, "gender"),
+               "neutralize_tokens_race": cf.neutralize(text, "race"),
+               "create_prompts_gender": gender and {f"{g}_prompt": v for g, v in gender.items()},
+               "create_prompts_race": race and {f"{g}_prompt": v for g, v in race.items()}}
+        wrong += [(text, key, value, rec[key]) for key, value in got.items() if value != rec[key]]
+    assert not wrong, f"{len(wrong)} outputs differ from LangFair's, e.g. {wrong[:2]}"
+
+
+NAMES = {"rougel": "RougeL Similarity", "bleu": "Bleu Similarity", "sentiment_diff": "Sentiment Bias",
+         "cosine": "Cosine Similarity"}
+
+
+@pytest.mark.parametrize("attribute", ["gender", "race"])
+@pytest.mark.parametrize("neutralize", [True, False])
+def test_hostile_pair_metrics_as_langfair(attribute, neutralize, minilm):
+    """CounterfactualMetrics on 200 gender / 120 race hostile pairs: every per-pair ROUGE-L, BLEU and sentiment
+    difference and the means within 1e-6 (BLEU moved by up to 0.02 with the stand-in sentence splitter); cosine on
+    the first 8 pairs (it reads no tokens)."""
+    ref = HOSTILE["CounterfactualMetrics"][f"{attribute}_neutralize_{neutralize}"]
+    pairs = HOSTILE["inputs"][f"{attribute}_pairs"]
+    t1, t2 = [p[0] for p in pairs], [p[1] for p in pairs]
+    per, agg = cf.pair_metrics(t1, t2, attribute if neutralize else None)
+    for mine in ("rougel", "bleu", "sentiment_diff"):
+        np.testing.assert_allclose(per[mine], ref["data"][NAMES[mine]], rtol=0, atol=1e-6, err_msg=mine)
+    for mine in ("rougel", "bleu"):
+        assert agg[mine] == pytest.approx(ref["metrics"][NAMES[mine]], abs=1e-6)
+    assert agg["sentiment_strong_parity"] == pytest.approx(ref["metrics"]["Sentiment Bias"], abs=1e-12)
+    cos = cf.cosine(minilm.encode(t1[:8]), minilm.encode(t2[:8]))
+    np.testing.assert_allclose(cos, ref["data"]["Cosine Similarity"][:8], rtol=0, atol=1e-6)
+
+
+def test_hostile_sentiment_parity_as_langfair():
+    for key, expected in HOSTILE["SentimentBias"].items():
+        attribute, sentiment, kind, threshold = key.split("|")
+        pairs = HOSTILE["inputs"][f"{attribute}_pairs"]
+        s1 = cf.vader_scores([p[0] for p in pairs], sentiment)
+        s2 = cf.vader_scores([p[1] for p in pairs], sentiment)
+        got = cf.strong_parity(s1, s2) if kind == "strong" else cf.weak_parity(s1, s2, float(threshold))
+        assert got == pytest.approx(expected, abs=1e-12), key
+
+
+def test_closing_curly_quote_is_no_quote_for_moses():
+    """sacremoses' English detokenizer treats ' " „ “ ` as quotes, not ”: it stands apart like a word. Outputs of
+    sacremoses 0.1.1 MosesDetokenizer("en").detokenize (scratch venv)."""
+    assert cf.detokenize(["\u201c", "She", "\u2019", "s", "right", ",", "\u201d", "he", "said", "."]) == \
+        "\u201cShe \u2019 s right, \u201d he said."
+    assert cf.detokenize(["he", "said", "\u201c", "no", "\u201d", "and", "left", "."]) == \
+        "he said \u201cno \u201d and left."
+    # a second opening curly quote closes the first one ("said“ thanks"), as in LangFair's neutralised text
+    assert cf.detokenize(["\u201c", "Fine", ".", "\u201d", "said", "\u201c", "thanks", ".", "\u201d"]) == \
+        "\u201cFine. \u201d said\u201c thanks. \u201d"
+    assert cf.neutralize("\u201cShe\u2019s right,\u201d he said.", "gender") == \
+        "\u201cthey \u2019 s right, \u201d they said."
+    # CJK words join; currency signs of sacremoses' (older) Unicode table attach right, newer ones (bitcoin) do not
+    assert cf.detokenize(["\u65e5\u672c", "\u8a9e", "is", "$", "5", "\u20bf", "5", "&amp;", "\u00a3", "2"]) == \
+        "\u65e5\u672c\u8a9e is $5 \u20bf 5 & \u00a32"
+
+
+def test_neutralize_misalignment_parity_and_corrected():
+    """LangFair pairs the tokens of a text with those of its lowercased copy; Punkt splits "Plan B. Then" into two
+    sentences but "plan b. then" into one, so the pairs slip (parity reproduces it); corrected pairs each token with
+    its own lowercase form."""
+    text = "Plan B. Then he called his father."
+    assert cf.neutralize(text, "gender") == "Plan B. they he their parent father"
+    assert cf.neutralize(text, "gender", "corrected") == "Plan B. Then they called their parent."
+    assert cf.neutralize("We toured the U.S. The trip changed him.", "gender") == \
+        "We toured the U.S. The trip them him"
+    assert cf.neutralize("We toured the U.S. The trip changed him.", "gender", "corrected") == \
+        "We toured the U.S. The trip changed them."
+    # the pipeline's mode: run.mode=parity (default) keeps the slip, corrected fixes it
+    assert cf.neutralize("Plan B. Then she smiled.", "gender") == "Plan B. they she smiled"
+    per, _ = cf.pair_metrics(["Plan B. Then he smiled."], ["Plan B. Then she smiled."], "gender")
+    per_c, _ = cf.pair_metrics(["Plan B. Then he smiled."], ["Plan B. Then she smiled."], "gender", mode="corrected")
+    assert per_c["bleu"][0] == pytest.approx(1.0) and per["bleu"][0] < 0.5
+
+
+def test_prompts_file_benchmark_runs_the_counterfactual_metric(tmp_path):
+    """conf/benchmark/prompts_file.yaml as documented (docs/counterfactual.md): your own prompts file, pinned by its
+    sha256, as the metric's benchmark; prepare reads it, only prompts with attribute words get variants."""
+    import hashlib
+
+    import pandas as pd
+
+    from biasflow import stages
+    from biasflow.plan import build_plan
+
+    prompts = tmp_path / "my_prompts.csv"
+    prompts.write_text("item_id,prompt\np1,Gen. Lee said his father was kind.\np2,The weather is fine.\n"
+                       "p3,The black man smiled.\n", encoding="utf-8")
+    sha = hashlib.sha256(prompts.read_bytes()).hexdigest()
+    items = pd.read_csv(prompts)
+    variants = cf.variant_table(items, {"run_mode": "parity", "mode": None, "attributes": ["gender", "race"]})
+    assert sorted(set(variants["item_id"])) == ["p1", "p3"]
+    pd.DataFrame({"prompt": variants["prompt"].unique(), "response": "A fine answer."}).to_csv(tmp_path / "resp.csv",
+                                                                                      index=False)
+    plan = build_plan(["metric=[counterfactual]", "metric.counterfactual.benchmark=prompts_file",
+                       f"+benchmark.prompts_file.files.prompts={{filename: my_prompts.csv, sources: "
+                       f"[{{url: 'file://{prompts}', sha256: {sha}}}]}}",
+                       "metric.counterfactual.generation.count=1", "metric.counterfactual.encoder=false",
+                       "+generator=responses_file", f"generator.path={tmp_path / 'resp.csv'}"])
+    job = plan.jobs[0]
+    assert job.benchmark == "prompts_file"
+    raw = {}
+    for key, spec in job.benchmark_cfg["files"].items():
+        raw[key] = str(tmp_path / "raw" / spec["filename"])
+        stages.download_file(spec["sources"], raw[key], str(tmp_path / "wheels"))
+    items_path, scores_path = tmp_path / "items.parquet", tmp_path / "scores.parquet"
+    stages.prepare(job.benchmark, job.benchmark_cfg, raw, str(items_path))
+    assert pd.read_parquet(items_path)["item_id"].tolist() == ["p1", "p2", "p3"]
+    spec = __import__("biasflow.registry", fromlist=["get_metric"]).get_metric(job.metric)
+    stages.score(job.score_params(spec.score_keys), str(items_path), str(scores_path), str(tmp_path / "cache"))
+    params = job.params()
+    params["stats"] = {"n_boot": 0, "seed": 0, "level": 0.95}
+    agg = stages.metric(params, str(items_path), str(scores_path), str(tmp_path / "out")).set_index(
+        ["metric", "category"])["value"]
+    assert agg["bleu", "gender:female-male"] == pytest.approx(1.0) and agg["rougel", "race:white-black"] == 1.0
+    assert agg["non_completion_rate", "overall"] == 0

@@ -92,30 +92,56 @@ def _race_regex() -> re.Pattern[str]:
 
 
 # ------------------------------------------------------------------------------------------ detokenisation
-def _is_currency_or_opening(token: str) -> bool:
-    return all(unicodedata.category(c) == "Sc" or c in "([{¿¡" for c in token)
+# The English Moses detokenizer (sacremoses 0.1.1 ``MosesDetokenizer("en").detokenize``, what LangFair 0.8.0 calls),
+# written from its rules. Its character classes are Perl's Unicode tables as sacremoses ships them: currency symbols
+# (IsSc, Unicode of that table's age: no lari, bitcoin or som signs) and the CJK blocks below, both given here in
+# full; letters (IsAlpha, used only for a clitic such as 's after the first token) are Python's letters, which
+# differ from that table only on combining marks and letters newer than it.
+_MOSES_CURRENCY = ("$\u00a2\u00a3\u00a4\u00a5\u058f\u060b\u09f2\u09f3\u09fb\u0af1\u0bf9\u0e3f\u17db"
+                   + "".join(chr(c) for c in range(0x20a0, 0x20be)) + "\ua838\ufdfc\ufe69\uff04\uffe0\uffe1\uffe5\uffe6")
+_MOSES_RIGHT_SHIFT = frozenset(_MOSES_CURRENCY + "([{\u00bf\u00a1")  # a token made of these attaches to the next one
+# CJK code points: strictly between each pair's ends (sacremoses' is_cjk compares with > and <)
+_CJK_RANGES = ((4352, 4607), (11904, 42191), (43072, 43135), (44032, 55215), (63744, 64255), (65072, 65103),
+               (65381, 65500), (94208, 101119), (110592, 110895), (110960, 111359), (131072, 196607))
+_MOSES_UNESCAPE = (("&bar;", "|"), ("&#124;", "|"), ("&lt;", "<"), ("&gt;", ">"), ("&bra;", "["), ("&ket;", "]"),
+                   ("&quot;", '"'), ("&apos;", "'"), ("&#91;", "["), ("&#93;", "]"), ("&amp;", "&"))
+_MOSES_PUNCT = re.compile(r"[,.?!:;\\%}\])]+")
+_MOSES_QUOTE = re.compile("['\"\u201e\u201c`]+")  # ' " „ “ ` -- not the closing ” (nor ’): those are plain words
+_MOSES_DOUBLE = re.compile("[\u201e\u201c\u201d]+")
+
+
+def _is_cjk(char: str) -> bool:
+    code = ord(char)
+    for start, end in _CJK_RANGES:
+        if code < end:
+            return code > start
+    return False
 
 
 def detokenize(tokens: Sequence[str]) -> str:
-    """English Moses detokenisation as LangFair uses it (sacremoses ``MosesDetokenizer("en")``): punctuation and
-    closing brackets attach left, currency and opening brackets attach right, ``'s``-style clitics attach left,
-    quote tokens alternate right / left per quote string. ``n't`` and NLTK's ````/``''`` are left as they are."""
+    """English Moses detokenisation as LangFair uses it (sacremoses ``MosesDetokenizer("en").detokenize``):
+    punctuation and closing brackets attach left, currency and opening brackets attach right, ``'s``-style clitics
+    attach left, quote tokens (' " „ “ `, and `` / '') alternate right / left per quote string, CJK words join.
+    The closing curly quote ” is not a quote there: it stands apart like a word (``“no ”``). ``n't`` and NLTK's
+    ````/``''`` are left as they are."""
     text = " " + " ".join(tokens) + " "
     text = re.sub(r" @-@ ", "-", text)
-    for escaped, char in (("&bar;", "|"), ("&lt;", "<"), ("&gt;", ">"), ("&bra;", "["), ("&ket;", "]"),
-                          ("&quot;", '"'), ("&apos;", "'"), ("&#91;", "["), ("&#93;", "]"), ("&amp;", "&")):
+    for escaped, char in _MOSES_UNESCAPE:
         text = text.replace(escaped, char)
     toks = text.split()
     out, space, quotes = "", " ", {}
     for i, tok in enumerate(toks):
-        if _is_currency_or_opening(tok):
+        if _is_cjk(tok[0]):
+            out += tok if i > 0 and _is_cjk(toks[i - 1][-1]) else space + tok
+            space = " "
+        elif all(c in _MOSES_RIGHT_SHIFT for c in tok):
             out += space + tok
             space = ""
-        elif re.fullmatch(r"[,.?!:;\\%}\])]+", tok) or i > 0 and re.match(r"'[^\W\d_]", tok):
+        elif _MOSES_PUNCT.fullmatch(tok) or i > 0 and len(tok) > 1 and tok[0] == "'" and tok[1].isalpha():
             out += tok
             space = " "
-        elif re.fullmatch(r"['\"„“”`]+", tok):
-            quo = '"' if re.fullmatch(r"[„“”]+", tok) else tok
+        elif _MOSES_QUOTE.fullmatch(tok):
+            quo = '"' if _MOSES_DOUBLE.fullmatch(tok) else tok
             count = quotes.setdefault(quo, 0)
             if count % 2 == 0:
                 if tok == "'" and i > 0 and toks[i - 1].endswith("s"):
@@ -132,7 +158,7 @@ def detokenize(tokens: Sequence[str]) -> str:
         else:
             out += space + tok
             space = " "
-    return re.sub(r" +", " ", out).strip()
+    return re.sub(r" {2,}", " ", out).strip()
 
 
 # ------------------------------------------------------------------------------------------------- prompts
@@ -187,14 +213,21 @@ def counterfactual_variants(text: str, attribute: str, mode: str = PARITY) -> di
 
 def neutralize(text: str, attribute: str, mode: str = PARITY) -> str:
     """LangFair's ``neutralize_tokens`` on one text: gendered words -> neutral ones (other tokens keep their case,
-    Moses detokenised); race words -> ``[MASK]`` in the lowercased text."""
+    Moses detokenised); race words -> ``[MASK]`` in the lowercased text.
+
+    Gender, parity: as LangFair, the tokens of the text are paired one by one with the tokens of its lowercased copy,
+    and a token is replaced when its partner is a gendered word. Punkt can split the two into sentences differently
+    ("Plan B. Then" is two sentences, "plan b. then" one), and then the pairs slip: a word is replaced by the neutral
+    form of its neighbour, or tokens are lost at the end ("Plan B. Then he called his father." -> "Plan B. they he
+    their parent father"). Corrected: each token is paired with its own lowercase form."""
     check_mode(mode)
     if attribute == "race":
         return _swap_race(text, MASK, mode)
     if attribute != "gender":
         raise BiasflowError(f"counterfactual attribute must be one of {list(ATTRIBUTES)}, got {attribute!r}")
     neutral, index, detectable = gender_lists(mode)["neutral"], _gender_index(mode), _detectable_gender_words(mode)
-    raw, lower = word_tokenize(text), word_tokenize(text.lower())
+    raw = word_tokenize(text)
+    lower = word_tokenize(text.lower()) if mode == PARITY else [tok.lower() for tok in raw]
     return detokenize([neutral[index[low]] if low in detectable else tok for tok, low in zip(raw, lower)])
 
 
