@@ -1,6 +1,7 @@
 """Lookups the Snakemake rules use: wildcard values -> inputs and params, all derived from the plan."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -100,8 +101,29 @@ def cached_plan(overrides: list[str], multirun: bool) -> tuple[Plan, str]:
     return plan, path
 
 
+def check_built_models(jobs) -> None:
+    """Every folder a plan builds a model into holds one recipe (``model.build`` and ``model.train``). Each training
+    setting is its own model (its own key: ``train`` is in the fingerprint), but the build rule makes one model per
+    folder: a second setting's jobs would score the first one's weights under their own key. Refused, naming both."""
+    from biasflow.errors import ConfigError
+
+    recipes: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        model = job.model
+        if model.get("build"):
+            recipe = json.dumps({"build": model["build"], "train": model.get("train") or {}}, sort_keys=True)
+            recipes.setdefault(os.path.normpath(str(model["path"])), {}).setdefault(recipe, model)
+    for path, found in recipes.items():
+        if len(found) > 1:
+            settings = "; ".join(f"{m['name']}: {recipe}" for recipe, m in found.items())
+            raise ConfigError(f"model.path={path}: this plan builds {len(found)} different models into this one "
+                              f"folder ({settings}); give each training setting its own run and folder: "
+                              f"model.train.<option>=<value> model.path={path}_<setting>")
+
+
 class Lookups:
     def __init__(self, plan: Plan, staged_plan: str):
+        check_built_models(plan.jobs)  # when the workflow is parsed, before any job
         self.plan = plan
         self.staged_plan = staged_plan  # what the plan rule copies into the run folder
         self.plan_path = plan.path  # the run folder's plan.json: the plan rule's output, every run-level stage's input
@@ -154,7 +176,7 @@ class Lookups:
         return [model["path"]] if model.get("build") else []
 
     def built_model(self, path: str) -> Mapping[str, Any]:
-        for job in self.plan.jobs:
+        for job in self.plan.jobs:  # one recipe per folder (check_built_models, when parsed)
             if job.model.get("build") and os.path.normpath(job.model["path"]) == os.path.normpath(path):
                 return job.model
         raise ValueError(f"no model of this plan is built at {path}")

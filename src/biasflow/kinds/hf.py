@@ -40,9 +40,12 @@ class HFModelConfig(LocalModelOptions):
 class MaskedLMConfig(HFModelConfig):
     """A masked LM; the demo model (build, train, demo) is one the workflow builds (models/demo.py)."""
 
-    build: Optional[Literal["demo_mlm"]] = None
+    # a built model's recipe and training settings (every one of which changes the weights: models/demo.py) name
+    # it: in its fingerprint, so each setting has its own key, score files and answer cache (only when set: the
+    # models that are not built keep theirs)
+    build: Optional[Literal["demo_mlm"]] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
     demo: bool = False
-    train: Optional[dict[str, Any]] = None
+    train: Optional[dict[str, Any]] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
 
 
 class CausalLMConfig(HFModelConfig):
