@@ -30,7 +30,7 @@ UNKNOWN_PHRASINGS = ("Unknown", "Cannot answer", "Can't be determined", "Cannot 
 
 _TRANSLATE = str.maketrans({"‘": "'", "’": "'", "‚": "'", "‛": "'", "′": "'",
                             "“": '"', "”": '"', "„": '"', "‟": '"', "″": '"',
-                            "‐": "-", "‑": "-", "‒": "-", "–": "-", "—": "-", "―": "-", "−": "-"})
+                            "。": ".", "‐": "-", "‑": "-", "‒": "-", "–": "-", "—": "-", "―": "-", "−": "-"})
 
 
 def _words(*phrases: str) -> re.Pattern:
@@ -44,9 +44,11 @@ _NEGATION = re.compile(r"(?<![\w'])(?:not|no|never|nobody|none|neither|nor|canno
 _HEDGE = _words("actually", "wait", "on second thought", "on second thoughts", "correction", "i mean",
                 "scratch that", "rather", "instead", "never mind", "nevermind", "just kidding", "change my answer",
                 "changed my mind", "reconsider", "reconsidering", "maybe", "perhaps", "possibly", "probably", "likely",
-                "guess", "guessing", "not sure", "unsure", "uncertain", "either", "neither", "both", "also",
+                "guess", "guessing", "not sure", "unsure", "uncertain", "also",
                 "as well", "alternatively", "equally", "plausible", "possible", "could", "might", "may",
                 "hard to say", "hard to tell", "torn", "i take that back", "my mistake", "on reflection")
+# hedges beside a definite answer only ("both are mentioned, so it can't be determined" is no hedge)
+_TWO_WAYS = _words("either", "neither", "both")
 _REFUSAL = _words("i cannot answer", "i can't answer", "i won't", "i will not", "i'm unable", "i am unable",
                   "as an ai", "i refuse", "i'd rather not", "i would rather not", "i prefer not",
                   "i can't make assumptions", "i cannot make assumptions")
@@ -62,12 +64,16 @@ _RETRACTION = re.compile(r"^(?:no|not|nope|oops|sorry|wrong)(?![\w'])", re.I)
 _VERB = r"(?:is|would\s+be|will\s+be|must\s+be|should\s+be)"
 _ANSWER_PHRASE = re.compile(
     r"(?<![\w'])(?:"
-    rf"answer\s*(?:[:=]|-(?!\w)|{_VERB}(?![\w']))"
-    rf"|(?:option|choice)\s*(?:[:=]|-(?!\w)|{_VERB}(?![\w']))"
+    rf"answer\s*(?:[:=]|-(?!\w)|{_VERB}(?![\w'])\s*:?)"
+    rf"|(?:option|choice|letter|pick|selection)\s*(?:[:=]|-(?!\w)|{_VERB}(?![\w'])\s*:?)"
     r"|(?:option|choice|letter)(?=\s*[\(\[]?[A-Za-z](?![\w']))"
+    r"|(?:so|thus|therefore|hence)\s*,?(?=\s*[\(\[]?[A-Za-z](?![\w']))"
     r"|i(?:\s+would|'d|\s+will|'ll)?\s+(?:choose|pick|select|go\s+with|say)"
     r"|it's|it\s+is|it\s+must\s+be|it\s+would\s+be|it'd\s+be|that's|that\s+is"
     r")(?![\w'])\s*(?:(?:option|choice|letter)(?![\w'])\s*[:=\-]?\s*)?", re.I)
+# what may follow a letter after an answer phrase: the end, punctuation, an explanation or a bracket
+_LETTER_END = re.compile(r"\s*$|\s*\n|\s*[.):,;!?\-](?:\s|$)|\s+(?:because|since|as|given|due\s+to|for)(?![\w'])"
+                         r"|\s*[\(\[]|\s+is\s+(?:the\s+)?(?:correct|right)(?![\w'])", re.I)
 # words after which a capital "A" is the letter, not the article ("A or B", "A is correct")
 _LETTER_WORDS = {"is", "or", "and", "nor", "vs", "versus", "was", "because", "but", "since", "as", "then"}
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$)|\n")
@@ -93,21 +99,36 @@ def _norm(text: str) -> str:
     return t[4:].strip() if t.startswith("the ") else t
 
 
-def _json_answer(text: str) -> str | None:
-    """The answer a JSON object reply gives ("" when it gives none or two), or None when the reply is no object."""
-    body = re.sub(r"^```(?:json)?\s*|\s*```$", "", text.strip(), flags=re.I)
-    if not (body.startswith("{") and body.endswith("}")):
-        return None
-    try:
-        obj = json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(obj, dict):
-        return None
-    values = {str(v).strip() for k, v in obj.items()
-              if str(k).strip().lower() in ("answer", "choice", "option", "final_answer") and
-              isinstance(v, (str, int)) and not isinstance(v, bool)}
-    return values.pop() if len(values) == 1 else ""
+_ANSWER_KEYS = ("answer", "choice", "option", "final_answer")
+
+
+def _json_answers(text: str) -> str:
+    """``text`` with each JSON object that has an answer key (``answer``, ``choice``, ``option``, ``final_answer``,
+    any case; a trailing comma forgiven) replaced by an "Answer: <value>" line per such key, so that the grammar reads
+    it like any statement (two keys that disagree are two statements that disagree)."""
+
+    def replace(m: re.Match) -> str:
+        body = m.group(0)
+        try:
+            obj = json.loads(re.sub(r",\s*}$", "}", body))
+        except ValueError:
+            return body
+        if not isinstance(obj, dict):
+            return body
+        values = [str(v).strip() for k, v in obj.items() if str(k).strip().lower() in _ANSWER_KEYS and
+                  isinstance(v, (str, int)) and not isinstance(v, bool)]
+        return "\n" + "\n".join(f"Answer: {v}" for v in values) + "\n" if values else body
+
+    return re.sub(r"\{[^{}]*\}", replace, text)
+
+
+def _plain_answers(text: str) -> str:
+    """Answer markup as plain statements: reasoning inside <think>...</think> dropped (the answer follows it),
+    <answer>X</answer> and LaTeX's \\boxed{X} as "Answer: X", a quoted single letter ("B") as the letter."""
+    text = re.sub(r"(?is)<think>.*?</think>", "\n", text)
+    text = re.sub(r"(?is)<answer>\s*(.*?)\s*</answer>", lambda m: f"\nAnswer: {m.group(1)}\n", text)
+    text = re.sub(r"\$*\\boxed\{(?:\\text(?:bf)?\{)?([^{}]*)\}?\}\$*", lambda m: f"Answer: {m.group(1)}", text)
+    return re.sub(r"(?<![\w\"'])[\"']([A-Za-z])[\"'](?![\w\"'])", r"\1", text)
 
 
 def _strip_markdown(text: str) -> str:
@@ -117,7 +138,7 @@ def _strip_markdown(text: str) -> str:
     lines = []
     for line in text.split("\n"):
         line = re.sub(r"^\s*(?:#{1,6}\s*|>\s*)+", "", line)
-        line = re.sub(r"^\s*(?:[-*+]|\d{1,2}[.)])\s+", "", line)
+        line = re.sub(r"^\s*[-*+]\s+", "", line)  # not "1." / "2)": a number may name an option (mentioned())
         lines.append(line.strip())
     return "\n".join(lines)
 
@@ -127,10 +148,8 @@ def normalise(reply: Any) -> str:
     text = unicodedata.normalize("NFKC", str(reply)).translate(_TRANSLATE)
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     text = re.sub(r"[^\S\n]+", " ", text)
-    answer = _json_answer(text)
-    if answer is not None:
-        text = answer
-    return _strip_markdown(text).strip()
+    text = _json_answers(re.sub(r"(?m)^\s*```\w*\s*$", "", text))
+    return _strip_markdown(_plain_answers(text)).strip()
 
 
 class _Grammar:
@@ -167,8 +186,9 @@ class _Grammar:
         return i if i >= 0 else None
 
     def mentioned(self, text: str) -> set[int]:
-        """Option letters mentioned anywhere in ``text`` (names removed first; the article "A" skipped)."""
-        text = self.without_names(text)
+        """Options mentioned anywhere in ``text`` by letter (names removed first; the article "A" skipped) or by
+        number."""
+        original, text = text, self.without_names(text)
         found: set[int] = set()
         for m in re.finditer(r"[\(\[]\s*([A-Za-z])\s*[\)\]]", text):
             found.add(self.index(m.group(1)))
@@ -180,7 +200,16 @@ class _Grammar:
                 continue
             found.add(self.index(m.group(1)))
         found.discard(None)
-        return found  # type: ignore[return-value]
+        return found | self.numbered(original if original is not None else text)  # type: ignore[operator]
+
+    def numbered(self, text: str) -> set[int]:
+        """Options named by their position: "option 2", "choice #3", or a line "3. <an option's text>"."""
+        found = {int(m.group(1)) - 1 for m in re.finditer(r"(?<![\w'])(?:option|choice|answer)\s*#?\s*(\d+)(?!\d)",
+                                                         text, re.I)}
+        for m in re.finditer(r"(?m)^\s*(\d+)\s*[.):]\s+([^.!?\n]+)", text):
+            if self.named_with_letter(m.group(2)) is not None:
+                found.add(int(m.group(1)) - 1)
+        return {i for i in found if 0 <= i < len(self.letters)}
 
     @staticmethod
     def _article(text: str, end: int) -> bool:
@@ -201,7 +230,7 @@ class _Grammar:
             if isinstance(got, str):
                 return got
             if got is not None:
-                found.append((*got, offset))
+                found.append((*got, offset, True))
             offset += len(line) + 1
         for m in _ANSWER_PHRASE.finditer(text):
             got = self.phrase_answer(text, m.end())
@@ -211,7 +240,8 @@ class _Grammar:
                 return got
             if _NEGATION.search(text[_clause_start(text, m.start()):m.start()]):
                 return "a negation before the answer"
-            found.append((*got, m.start()))
+            choice, gloss, after_letter = got
+            found.append((choice, gloss, m.start(), after_letter))
         start = 0
         for cut in [*_CLAUSE_SPLIT.finditer(text), None]:
             end = len(text) if cut is None else cut.start()
@@ -219,14 +249,15 @@ class _Grammar:
             if isinstance(choice, str):
                 return choice
             if choice is not None:  # the rest of its sentence is its gloss ("The grandfather, not the grandson")
-                found.append((choice, text[end:], start))
+                found.append((choice, text[end:], start, False))
             start = end if cut is None else cut.end()
         return found
 
     def named_with_letter(self, text: str) -> int | None | str:
         """The option a clause names exactly, optionally followed by its own letter in brackets."""
         letter = None
-        tail = re.search(r"\s*[\(\[]\s*([A-Za-z])\s*[\)\]]\s*[.!?]?\s*$", text)
+        tail = re.search(r"\s*[\(\[]\s*(?:(?:option|choice|answer|letter)\s*)?([A-Za-z])\s*[\)\]]\s*[.!?]?\s*$", text,
+                         re.I)
         if tail and self.index(tail.group(1)) is not None:
             letter, text = self.index(tail.group(1)), text[:tail.start()]
         choice = self.named(text)
@@ -239,15 +270,15 @@ class _Grammar:
         if whole and re.fullmatch(r"[a-z][.)]?", line):
             i = self.index(line[0])
             return None if i is None else (i, "")
-        m = re.match(r"(?:\(\s*([A-Za-z])\s*\)|\[\s*([A-Za-z])\s*\]|([A-Z]))", line)
+        m = re.match(r"(?:\(\s*([A-Za-z])\s*\)|\[\s*([A-Za-z])\s*\]|([A-Z])|([a-z])(?=\)\s))", line)
         if not m:
             return None
-        i = self.index(m.group(1) or m.group(2) or m.group(3))
+        i = self.index(m.group(1) or m.group(2) or m.group(3) or m.group(4))
         if i is None:
             return None
         rest = line[m.end():]
-        bracketed = m.group(3) is None
-        if rest == "" or re.match(r"[.):,\-](?:\s|$)", rest) or (bracketed and re.match(r"\s", rest)):
+        bracketed = m.group(1) is not None or m.group(2) is not None
+        if rest == "" or re.match(r" ?[.):,\-](?:\s|$)", rest) or (bracketed and re.match(r"\s", rest)):
             return i, rest
         own = re.fullmatch(r"\s+\((.+?)\)\s*([.!?]?)(.*)", rest)
         if own and self.named(own.group(1)) == i:
@@ -257,8 +288,9 @@ class _Grammar:
                              flags=re.I)
         return None
 
-    def phrase_answer(self, text: str, pos: int) -> tuple[int, str] | None | str:
-        """The letter or option text right after an answer phrase ending at ``pos``, with its gloss."""
+    def phrase_answer(self, text: str, pos: int) -> tuple[int, str, bool] | None | str:
+        """The letter or option text right after an answer phrase ending at ``pos``, with its gloss and whether
+        it was a letter."""
         m = re.compile(r"\s*(?:\(\s*([A-Za-z])\s*\)|\[\s*([A-Za-z])\s*\]|([A-Za-z])(?![\w']))").match(text, pos)
         if m:
             letter = m.group(1) or m.group(2) or m.group(3)
@@ -268,8 +300,8 @@ class _Grammar:
             plain = i is not None and not (bare and (
                 (letter.islower() and not re.match(r"[.,;:!?)\]]|\s*$|\n", rest)) or
                 (letter == "A" and self._article(text, m.end()))))
-            if plain:
-                return i, rest.split("\n", 1)[0]
+            if plain and (not bare or _LETTER_END.match(rest)):  # not "option B refers to", "I'd say A is tempting"
+                return i, rest.split("\n", 1)[0], True
         end_line = text.find("\n", pos)
         line_rest = text[pos:] if end_line < 0 else text[pos:end_line]
         cut = _CLAUSE_SPLIT.search(line_rest)
@@ -277,7 +309,7 @@ class _Grammar:
         choice = self.named_with_letter(clause)
         if isinstance(choice, str) or choice is None:
             return choice
-        return choice, line_rest[len(clause):]
+        return choice, line_rest[len(clause):], False
 
     # ------------------------------------------------------------------------------------------------ the rule
     def read(self, reply: Any) -> Reading:
@@ -291,35 +323,40 @@ class _Grammar:
             return Reading(None, found)
         if not found:
             return Reading(None, "no answer statement")
-        if len({c for c, _, _ in found}) != 1:
+        if len({c for c, *_ in found}) != 1:
             return Reading(None, "statements name different options")
         choice = found[0][0]
-        for _, gloss, _ in found:
-            why = self.gloss_problem(gloss, choice)
+        for _, gloss, _, after_letter in found:
+            why = self.gloss_problem(gloss, choice, after_letter)
             if why:
                 return Reading(None, why)
         if self.mentioned(text) - {choice}:
             return Reading(None, "another option's letter is mentioned")
         others = self.without_names(text, choice)  # the chosen option's own text is no hedge ("Both A and B")
-        if _HEDGE.search(others):
+        if _HEDGE.search(others) or (not self.undetermined[choice] and _TWO_WAYS.search(others)):
             return Reading(None, "a hedge or self-correction")
         if _REFUSAL.search(others):
             return Reading(None, "a refusal")
         if not self.undetermined[choice] and _UNDETERMINED.search(others):
             return Reading(None, "an undetermined phrase beside a definite answer")
-        first = min(pos for _, _, pos in found)
+        first = min(pos for _, _, pos, _ in found)
         for m in re.finditer(r"(?:^|[.!?]\s+|\n)\s*(\S[^.!?\n]*)", others):
             if m.start(1) > first and _RETRACTION.match(m.group(1)):
                 return Reading(None, "a sentence that takes the answer back")
         return Reading(choice, "answer")
 
-    def gloss_problem(self, gloss: str, choice: int) -> str:
+    def gloss_problem(self, gloss: str, choice: int, after_letter: bool = True) -> str:
         """Why the text after a letter (up to the end of its sentence) takes the letter back, or ""."""
         g = re.sub(r"^[ \t.):,\-]+", "", gloss)
         cut = _SENTENCE_END.search(g)
         g = g if cut is None else g[:cut.start()]
         if not g.strip():
             return ""
+        t = _norm(g)
+        own = any(t == n or (t.startswith(n) and not t[len(n)].isalnum()) for n in self.names[choice])
+        explains = re.match(r"(?:because|since|as|given|due\s+to|for)(?![\w'])", g, re.I)
+        if after_letter and not own and not explains and len(re.findall(r"\w+", g)) < 3:  # "C. she"
+            return "the letter's text is not its option's"
         if self.names_other(g, choice):
             return "the letter's text names another option"
         if _NEGATION.search(self.without_names(g, choice)):
@@ -337,9 +374,19 @@ class _Grammar:
             i = self.index(m.group(1) or m.group(2) or m.group(3))
             if i is not None and _norm(m.group(4)) in self.names[i]:
                 restated[n] = i
-        if len(set(restated.values())) < 2:
+        # a block of consecutive restating lines with two or more letters; a lone "A. he" is an answer
+        drop: set[int] = set()
+        block: list[int] = []
+        for n in [*sorted(restated), None]:
+            if block and (n is None or n != block[-1] + 1):
+                if len({restated[k] for k in block}) >= 2:
+                    drop.update(block)
+                block = []
+            if n is not None:
+                block.append(n)
+        if not drop:
             return text
-        return "\n".join(line for n, line in enumerate(lines) if n not in restated).strip()
+        return "\n".join(line for n, line in enumerate(lines) if n not in drop).strip()
 
 
 def _clause_start(text: str, pos: int) -> int:
