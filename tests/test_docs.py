@@ -522,6 +522,11 @@ def config_tree():
     for group in ("model", "generator", "tracking"):
         for path in sorted((ROOT / "conf" / group).glob("*.yaml")):
             tree[group] = _deep_union(tree.get(group) or {}, yaml.safe_load(path.read_text()) or {})
+    from biasflow.model_kinds import KINDS
+
+    for spec in KINDS.values():  # a model kind's options need no + (composition validates them by the kind's model)
+        if spec.config is not None:
+            tree["model"] = _deep_union(tree.get("model") or {}, {name: None for name in spec.config.model_fields})
     tree.setdefault("generator", {})
     for path in sorted((ROOT / "conf" / "experiment").glob("*.yaml")):
         _deep_union(tree, {"experiment": (yaml.safe_load(path.read_text()) or {}).get("experiment", {})})
@@ -684,7 +689,8 @@ def test_planned_sections_are_marked_as_planned():
     ("biasflow.metrics.registry", False), ("biasflow.registry.register_metric", True),
     ("MetricSpec.answers", False), ("MetricSpec.score_keys", True), ("MetricSpec.name", True),
     ("stats.bootstrap_ci", False), ("stats.bootstrap.bootstrap_ci", True), ("stats.n_boot", True),
-    ("model.threads", False), ("+model.threads=1", True), ("metric.stereoset.no_such_option=1", False),
+    ("model.threads", True), ("model.no_such_option", False), ("+model.threads=1", True),
+    ("metric.stereoset.no_such_option=1", False),
     ("metric.<weat|seat>.bias_types", True), ("benchmark.crows_pairs.limit=100", True),
     ("conf/experiment/*.yaml", True), ("conf/experiment/no_such_*.yaml", False),
     ("src/biasflow/resources/{lpbs,cbs}/README.md", True), ("src/biasflow/resources/{lpbs,nope}/README.md", False),

@@ -383,7 +383,7 @@ _SAMPLE = {"hub_id": "org/other", "path": "/models/other", "revision": "abc123",
            "resources": {"mem_mb": 1}, "build": "demo_mlm", "demo": True, "train": {"epochs": 1}, "shards": 2,
            "api_key_env": "OTHER_KEY", "api_key_file": "/run/key", "concurrency": 2, "requests_per_second": 1.5,
            "timeout_s": 3.0, "max_retries": 1, "backoff_s": 2.0, "max_backoff_s": 9.0,
-           "head_chunk": 4096, "compile": "blocks"}
+           "head_chunk": 4096, "compile": "blocks", "allow_pickle": True}
 
 
 def test_the_fingerprint_keys_are_the_options_marked_as_the_models_identity():

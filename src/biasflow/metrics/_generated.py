@@ -104,8 +104,7 @@ def check_choice_replies(metric: str, prompts: Callable[[pd.DataFrame, Mapping[s
         rows = answers[answers["kind"] == Generation.kind] if "kind" in answers else answers
         if not len(rows):
             return
-        gen = cfg.get("generator") or {}
-        source = gen.get("model") or "the job model"
+        source = (cfg["generator"] or {}).get("model") or "the job model"
         ids: dict[str, list[str]] = {}
         if items is not None and (rows["status"] != "ok").any():
             for item_id, prompt in prompts(items, cfg):
