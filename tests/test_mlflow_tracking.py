@@ -491,3 +491,59 @@ def test_descriptions_render_multi_line_options_and_tables_lead_with_the_numbers
                         "value": [1.0], "category": ["overall"], "metric": ["acc"], "model": ["m"]})
     assert list(front_columns(agg).columns) == ["model", "metric", "category", "value", "ci_low", "ci_high", "n",
                                                 "config_hash", "benchmark"]
+
+
+def _plan_in(root: Path, model_dir: Path) -> tuple[dict, Path]:
+    """write_plan's plan in ``root``, scoring the model in ``model_dir`` (the same model in every copy)."""
+    run_dir = write_plan(root, sqlite_uri(root))
+    plan = json.loads((run_dir / "plan.json").read_text())
+    for job in plan["jobs"]:
+        job["model"]["path"] = str(model_dir)
+    return plan, run_dir
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+def test_a_copied_or_moved_project_writes_nothing_outside_itself(tmp_path, empty_store, monkeypatch, caplog):
+    """Issue 45: the local store records its artifact location as an absolute path. After `cp -a project copy`, a
+    re-run in the copy rewrote the original's report artifacts and wrote none into its own folder; after moving a
+    folder, the re-run recreated the old path. Now the store and its artifacts, copied or moved together, are
+    re-pointed at the folder they are in (one warning line), and nothing outside that folder is written."""
+    import logging
+    import subprocess
+
+    from mlflow.tracking import MlflowClient
+
+    original = tmp_path / "project"
+    run_dir = write_plan(original, store_in(original, empty_store))
+    monkeypatch.chdir(original)
+    log_plan(json.loads((run_dir / "plan.json").read_text()), run_dir)
+    before = _snapshot(original)
+    assert any(p.startswith("mlartifacts/") for p in before)
+
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-a", str(original), str(copy)], check=True)
+    plan, run_dir = _plan_in(copy, original / "model")  # the copy's plan names the copy's folders
+    (run_dir / "report.md").write_text("# report of the copy\n")
+    monkeypatch.chdir(copy)
+    with caplog.at_level(logging.WARNING):
+        record = log_plan(plan, run_dir)
+    assert _snapshot(original) == before  # not one file of the original written
+    assert "copied or moved from another folder" in caplog.text and str(copy / "mlartifacts") in caplog.text
+    client = MlflowClient(tracking_uri=sqlite_uri(copy))
+    parent = client.get_run(record["parent_run_id"])
+    assert parent.info.artifact_uri.startswith((copy / "mlartifacts").as_uri())
+    assert "report of the copy" in (copy / "mlartifacts").joinpath(
+        parent.info.artifact_uri.split("/mlartifacts/", 1)[1], "report.md").read_text()
+
+    moved = tmp_path / "moved"
+    subprocess.run(["mv", str(copy), str(moved)], check=True)
+    plan, run_dir = _plan_in(moved, original / "model")
+    monkeypatch.chdir(moved)
+    log_plan(plan, run_dir)
+    assert not copy.exists()  # the old path is not recreated
+    runs = MlflowClient(tracking_uri=sqlite_uri(moved)).search_runs(["1"])
+    assert runs and all(r.info.artifact_uri.startswith((moved / "mlartifacts").as_uri()) for r in runs)

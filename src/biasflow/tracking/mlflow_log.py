@@ -46,7 +46,7 @@ from biasflow.provenance import configured_revision, model_source, package_versi
 from biasflow.secrets import redact_uri
 from biasflow.report.empty import is_placeholder
 from biasflow.schema import TrackingConfig, config_value
-from biasflow.tracking.store import Redactor, connect_uri, mlflow_env, open_store, safe_artifacts
+from biasflow.tracking.store import Redactor, connect_uri, mlflow_env, open_store, repoint_moved_store, safe_artifacts
 
 log = logging.getLogger(__name__)
 
@@ -484,10 +484,14 @@ def _experiment(client, tracking: Mapping[str, Any]) -> str:
 
     name = config_value(TrackingConfig, tracking, "experiment")
     exp = client.get_experiment_by_name(name)
+    loc = tracking.get("artifact_location")
+    wanted = Path(loc).resolve().as_uri() if loc else None
+    if exp is not None and wanted and repoint_moved_store(client.tracking_uri, exp.artifact_location,
+                                                          wanted) is not None:
+        exp = client.get_experiment_by_name(name)
     if exp is None:
-        loc = tracking.get("artifact_location")
         try:
-            return client.create_experiment(name, artifact_location=Path(loc).resolve().as_uri() if loc else None,
+            return client.create_experiment(name, artifact_location=wanted,
                                             tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
         except MlflowException:  # created meanwhile by another logger
             exp = client.get_experiment_by_name(name)

@@ -303,5 +303,46 @@ def ensure_sqlite_store(uri: str) -> None:
         _create_store(path)
 
 
-__all__ = ["connect_uri", "open_store", "ensure_sqlite_store", "sqlite_path", "Redactor", "safe_artifacts",
+# --- a copied or moved project folder ------------------------------------------------------------------------------
+
+def repoint_moved_store(uri: str, recorded: str | None, wanted: str) -> int | None:
+    """Point a local store's artifact locations at ``wanted`` when the store and its artifacts were copied or moved
+    together (the database file sits beside the artifact folder) and the store still records the old folder
+    (``recorded``, the experiment's artifact location). MLflow keeps absolute locations: without this, a re-run in a
+    copy writes its artifacts into the original folder, and in a moved folder recreates the old path. Returns the
+    number of runs re-pointed, None when nothing was to do."""
+    path = sqlite_path(uri)
+    if path is None or not recorded or recorded == wanted or not recorded.startswith("file:"):
+        return None
+    from urllib.parse import unquote, urlparse
+
+    wanted_dir = Path(unquote(urlparse(wanted).path))
+    if path.resolve().parent != wanted_dir.parent:  # a store shared with other folders keeps its locations
+        return None
+    old = recorded.rstrip("/")
+    new = wanted.rstrip("/")
+    con = sqlite3.connect(str(path), timeout=60)
+    try:
+        with con:
+            tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
+            for table, column in (("experiments", "artifact_location"), ("runs", "artifact_uri"),
+                                  ("logged_models", "artifact_location")):
+                if table in tables:  # the old folder itself, or a path under it
+                    con.execute(f"update {table} set {column} = ? || substr({column}, ?) "
+                                f"where {column} = ? or substr({column}, 1, ?) = ?",
+                                (new, len(old) + 1, old, len(old) + 1, old + "/"))
+            runs = con.execute("select count(*) from runs where substr(artifact_uri, 1, ?) = ?",
+                               (len(new) + 1, new + "/")).fetchone()[0]
+    finally:
+        con.close()
+    with contextlib.suppress(Exception):  # MLflow caches each run's artifact repository by run id, in-process
+        from mlflow.tracking._tracking_service import utils as tracking_utils
+
+        tracking_utils._artifact_repos_cache.clear()
+    log.warning("the MLflow store %s was copied or moved from another folder: its artifact locations pointed to %s; "
+                "re-pointed to %s (%d runs), so nothing is written outside this folder", path, old, new, runs)
+    return runs
+
+
+__all__ = ["connect_uri", "open_store", "ensure_sqlite_store", "sqlite_path", "repoint_moved_store", "Redactor", "safe_artifacts",
            "mlflow_env", "uri_secrets", "REACH_TIMEOUT"]
