@@ -7,9 +7,11 @@ through to the terminal as it runs.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -116,6 +118,7 @@ class RunOutcome:
     resume: str  # the command that resumes the run
     dry_run: bool = False
     locked: bool = False  # Snakemake found the folder locked (another run, or one killed without unlocking)
+    live_run: str | None = None  # another run active in this folder, as it is named (nothing was started)
     signal: str | None = None  # the signal that stopped the run (SIGTERM, SIGINT, SIGKILL)
     unfinished: list[Any] = field(default_factory=list)  # progress.JobState of each job that did not finish
     partial_report: bool = False  # the finished jobs' results were written as a partial report
@@ -163,8 +166,14 @@ def execute(plan, overrides: Sequence[str], multirun: bool = False, cores: int |
     resume = resume_command(overrides, multirun, cores, extra)
     owner: dict = {}
     if tracked:
+        live = live_run_in(workdir)
+        if live:  # refused before Snakemake starts: its lock and owner.json stay the live run's
+            return RunOutcome(exit_code=1, plan=plan, workdir=workdir, resume=resume, dry_run=dry_run, locked=True,
+                              live_run=live)
         clear_stale_lock(workdir, lambda: snakemake_command(plan_path, str(cores), False, extra + ["--unlock"]),
                          root, env)
+    owner_files = [workdir / plan.run_dir / "owner.json", workdir / ".snakemake" / "biasflow" / "owner.json"]
+    before = {p: p.read_bytes() if p.exists() else None for p in owner_files}
 
     def started(pid: int) -> None:
         if tracked:
@@ -174,7 +183,11 @@ def execute(plan, overrides: Sequence[str], multirun: bool = False, cores: int |
             write_owner(owner, plan.run_dir, workdir)
 
     rc, locked = run_snakemake(cmd, root, env, **({"on_start": started} if tracked else {}))  # real runs only
-    if owner:
+    if locked:  # Snakemake refused to start: the owner record written on its start is not this run's to keep
+        for path, content in before.items():
+            with contextlib.suppress(OSError):
+                path.write_bytes(content) if content is not None else path.unlink(missing_ok=True)
+    elif owner:
         owner.update(ended=time.time(), exit_code=rc)
         write_owner(owner, plan.run_dir, workdir)
     outcome = RunOutcome(exit_code=128 - rc if rc < 0 else rc,  # stopped by signal N: 128 + N, as a shell says
@@ -215,6 +228,23 @@ def write_owner(owner: dict, run_dir: str, workdir: Path) -> None:
             write_json(owner, path)
         except OSError as exc:
             print(f"biasflow: cannot write {path}: {exc}", file=sys.stderr)
+
+
+def live_run_in(workdir: Path) -> str | None:
+    """Another run active in ``workdir`` on this machine, named (biasflow's pid, host, start, command; or the
+    Snakemake process), or None."""
+    from biasflow import progress
+
+    try:
+        owner = json.loads((workdir / ".snakemake" / "biasflow" / "owner.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        owner = None
+    if owner and progress.owner_alive(owner) is True:
+        return f"{progress.owner_text(owner)}: {owner.get('command')}"
+    pids = _snakemake_alive_in(workdir)
+    if pids:
+        return f"Snakemake pid {pids[0]} on {socket.gethostname()}, running in {workdir.resolve()}"
+    return None
 
 
 def _snakemake_alive_in(workdir: Path) -> list[int]:
@@ -292,6 +322,10 @@ def partial_results(outcome: RunOutcome, plan_path: str) -> None:
 def failure_text(outcome: RunOutcome) -> str:
     """Why the run did not finish and what to do, in a few lines (the command line prints it; the API raises it)."""
     plan = outcome.plan
+    if outcome.live_run:
+        return (f"biasflow: another run is active in this folder ({outcome.live_run}); this run did not start and "
+                f"changed nothing. Follow it with  biasflow status  and run again when it has finished (or stop it "
+                f"first). Do not unlock the folder while that run lives.")
     if outcome.locked:
         shown = outcome.resume.removeprefix("biasflow run ").split(" -- ")[0]
         return LOCK_HINT.format(args=shown)
