@@ -312,3 +312,39 @@ def test_a_broken_snakefile_is_named_with_its_error_and_log(light_project, tmp_p
     run_dir = next((project / "results" / "runs").glob("*/report.md")).parent
     status = biasflow(project, "status", str(run_dir))
     assert status.returncode == 0 and cause in status.stdout and f"log: {log}" in status.stdout, status.stdout
+
+
+def test_a_partial_run_never_replaces_the_last_complete_report(project, tiny_bert_dir):
+    """Issue 45: a run in which a job failed replaced the complete aggregate.csv (85 rows) with its partial one
+    (15 rows). The last complete report and tables stay until a complete run replaces them; the partial report is
+    written beside them (partial/), marked partial, and the console says where each is."""
+    shutil.rmtree(project / "broken_model")
+    shutil.copytree(tiny_bert_dir, project / "broken_model")
+    first = biasflow(project, "run", *SWEEP, "--cores", "2", "--", "--directory", str(project))
+    assert first.returncode == 0, first.stderr[-3000:]
+    run_dir = next((project / "results" / "runs").glob("*/report.md")).parent
+    complete = {name: (run_dir / name).read_bytes() for name in ("report.md", "aggregate.csv", "report.html")}
+
+    # the second model's outputs are gone and it is asked for on a GPU this machine lacks (the same plan: where a
+    # model runs is not its identity): its job fails on the re-run
+    for folder in ("scores", "metrics"):
+        for path in (project / "results" / folder).glob("tiny_broken-*"):
+            shutil.rmtree(path)
+    shutil.rmtree(project / "results" / "cache")  # its answers too (tiny_ok's scores stay: not asked again)
+    config = project / "conf" / "model" / "tiny_broken.yaml"
+    config.write_text(config.read_text().replace("device: cpu", "device: cuda:7"))
+    second = biasflow(project, "run", *SWEEP, "--cores", "2", "--", "--directory", str(project))
+    out = second.stdout + second.stderr
+    assert second.returncode != 0
+    assert {name: (run_dir / name).read_bytes() for name in complete} == complete  # kept, byte for byte
+    assert (run_dir / "partial" / "report.md").exists(), out[-3000:]
+    partial = (run_dir / "partial" / "report.md").read_text()
+    assert "PARTIAL RESULTS: 1 job(s) did not finish" in partial and "tiny_broken" in partial
+    assert f"{run_dir}/partial/report.md" in out and "The last complete report" in out
+    assert not (run_dir / ".last-complete").exists()
+
+    config.write_text(config.read_text().replace("device: cuda:7", "device: cpu"))
+    third = biasflow(project, "run", *SWEEP, "--cores", "2", "--", "--directory", str(project))
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert not (run_dir / "partial").exists()  # a complete report replaced both
+    assert (run_dir / "aggregate.csv").read_bytes().count(b"\n") == complete["aggregate.csv"].count(b"\n")

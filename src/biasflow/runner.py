@@ -122,6 +122,7 @@ class RunOutcome:
     signal: str | None = None  # the signal that stopped the run (SIGTERM, SIGINT, SIGKILL)
     unfinished: list[Any] = field(default_factory=list)  # progress.JobState of each job that did not finish
     partial_report: bool = False  # the finished jobs' results were written as a partial report
+    kept_complete: "LastComplete | None" = None  # the run folder's last complete report, kept over a partial run
     run_level_failure: str = ""  # every job finished but the report or the MLflow logging failed: which
 
     @property
@@ -172,6 +173,9 @@ def execute(plan, overrides: Sequence[str], multirun: bool = False, cores: int |
                               live_run=live)
         clear_stale_lock(workdir, lambda: snakemake_command(plan_path, str(cores), False, extra + ["--unlock"]),
                          root, env)
+    last_complete = LastComplete(workdir / plan.run_dir) if tracked else None
+    if last_complete is not None:
+        last_complete.save()  # Snakemake deletes a rule's outputs when it reruns it, and a failed rule's outputs
     owner_files = [workdir / plan.run_dir / "owner.json", workdir / ".snakemake" / "biasflow" / "owner.json"]
     before = {p: p.read_bytes() if p.exists() else None for p in owner_files}
 
@@ -192,6 +196,11 @@ def execute(plan, overrides: Sequence[str], multirun: bool = False, cores: int |
         write_owner(owner, plan.run_dir, workdir)
     outcome = RunOutcome(exit_code=128 - rc if rc < 0 else rc,  # stopped by signal N: 128 + N, as a shell says
                          plan=plan, workdir=workdir, resume=resume, dry_run=dry_run, locked=locked)
+    if last_complete is not None:
+        if rc == 0:
+            last_complete.discard()  # a new complete report replaced it (and any partial one is stale)
+        else:
+            outcome.kept_complete = last_complete if last_complete.restore() else None
     if rc < 0:
         import signal
 
@@ -228,6 +237,90 @@ def write_owner(owner: dict, run_dir: str, workdir: Path) -> None:
             write_json(owner, path)
         except OSError as exc:
             print(f"biasflow: cannot write {path}: {exc}", file=sys.stderr)
+
+
+class LastComplete:
+    """A run folder's last complete report and tables, kept while a run that may not complete runs: saved as hard
+    links (the report's writers replace files, they never write into them) in ``.last-complete/``, restored over
+    whatever a failed run left, discarded once a complete report replaced them. A partial report goes to
+    ``partial/`` beside them."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self.saved_dir = self.run_dir / ".last-complete"
+        self.partial_dir = self.run_dir / "partial"
+        self.when = ""
+
+    def complete_here(self) -> bool:
+        from biasflow.report.timing import RUN_TIMES
+
+        try:
+            times = json.loads((self.run_dir / RUN_TIMES).read_text())
+        except (OSError, json.JSONDecodeError):
+            return False
+        self.when = time.strftime("%Y-%m-%d %H:%M", time.localtime(times.get("finished") or 0))
+        return bool(times.get("complete", True))  # written before the flag existed: a report of its own
+
+    def save(self) -> None:
+        import shutil
+
+        if self.saved_dir.exists() or not self.complete_here():  # a saved copy from a killed run stays the one
+            return
+        from biasflow.report import RUN_DIRS, RUN_FILES
+
+        tmp = self.run_dir / ".last-complete.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        for name in (*RUN_FILES, *RUN_DIRS):
+            src = self.run_dir / name
+            if src.is_dir():
+                shutil.copytree(src, tmp / name, copy_function=_link_or_copy)
+            elif src.exists():
+                _link_or_copy(src, tmp / name)
+        os.replace(tmp, self.saved_dir)
+
+    def restore(self) -> bool:
+        """Put the saved report back over what the run left; False when there was none."""
+        import shutil
+
+        if not self.saved_dir.is_dir():
+            return False
+        from biasflow.report.timing import RUN_TIMES
+
+        try:
+            saved, now = (json.loads((d / RUN_TIMES).read_text()) for d in (self.saved_dir, self.run_dir))
+        except (OSError, json.JSONDecodeError):
+            saved, now = None, None
+        if now and now != saved and now.get("complete", True):  # the run wrote a new complete report (then
+            self.discard()  # failed later, in MLflow say): that one stays
+            return False
+        self.complete_here()
+        for src in self.saved_dir.iterdir():
+            dst = self.run_dir / src.name
+            if src.is_dir():
+                shutil.rmtree(dst, ignore_errors=True)
+                shutil.copytree(src, dst, copy_function=_link_or_copy)
+            else:
+                _link_or_copy(src, dst.with_name(dst.name + ".restoring"))
+                os.replace(dst.with_name(dst.name + ".restoring"), dst)
+        shutil.rmtree(self.saved_dir, ignore_errors=True)
+        return True
+
+    def discard(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.saved_dir, ignore_errors=True)
+        if self.complete_here():
+            shutil.rmtree(self.partial_dir, ignore_errors=True)
+
+
+def _link_or_copy(src, dst) -> None:
+    import shutil
+
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def live_run_in(workdir: Path) -> str | None:
@@ -308,9 +401,14 @@ def partial_results(outcome: RunOutcome, plan_path: str) -> None:
     try:
         if not Path(plan.path).exists():  # the partial run folder is complete enough for `biasflow log` later
             stages.write_plan(plan_path, plan.path)
-        stages.aggregate_run(plan_path, plan.run_dir, partial=True)
+        kept = outcome.kept_complete
+        # beside the last complete report, never over it
+        stages.aggregate_run(plan_path, str(kept.partial_dir) if kept else plan.run_dir, partial=True)
         outcome.partial_report = True
-        if _tracking_enabled(plan):
+        if kept:  # MLflow keeps the complete run's results too
+            print(f"biasflow: MLflow keeps the last complete results of this plan; the partial report is in "
+                  f"{kept.partial_dir}/report.md", file=sys.stderr)
+        elif _tracking_enabled(plan):
             try:
                 stages.log_mlflow(plan_path, plan.run_dir, None, partial=True)
             except BiasflowError as exc:
@@ -342,9 +440,14 @@ def failure_text(outcome: RunOutcome) -> str:
                 f"{results}/logs/aggregate/{plan.plan_hash}.log). Fix it and resume with:\n  {outcome.resume}")
     if outcome.partial_report:
         done = len(plan.jobs) - len(outcome.unfinished)
-        lines = [f"partial results ({done} of {len(plan.jobs)} jobs finished): {plan.run_dir}/report.md (the "
-                 f"unfinished jobs are listed at its top, with their state and cause). Resume with:\n  "
-                 f"{outcome.resume}"]
-        return "\n".join(lines)
+        kept = outcome.kept_complete
+        where = f"{plan.run_dir}/partial/report.md" if kept else f"{plan.run_dir}/report.md"
+        lines = [f"partial results ({done} of {len(plan.jobs)} jobs finished): {where} (the unfinished jobs are "
+                 f"listed at its top, with their state and cause)."]
+        if kept:
+            lines.append(f"The last complete report and tables stay in {plan.run_dir}/ (from {kept.when}) until a "
+                         f"complete run replaces them.")
+        lines.append(f"Resume with:\n  {outcome.resume}")
+        return " ".join(lines[:-1]) + " " + lines[-1]
     return (f"biasflow: Snakemake failed (exit {outcome.exit_code}); the log of the failed job (named above) holds "
             f"its traceback.")

@@ -314,7 +314,8 @@ def aggregate_run(plan_path: str, out_dir: str, partial: bool = False) -> pd.Dat
     from biasflow.report.empty import write_empty_run_files
 
     write_empty_run_files(Path(out_dir), plan)  # every declared output exists, with nothing to show where so
-    write_json({"started": started[0], "finished": time.time()}, Path(out_dir) / RUN_TIMES)
+    # "complete": the report holds every job (a later partial run keeps it and writes its own beside it)
+    write_json({"started": started[0], "finished": time.time(), "complete": not failed}, Path(out_dir) / RUN_TIMES)
     return agg
 
 
