@@ -348,3 +348,29 @@ def test_a_partial_run_never_replaces_the_last_complete_report(project, tiny_ber
     assert third.returncode == 0, third.stderr[-3000:]
     assert not (run_dir / "partial").exists()  # a complete report replaced both
     assert (run_dir / "aggregate.csv").read_bytes().count(b"\n") == complete["aggregate.csv"].count(b"\n")
+
+
+def test_damaged_outputs_are_recomputed_to_the_same_tables(project, tiny_bert_dir):
+    """Issue 45: a truncated or overwritten file under results/scores, results/items or results/metrics failed every
+    re-run with 'ArrowInvalid: Parquet magic bytes not found'. Now it counts as missing: the re-run names it, moves
+    it aside, recomputes it and what depends on it, and the tables equal the clean run's."""
+    shutil.rmtree(project / "broken_model")
+    shutil.copytree(tiny_bert_dir, project / "broken_model")
+    first = biasflow(project, "run", *SWEEP, "--cores", "2", "--", "--directory", str(project))
+    assert first.returncode == 0, first.stderr[-3000:]
+    results = project / "results"
+    run_dir = next((results / "runs").glob("*/report.md")).parent
+    clean = (run_dir / "aggregate.csv").read_text()
+    scores = next((results / "scores").glob("tiny_ok-*/*.parquet"))
+    scores.write_bytes(scores.read_bytes()[: scores.stat().st_size // 2])  # truncated
+    metric = next((results / "metrics").glob("tiny_broken-*/*/*/aggregate.parquet"))
+    metric.write_text("overwritten")
+    items = next((results / "items").glob("*.parquet"))
+    items.write_bytes(b"PAR1" + b"\0" * 64)
+    second = biasflow(project, "run", *SWEEP, "--cores", "2", "--", "--directory", str(project))
+    out = second.stdout + second.stderr
+    assert second.returncode == 0, out[-3000:]
+    for path in (scores, metric, items):
+        assert f"{path} was damaged" in out and path.exists()
+    assert len(list((results / ".damaged").rglob("*.parquet.*"))) == 3
+    assert (run_dir / "aggregate.csv").read_text() == clean

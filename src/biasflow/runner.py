@@ -173,6 +173,10 @@ def execute(plan, overrides: Sequence[str], multirun: bool = False, cores: int |
                               live_run=live)
         clear_stale_lock(workdir, lambda: snakemake_command(plan_path, str(cores), False, extra + ["--unlock"]),
                          root, env)
+        from biasflow.output_check import quarantine_damaged
+
+        for line in quarantine_damaged(workdir / plan.paths["results"]):  # a damaged output counts as missing
+            print(f"biasflow: {line}", file=sys.stderr, flush=True)
     last_complete = LastComplete(workdir / plan.run_dir) if tracked else None
     if last_complete is not None:
         last_complete.save()  # Snakemake deletes a rule's outputs when it reruns it, and a failed rule's outputs
