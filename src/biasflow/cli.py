@@ -188,6 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         if exc.errno not in UNWRITABLE:
             raise
+        from biasflow.errors import full_disk, full_disk_text
+
+        if full_disk(exc) is not None:
+            print(f"biasflow: error: {full_disk_text(exc)}", file=sys.stderr)
+            return 2
         where = exc.filename or "a file"
         print(f"biasflow: error: cannot write {where}: {exc.strerror} (results go under paths.results; give a "
               f"writable folder with paths.results=DIR, or free space there)", file=sys.stderr)

@@ -70,3 +70,68 @@ def last_error(log: str) -> str | None:
                 msg = tail[-1] if tail else msg
             return msg[:500]
     return None
+
+
+def full_disk(exc: BaseException) -> OSError | None:
+    """The "no space left" (or quota) error behind ``exc``, following its causes (a DownloadError wraps one)."""
+    import errno
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def full_disk_text(err: OSError, job: str = "") -> str:
+    """One paragraph: which folder filled (its file system's free and total space), what was being written, by
+    which job, and what to do."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    # a copy names its source and target, a write() no file: the one on a file system that is full (else the
+    # job's own outputs and log, checked the same way)
+    candidates = [str(f) for f in (err.filename, err.filename2) if f]
+    candidates += [c for c in os.environ.get("BIASFLOW_JOB_OUTPUTS", "").split(os.pathsep) if c]
+    named = next((c for c in candidates if _nearly_full(Path(c))), err.filename)
+    target = Path(named or ".").absolute()
+    folder = target if target.is_dir() else target.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    mount = folder
+    while not os.path.ismount(mount) and mount != mount.parent:
+        mount = mount.parent
+    try:
+        usage = shutil.disk_usage(folder)
+        space = f"{_size(usage.free)} free of {_size(usage.total)} on {mount}"
+    except OSError:
+        space = f"on {mount}"
+    written = f" writing {target}" if named else ""
+    by = f" in {job}" if job else ""
+    return (f"the disk is full{by}{written}: the folder {folder} ({space}). Free space there, or point "
+            f"paths.results / paths.resources (whichever holds it) at a bigger disk, then resume with the same "
+            f"command: finished work is kept and the interrupted job is redone.")
+
+
+def _nearly_full(path) -> bool:
+    import shutil
+
+    folder = path
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        usage = shutil.disk_usage(folder)
+    except OSError:
+        return False
+    return usage.free < max(1 << 20, usage.total // 200)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"

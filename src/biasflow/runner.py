@@ -119,6 +119,7 @@ class RunOutcome:
     dry_run: bool = False
     locked: bool = False  # Snakemake found the folder locked (another run, or one killed without unlocking)
     live_run: str | None = None  # another run active in this folder, as it is named (nothing was started)
+    started_at: float = 0.0  # when Snakemake was started (a report written since is this run's)
     signal: str | None = None  # the signal that stopped the run (SIGTERM, SIGINT, SIGKILL)
     unfinished: list[Any] = field(default_factory=list)  # progress.JobState of each job that did not finish
     partial_report: bool = False  # the finished jobs' results were written as a partial report
@@ -190,6 +191,7 @@ def execute(plan, overrides: Sequence[str], multirun: bool = False, cores: int |
             owner.update(owner_record(os.getpid(), pid, resume, str(workdir.resolve())))
             write_owner(owner, plan.run_dir, workdir)
 
+    started_at = time.time()
     rc, locked = run_snakemake(cmd, root, env, **({"on_start": started} if tracked else {}))  # real runs only
     if locked:  # Snakemake refused to start: the owner record written on its start is not this run's to keep
         for path, content in before.items():
@@ -199,7 +201,8 @@ def execute(plan, overrides: Sequence[str], multirun: bool = False, cores: int |
         owner.update(ended=time.time(), exit_code=rc)
         write_owner(owner, plan.run_dir, workdir)
     outcome = RunOutcome(exit_code=128 - rc if rc < 0 else rc,  # stopped by signal N: 128 + N, as a shell says
-                         plan=plan, workdir=workdir, resume=resume, dry_run=dry_run, locked=locked)
+                         plan=plan, workdir=workdir, resume=resume, dry_run=dry_run, locked=locked,
+                         started_at=started_at)
     if last_complete is not None:
         if rc == 0:
             last_complete.discard()  # a new complete report replaced it (and any partial one is stale)
@@ -395,9 +398,15 @@ def partial_results(outcome: RunOutcome, plan_path: str) -> None:
     print("\n" + progress.status_text(doc, root), file=sys.stderr)
     outcome.unfinished = [s for s in states if s.state != "done"]
     if not outcome.unfinished:  # every job finished: the run-level step failed
-        run_dir = Path(plan.run_dir)
-        report = (root / run_dir / "report.md") if not run_dir.is_absolute() else run_dir / "report.md"
-        outcome.run_level_failure = ("mlflow" if report.exists() and not (report.parent / "mlflow.json").exists()
+        from biasflow.report.timing import RUN_TIMES
+
+        run_dir = root / plan.run_dir
+        try:  # the report is this run's when the aggregate job wrote its times (its last file) since it started
+            times = json.loads((run_dir / RUN_TIMES).read_text())
+            reported = times.get("complete", True) and float(times.get("finished", 0)) >= outcome.started_at
+        except (OSError, ValueError):
+            reported = False
+        outcome.run_level_failure = ("mlflow" if reported and not (run_dir / "mlflow.json").exists()
                                      else "report")
         return
     cwd = os.getcwd()

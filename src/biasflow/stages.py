@@ -44,13 +44,19 @@ def setup_logging(log_file: str | None = None) -> None:
     for h in handlers:
         h.setFormatter(formatter)
     logging.basicConfig(level=logging.INFO, handlers=handlers, force=True)
+    logging.raiseExceptions = False  # a log file on a full disk: no "--- Logging error ---" tracebacks on stderr
 
     def log_uncaught(exc_type, exc, tb):
         if issubclass(exc_type, KeyboardInterrupt):
             return sys.__excepthook__(exc_type, exc, tb)
-        from biasflow.errors import BiasflowError
+        from biasflow.errors import BiasflowError, full_disk, full_disk_text
 
-        if issubclass(exc_type, BiasflowError):  # the message is for the user; the traceback for the log only
+        full = full_disk(exc)
+        if full is not None:  # one paragraph naming the folder, not a traceback (the log may be on that disk)
+            job = os.environ.get("BIASFLOW_JOB_NAME", "")
+            print(f"biasflow: error: {full_disk_text(full, job)}", file=sys.stderr, flush=True)
+            logging.getLogger("biasflow").error("error: %s", full_disk_text(full, job))
+        elif issubclass(exc_type, BiasflowError):  # the message is for the user; the traceback for the log only
             logging.getLogger("biasflow").error("error: %s", exc, exc_info=(exc_type, exc, tb))
         else:
             logging.getLogger("biasflow").critical("stage failed", exc_info=(exc_type, exc, tb))
@@ -91,6 +97,12 @@ def start_stage(log_file: str | None, job: Any = None) -> None:
     """What every stage script does first: log to its rule log (tracebacks included) and die with its workflow.
     ``job``: Snakemake's object for the job; with ``BIASFLOW_AUDIT_DIR`` set, what its rule declares is recorded
     there by process id, so a test can compare it with the files the process really opened (tests/test_dag.py)."""
+    if job is not None:  # named in a full-disk message
+        items = getattr(getattr(job, "wildcards", None), "items", None)
+        wildcards = ", ".join(f"{k}={v}" for k, v in items()) if callable(items) else ""
+        os.environ["BIASFLOW_JOB_NAME"] = f"rule {job.rule}" + (f" ({wildcards})" if wildcards else "")
+        os.environ["BIASFLOW_JOB_OUTPUTS"] = os.pathsep.join(
+            str(f) for f in [*getattr(job, "output", []), *getattr(job, "log", [])])
     setup_logging(log_file)
     watch_workflow()
     audit_dir = os.environ.get("BIASFLOW_AUDIT_DIR")

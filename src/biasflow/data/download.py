@@ -169,6 +169,10 @@ def fetch_verified(sources: Sequence[Mapping[str, Any]], dest: str | Path, wheel
         try:
             verified = _fetch_into_store(src, store_dir, wheel_dir, dest)
         except Exception as exc:  # try the next source, remember why this one failed
+            from biasflow.errors import full_disk
+
+            if full_disk(exc) is not None:  # no other source fits on a full disk: say so, with the folder
+                raise full_disk(exc) from None
             log.warning("source %s failed: %s", where, exc)
             errors.append((where, exc))
             continue
