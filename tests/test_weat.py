@@ -240,3 +240,31 @@ def test_bootstrap_resample_skips_the_permutation_test():
     got = W.aggregate(doubled, {}).set_index(["metric", "category"])["value"]
     assert ("p_value", "toy") not in got.index
     assert got[("effect_size", "toy")] != agg.set_index(["metric", "category"])["value"][("effect_size", "toy")]
+
+
+def test_a_list_file_whose_name_cannot_be_a_test_name_is_named_when_skipped(tmp_path, caplog):
+    """Issue 45: a word-list file whose name holds a newline was skipped without a word."""
+    import json as _json
+    import logging
+
+    from biasflow.data.weat import test_files
+
+    lists = {name: {"examples": [f"{name}{i}" for i in range(2)]}
+             for name in ("targ1", "targ2", "attr1", "attr2")}
+    (tmp_path / "mine.json").write_text(_json.dumps(lists))
+    (tmp_path / "bad\nname.json").write_text(_json.dumps(lists))
+    with caplog.at_level(logging.WARNING):
+        found = test_files(tmp_path)
+    assert list(found) == ["mine"]
+    assert "'bad\\nname.json'" in caplog.text and "skipped" in caplog.text
+
+
+def test_names_a_user_chose_are_text_in_the_markdown_report():
+    """Issue 45: report.md (which becomes the MLflow run description, rendered with raw HTML) carried a user's word
+    lists as HTML. HTML's characters are escaped outside code spans."""
+    from biasflow.io import markdown_safe
+
+    text = "| weat | <img src=x onerror=alert(1)> | 0.5 |\nSee `<task>_mc_lms` & more.\n```\n<kept>\n```\n"
+    safe = markdown_safe(text)
+    assert "<img" not in safe and "&lt;img src=x onerror=alert(1)&gt;" in safe
+    assert "`<task>_mc_lms`" in safe and "<kept>" in safe and "&amp; more" in safe

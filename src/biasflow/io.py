@@ -167,3 +167,15 @@ def read_tsv_rows(path: str | os.PathLike, what: str, check_header=None) -> tupl
             raise DataFormatError(f"{path}, line {n}: expected {len(header)} tab-separated fields, got {len(fields)}")
         rows.append((n, fields))
     return header, rows
+
+
+def markdown_safe(text: str) -> str:
+    """Markdown with HTML's special characters escaped outside code spans and blocks: names a user chose (word
+    lists, templates, models) are shown as text wherever the Markdown is rendered (the MLflow run description
+    renders raw HTML), never run as markup."""
+    import re
+
+    out = []
+    for n, part in enumerate(re.split(r"(```.*?```|`+[^`\n]*`+)", text, flags=re.S)):
+        out.append(part if n % 2 else part.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
+    return "".join(out)

@@ -11,6 +11,7 @@ Items: ``item_id`` (``<test>/<set>/<position>``), ``benchmark``, ``split``, ``ca
 from __future__ import annotations
 
 import json
+import logging
 import re
 from importlib import resources
 from pathlib import Path
@@ -24,6 +25,8 @@ from biasflow.registry import register_loader
 from pydantic import Field
 
 from biasflow.schema import USER_FILE, BenchmarkConfig
+
+log = logging.getLogger(__name__)
 
 SETS = ("targ1", "targ2", "attr1", "attr2")
 _TEST_FILE = re.compile(r"^(?P<test>.+)\.jsonl?$")
@@ -61,10 +64,15 @@ def test_files(lists_dir: Path, tests: Iterable[str] | None = None) -> dict[str,
     if not lists_dir.is_dir():
         raise ConfigError(f"benchmark.weat.lists_dir={str(lists_dir)!r} is not a folder")
     found = {}
-    for p in lists_dir.iterdir():
+    for p in sorted(lists_dir.iterdir()):
+        if p.name.startswith(".") or not p.name.endswith((".json", ".jsonl")):
+            continue
         m = _TEST_FILE.match(p.name)
-        if m and not p.name.startswith("."):
-            found[m["test"]] = p
+        if not m or not re.fullmatch(r"[\w.+-]+", m["test"]):  # a test name is a label of tables and paths
+            log.warning("WEAT list file %r in %s skipped: a test's name (the file name without .json) may hold only "
+                        "letters, digits and . + - _", p.name, lists_dir)
+            continue
+        found[m["test"]] = p
     if tests:
         unknown = sorted(set(tests) - set(found))
         if unknown:

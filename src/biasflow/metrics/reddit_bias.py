@@ -206,10 +206,8 @@ SPEC = register_metric(MetricSpec(
     plot_reference=0.0,
     goals={"t_value": 0.0, "target_more_likely_pct": 50.0, "p_value": None},
     meanings={
-        "t_value": "paired t of target minus counter-target perplexity over all pairs (the authors' instruction "
-                   "for the outlier-reduced test files; t_value_outliers_removed and t_value_welch are the "
-                   "scripts' other tests); 0 = no difference, negative = stereotypes about the target group more "
-                   "likely",
+        "t_value": "paired t of target minus counter-target perplexity over all pairs (as the authors instruct; "
+                   "other tests: t_value_outliers_removed, t_value_welch); 0 = none, negative = stereotype likelier",
         "p_value": "two-sided p-value of that paired t-test (the paper calls p < 0.05 biased); not a bias score",
         "target_more_likely_pct": "% of pairs whose target-group sentence has the lower perplexity; 50 = no "
                                   "preference, above 50 = stereotypes about the target group more likely",

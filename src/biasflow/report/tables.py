@@ -9,7 +9,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
-from biasflow.io import atomic_path, write_parquet, write_text
+from biasflow.io import atomic_path, markdown_safe, write_parquet, write_text
 from biasflow.report.categories import category_labels, label, natural_sorted, sort_by_category
 from biasflow.report.explain import (blank_reason, ci_expected, ci_note, definition_text, meaning_lines,
                                      missing_headline, missing_note, stats_of)
@@ -368,6 +368,6 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
     from biasflow.report.timing import write_stage_times
 
     lines += write_stage_times(plan, out, aggregate_started=started)
-    write_text("\n".join(lines) + "\n", out / "report.md")
+    write_text(markdown_safe("\n".join(lines) + "\n"), out / "report.md")  # names a user chose stay text
     report.files = written + ["report.md", "plots/"]
     write_text(html.render(report), out / "report.html")

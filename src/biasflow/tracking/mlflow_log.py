@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator, Mapping
 import pandas as pd
 
 from biasflow.errors import TrackingError
-from biasflow.io import flatten_mapping
+from biasflow.io import flatten_mapping, markdown_safe
 from biasflow.provenance import configured_revision, model_source, package_versions, source_command
 from biasflow.secrets import redact_uri
 from biasflow.report.empty import is_placeholder
@@ -599,7 +599,7 @@ def _log_plan(plan: Mapping[str, Any], run_dir: Path, real_uri: str, redactor: R
     with _finishing(client, parent_id, lambda: max(ends) if ends else kept):
         _log_batch(client, parent_id, params=redactor.config(plan_params(plan)),
                    tags={**redactor.config({**common_tags, **invocation_tags(plan)}),
-                         MLFLOW_RUN_NOTE: redactor(parent_note(plan, run_dir, command))})
+                         MLFLOW_RUN_NOTE: redactor(parent_note(plan, run_dir, command))})  # report.md: safe
         _log_files(client, parent_id, [run_dir / name for name in ("aggregate.csv", "aggregate.parquet",
                                                                     "per_item.parquet", "report.md", "plan.json",
                                                                     "comparison.csv", *RUN_REPORT_FILES)
@@ -642,7 +642,7 @@ def _log_plan(plan: Mapping[str, Any], run_dir: Path, real_uri: str, redactor: R
             with _finishing(client, child_id, end):
                 _log_batch(client, child_id, params=redactor.config(params),
                            tags={**redactor.config({k: str(v) for k, v in tags.items()}),
-                                 MLFLOW_RUN_NOTE: redactor(job_note(job, agg, command))},
+                                 MLFLOW_RUN_NOTE: redactor(markdown_safe(job_note(job, agg, command)))},
                            metrics=job_metrics(agg), timestamp=end)
                 _log_datasets(client, child_id, datasets, redactor)
                 # the tables, the resolved config, and what a metric writes beside them (LM Challenge logs, pages)
