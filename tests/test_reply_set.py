@@ -16,6 +16,7 @@ from biasflow.metrics import bbq, winobias
 
 HERE = Path(__file__).parent
 SET = HERE / "fixtures" / "chat_replies" / "replies.jsonl"
+SECOND = HERE / "fixtures" / "chat_replies_second" / "replies.jsonl"  # an independent tester's (its README)
 
 
 def parsed_letter(row: dict) -> str | None:
@@ -27,10 +28,28 @@ def parsed_letter(row: dict) -> str | None:
     return None if index is None else "ABC"[index]
 
 
+def read_outcomes(path: Path) -> list[tuple[dict, str | None]]:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return [(row, parsed_letter(row)) for row in rows]
+
+
 @pytest.fixture(scope="module")
 def outcomes() -> list[tuple[dict, str | None]]:
-    rows = [json.loads(line) for line in SET.read_text(encoding="utf-8").splitlines()]
-    return [(row, parsed_letter(row)) for row in rows]
+    return read_outcomes(SET)
+
+
+def test_the_second_set_has_no_wrong_parse_either():
+    """7,125 replies of a tester who worked from the docs alone (incl. the 124 probes that found wrong reads)."""
+    outcomes = read_outcomes(SECOND)
+    assert len(outcomes) == 7_125
+    wrong = [(row["id"], row["reply"], row["options"], row["intended"], got) for row, got in outcomes
+             if got is not None and got != row["intended"]]
+    assert wrong == []
+    committed = [(row, got) for row, got in outcomes if row["intended"] is not None]
+    parsed = sum(got == row["intended"] for row, got in committed)
+    text = " ".join((HERE.parent / "docs" / "bbq.md").read_text(encoding="utf-8").split())
+    m = re.search(r"second set of ([\d,]+) replies .*? parsed ([\d,]+) of ([\d,]+) committed replies", text)
+    assert m and [int(g.replace(",", "")) for g in m.groups()] == [len(outcomes), parsed, len(committed)]
 
 
 def test_the_set_is_what_its_readme_says(outcomes):

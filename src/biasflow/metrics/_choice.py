@@ -76,6 +76,9 @@ _LETTER_END = re.compile(r"\s*$|\s*\n|\s*[.):,;!?\-](?:\s|$)|\s+(?:because|since
                          r"|\s*[\(\[]|\s+is\s+(?:the\s+)?(?:correct|right)(?![\w'])", re.I)
 # words after which a capital "A" is the letter, not the article ("A or B", "A is correct")
 _LETTER_WORDS = {"is", "or", "and", "nor", "vs", "versus", "was", "because", "but", "since", "as", "then"}
+# after an option's name: the sentence says that option is the answer ("... was the one who", "... is the answer")
+_IDENTIFIED = re.compile(r"\s+(?:was|is|were|are|must\s+be|would\s+be)\s+(?:the\s+)?(?:one|ones|person|people|answer|"
+                         r"culprit|individual|correct\s+answer|right\s+answer)(?![\w'])", re.I)
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$)|\n")
 _CLAUSE_SPLIT = re.compile(r"[.!?;,:](?=\s|$)|\n|\s-\s")
 _LIST_LINE = re.compile(r"^\s*(?:\(([A-Za-z])\)|\[([A-Za-z])\]|([A-Za-z])[.):])\s+(.+?)\s*$")
@@ -213,15 +216,15 @@ class _Grammar:
 
     @staticmethod
     def _article(text: str, end: int) -> bool:
-        """Whether the "A" ending at ``end`` is the article: a word (or number, bracket, quote) follows it."""
-        after = re.match(r"[ \t]+([\w(\"'][\w'-]*)", text[end:])
+        """Whether the "A" ending at ``end`` is the article: a word (or number, quote) follows it."""
+        after = re.match(r"[ \t]+([\w\"'][\w'-]*)", text[end:])  # "A (40%)" is the letter
         return bool(after) and after.group(1).lower() not in _LETTER_WORDS
 
     # ------------------------------------------------------------------------------------------------ statements
     def statements(self, text: str) -> list[tuple[int, str, int]] | str:
         """Every answer statement as (option, its gloss, where it starts), or the rule that makes the reply
         unparsed. A question ("The grandson?") states nothing."""
-        text = re.sub(r"[^.!?\n]*\?", lambda m: " " * len(m.group(0)), text)
+        text = re.sub(r"[^!?\n]*\?", lambda m: " " * len(m.group(0)), text)  # "The grandson.?" too
         found: list[tuple[int, str, int]] = []
         whole = len([line for line in text.split("\n") if line.strip()]) == 1
         offset = 0
@@ -238,10 +241,17 @@ class _Grammar:
                 continue
             if isinstance(got, str):
                 return got
-            if _NEGATION.search(text[_clause_start(text, m.start()):m.start()]):
+            before = self.without_names(text[_clause_start(text, m.start()):m.start()])
+            if _NEGATION.search(before):
                 return "a negation before the answer"
+            if not _own_words(before):  # "The stereotypical answer is A", "Some people say it's A"
+                continue
             choice, gloss, after_letter = got
             found.append((choice, gloss, m.start(), after_letter))
+        for i, pattern in enumerate(self.name_patterns):  # "The grandfather was the one who forgot": an answer too
+            for m in pattern.finditer(text) if pattern is not None else ():
+                if _IDENTIFIED.match(text, m.end()):
+                    found.append((i, "", m.start(), False))
         start = 0
         for cut in [*_CLAUSE_SPLIT.finditer(text), None]:
             end = len(text) if cut is None else cut.start()
@@ -387,6 +397,22 @@ class _Grammar:
         if not drop:
             return text
         return "\n".join(line for n, line in enumerate(lines) if n not in drop).strip()
+
+
+# the words a writer's own answer phrase may follow in its clause ("Based on the passage, I think the final answer
+# is"); any other word makes it someone else's answer or a hypothetical one ("The stereotypical answer is A",
+# "Some people say it's A", "If you think it's A", "Typical answer: A"), which declares nothing
+_OWN_WORDS = frozenset("""
+    the my our final correct right best true actual real most appropriate accurate so thus therefore hence then and
+    i we think believe would say in conclusion summary short overall okay ok well yes sure here is that this clearly
+    obviously definitely certainly am i'm we're based on from passage context information given question text story
+    can see conclude it its it's only one to me of all above after considering reasoning analysis careful carefully
+    reading evidence thinking about with for reason which means answer choice option letter my
+    """.split())
+
+
+def _own_words(prefix: str) -> bool:
+    return all(w in _OWN_WORDS for w in re.findall(r"[a-z']+", prefix.lower()))
 
 
 def _clause_start(text: str, pos: int) -> int:
