@@ -68,8 +68,8 @@ def test_evaluate_equals_biasflow_run_on_the_same_responses(in_project, tmp_path
                            classifier, "stats.n_boot=100", "--cores", "1", "--", "--directory", str(in_project)],
                           cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    run_dir = next(line.split("results: ", 1)[1].split("/report.md")[0] for line in proc.stdout.splitlines()
-                   if line.startswith("results: "))
+    run_dir = next(line.split("report:  ", 1)[1].split("/report.html")[0] for line in proc.stdout.splitlines()
+                   if line.startswith("report:  "))
     aggregate = pd.read_parquet(in_project / run_dir / "aggregate.parquet")
     cols = ["metric", "category", "value", "ci_low", "ci_high", "n"]
     for metric, table in ours.items():

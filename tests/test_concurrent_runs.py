@@ -57,3 +57,19 @@ def test_a_refused_snakemake_start_restores_the_owner_record(tmp_path, monkeypat
     assert outcome.locked and outcome.live_run is None
     assert json.loads(owner_file.read_text()) == {"pid": 1, "host": "elsewhere", "ended": 1.0}
     assert not (tmp_path / plan.run_dir / "owner.json").exists()
+
+
+def test_status_without_arguments_shows_the_last_run_made_in_the_folder(tmp_path, monkeypatch, capsys):
+    """Issue 46: `biasflow status` with no argument reported the default plan ("9 waiting"), not the run just made
+    in that folder."""
+    from biasflow import cli
+
+    monkeypatch.chdir(tmp_path)
+    plan = build_plan(["metric=[crows_pairs]", "benchmark.crows_pairs.limit=7"])
+    monkeypatch.setattr(runner, "run_snakemake", lambda cmd, root, env, on_start=None: (on_start(4242), (0, False))[1])
+    runner.execute(plan, ["metric=[crows_pairs]", "benchmark.crows_pairs.limit=7"])
+    assert cli.main(["status"]) == 0
+    out = capsys.readouterr().out
+    assert f"plan {plan.plan_hash}" in out and "the last run in this folder" in out
+    default = build_plan([]).plan_hash
+    assert default != plan.plan_hash and f"plan {default}" not in out

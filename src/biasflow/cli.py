@@ -60,7 +60,8 @@ def cmd_run(args, extra: list[str]) -> int:
                       snakemake_args=extra)
     report = outcome.run_dir / "report.md"
     if outcome.ok and not args.dry_run and report.exists():
-        print(f"\nresults: {plan.run_dir}/report.md (tables: aggregate.csv, per_item.parquet, plots/)")
+        print(f"\nreport:  {plan.run_dir}/report.html  (open it in a browser; beside it report.md, aggregate.csv, "
+              f"per_item.parquet, leaderboard.md, plots/)")
         uri = (plan.tracking or {}).get("uri")
         if uri and _tracking_enabled(plan):
             record = outcome.run_dir / "mlflow.json"
@@ -122,6 +123,9 @@ def cmd_status(args) -> int:
     root = project_root()
     if len(args.overrides) == 1 and looks_like_run(args.overrides[0]):
         plan_path = run_folder(args.overrides[0]) / "plan.json"
+    elif not args.overrides and not args.multirun and last_run_plan(Path.cwd()) is not None:
+        plan_path = last_run_plan(Path.cwd())  # the run made here last, running or not
+        print(f"the last run in this folder ({plan_path.parent}):")
     else:
         from biasflow.plan import build_plan
 
@@ -132,6 +136,18 @@ def cmd_status(args) -> int:
     workdir = (progress.read_owner(doc) or {}).get("workdir") or root  # where the run's Snakemake works
     print(progress.status_text(doc, workdir, cores=args.cores))
     return 0
+
+
+def last_run_plan(workdir: Path) -> Path | None:
+    """The plan of the last ``biasflow run`` in ``workdir`` (its owner record names it), or None."""
+    try:
+        owner = json.loads((workdir / ".snakemake" / "biasflow" / "owner.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    for candidate in (owner.get("run_dir") and workdir / owner["run_dir"] / "plan.json", owner.get("plan")):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return None
 
 
 def cmd_ui(args) -> int:

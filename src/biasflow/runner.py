@@ -188,7 +188,8 @@ def execute(plan, overrides: Sequence[str], multirun: bool = False, cores: int |
         if tracked:
             from biasflow.progress import owner_record
 
-            owner.update(owner_record(os.getpid(), pid, resume, str(workdir.resolve())))
+            owner.update(owner_record(os.getpid(), pid, resume, str(workdir.resolve())),
+                         run_dir=str(plan.run_dir), plan=str(Path(plan_path).resolve()))  # biasflow status finds it
             write_owner(owner, plan.run_dir, workdir)
 
     started_at = time.time()
