@@ -71,7 +71,7 @@ def run(project: Path, argv: list[str], snakemake: tuple[str, ...] = (), **subst
     assert proc.returncode == 0, f"{' '.join(words)}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     if snakemake:
         return None
-    found = re.findall(r"^results: (\S+)/report\.md", proc.stdout, re.M)
+    found = re.findall(r"^report:\s+(\S+)/report\.html", proc.stdout, re.M)
     assert found, proc.stdout[-2000:]
     return project / found[-1]
 
