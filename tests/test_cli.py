@@ -39,7 +39,7 @@ def test_a_target_file_after_the_separator(project):
 def test_unlock_prints_no_report_path(project):
     proc = biasflow(project, "run", "metric=[crows_pairs]", "--", "--directory", str(project), "--unlock")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "results:" not in proc.stdout and "report.md" not in proc.stdout
+    assert "report:" not in proc.stdout and "report.html" not in proc.stdout and "report.md" not in proc.stdout
 
 
 def test_a_bad_option_is_one_line_naming_it(project):
