@@ -96,6 +96,8 @@ class Results:
 
     @property
     def paired_tests(self) -> pd.DataFrame | None:
+        """Every pair of models on the same items (``paired_tests.csv``): with one model a table with the same
+        columns and no rows; None only when the run wrote no tables."""
         return self._run_table("paired_tests.csv")
 
     @property
