@@ -349,3 +349,13 @@ def test_prompts_file_benchmark_runs_the_counterfactual_metric(tmp_path):
         ["metric", "category"])["value"]
     assert agg["bleu", "gender:female-male"] == pytest.approx(1.0) and agg["rougel", "race:white-black"] == 1.0
     assert agg["non_completion_rate", "overall"] == 0
+
+
+def test_prompts_file_without_a_file_is_refused_at_plan_time():
+    """The shipped prompts_file config names no file (it is the user's): the plan says how to name one, instead of
+    prepare failing with pandas' 'No objects to concatenate'."""
+    from biasflow.errors import ConfigError
+    from biasflow.plan import build_plan
+
+    with pytest.raises(ConfigError, match=r"benchmark.prompts_file.files is empty: name your prompts file"):
+        build_plan(["metric=[counterfactual]", "metric.counterfactual.benchmark=prompts_file"])

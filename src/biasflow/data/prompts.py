@@ -19,7 +19,7 @@ from typing import Any, Mapping, Optional
 import pandas as pd
 
 from biasflow.io import read_text_utf8
-from biasflow.errors import DataFormatError
+from biasflow.errors import ConfigError, DataFormatError
 from biasflow.provenance import rows_by_column
 from biasflow.registry import register_loader
 from biasflow.schema import BenchmarkConfig, PositiveInt
@@ -104,7 +104,16 @@ def read_prompts_file(path: str | Path) -> pd.DataFrame:
     return df
 
 
-@register_loader("prompts_file")
+def check_prompts_file(cfg: Mapping[str, Any]) -> None:
+    """Plan time: the benchmark names at least one file (the shipped config names none: it is the user's)."""
+    if not (cfg or {}).get("files"):
+        raise ConfigError(
+            "benchmark.prompts_file.files is empty: name your prompts file, pinned by its sha256, e.g. "
+            "'benchmark.prompts_file.files={prompts: {filename: my_prompts.csv, sources: [{url: "
+            "\"file:///abs/path/my_prompts.csv\", sha256: <sha256sum of it>}]}}' (conf/benchmark/prompts_file.yaml)")
+
+
+@register_loader("prompts_file", check=check_prompts_file)
 def load_prompts_file(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     df = pd.concat([read_prompts_file(p) for p in files.values()], ignore_index=True)
     return _finish(df, "prompts_file", cfg)
