@@ -24,6 +24,7 @@ LOADERS: dict[str, Loader] = {}
 METRICS: dict[str, "MetricSpec"] = {}
 # loader name -> its options whose mapping order carries meaning (biasflow.ordered): kept as ordered lists in plans
 LOADER_CHECKS: dict[str, Callable[[Mapping[str, Any]], None]] = {}
+LOADER_USE_CHECKS: dict[str, Callable[[Mapping[str, Any]], None]] = {}
 LOADER_ORDERED_OPTIONS: dict[str, tuple[str, ...]] = {}
 # loader name -> the values its ``split`` option takes (a loader that declares none takes any, or has no splits)
 LOADER_SPLITS: dict[str, tuple[str, ...]] = {}
@@ -120,14 +121,16 @@ def _refuse_taken(kind: str, name: str, old_module: str | None, new_module: str 
 
 def register_loader(name: str, ordered_options: tuple[str, ...] = (),
                     check: Callable[[Mapping[str, Any]], None] | None = None, splits: tuple[str, ...] = (),
-                    options: type | None = None, file_rows: FileRows | None = None):
+                    options: type | None = None, file_rows: FileRows | None = None,
+                    check_use: Callable[[Mapping[str, Any]], None] | None = None):
     """Register a dataset loader. ``check(benchmark_cfg)``: the options it can check without data (category names),
     raising ConfigError; the plan runs it, so a typo fails before any download. ``splits``: the values of its
     ``split`` option (checked at plan time). ``options``: its options model, a ``schema.BenchmarkConfig`` subclass
     declaring the options it reads beyond every dataset's (None: it reads none). ``file_rows(items, files, cfg)``:
     the rows each configured file contributed to the prepared items (``LOADER_FILE_ROWS``), for the provenance of
     the report and of MLflow; without it a loader of one file gives it every row, and the files of a loader of
-    several are listed without counts (``biasflow.provenance.file_rows``)."""
+    several are listed without counts (``biasflow.provenance.file_rows``). ``check_use(benchmark_cfg)``: what must
+    hold when a job reads the benchmark (a file of the user's named), checked for the benchmarks the plan uses."""
     from biasflow.schema import BenchmarkConfig
 
     if options is not None and not (isinstance(options, type) and issubclass(options, BenchmarkConfig)):
@@ -143,6 +146,8 @@ def register_loader(name: str, ordered_options: tuple[str, ...] = (),
             LOADER_SPLITS[name] = tuple(splits)
         if check is not None:
             LOADER_CHECKS[name] = check
+        if check_use is not None:
+            LOADER_USE_CHECKS[name] = check_use
         if file_rows is not None:
             LOADER_FILE_ROWS[name] = file_rows
         return fn
@@ -175,6 +180,14 @@ def every_loader_option() -> set[str]:
     """Every option some loader reads (the names ``benchmark.<name>.<option>=v`` may add without Hydra's ``+``)."""
     load_all()
     return {name for model in {loader_options(loader) for loader in LOADERS} for name in model.model_fields}
+
+
+def check_benchmark_use(loader: str, benchmark_cfg: Mapping[str, Any]) -> None:
+    """Plan time, for a benchmark a job reads: the loader's ``check_use`` (``register_loader(check_use=...)``)."""
+    load_all()
+    check = LOADER_USE_CHECKS.get(loader)
+    if check is not None:
+        check(benchmark_cfg)
 
 
 def check_loader_options(loader: str, benchmark_cfg: Mapping[str, Any]) -> None:

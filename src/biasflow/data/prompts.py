@@ -113,7 +113,7 @@ def check_prompts_file(cfg: Mapping[str, Any]) -> None:
             "\"file:///abs/path/my_prompts.csv\", sha256: <sha256sum of it>}]}}' (conf/benchmark/prompts_file.yaml)")
 
 
-@register_loader("prompts_file", check=check_prompts_file)
+@register_loader("prompts_file", check_use=check_prompts_file)
 def load_prompts_file(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     df = pd.concat([read_prompts_file(p) for p in files.values()], ignore_index=True)
     return _finish(df, "prompts_file", cfg)

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 
 def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
-    from biasflow.registry import check_loader_options, get_metric
+    from biasflow.registry import check_benchmark_use, check_loader_options, get_metric
 
     sweep = []
     jobs: dict[str, Job] = {}
@@ -101,6 +101,7 @@ def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
                 if bench not in (cfg.get("benchmark") or {}):
                     raise ConfigError(f"metric.{name}.benchmark={bench!r} has no config conf/benchmark/{bench}.yaml")
                 bcfg = cfg["benchmark"][bench]
+                check_benchmark_use(str((bcfg or {}).get("loader") or bench), bcfg or {})
             job = Job(metric=name, model=model, metric_cfg=mcfg, benchmark=bench, benchmark_cfg=bcfg,
                       stats=cfg["stats"], mode=cfg["run"]["mode"],  # filled in (with_option_dumps)
                       results=cfg["paths"]["results"], score_keys=tuple(spec.score_keys),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import re
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
@@ -35,7 +36,7 @@ table{border-collapse:collapse;margin:.5em 0 1.2em;font-size:.9em;display:block;
 th,td{border:1px solid #d0d0d0;padding:.3em .55em;text-align:left;vertical-align:top;overflow-wrap:anywhere;
 max-width:32em}
 ul.meanings{margin:.2em 0 .4em;padding-left:1.2em;font-size:.9em;color:#333}
-th{background:#f2f4f7}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+th{background:#f2f4f7;overflow-wrap:normal;word-break:normal;hyphens:manual}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 tr.goal td{background:#fafafa;color:#555;font-style:italic}
 td.best{background:#dcf5e3;font-weight:bold}td.worst{background:#fbe1e3;font-style:italic}
 td.sig{font-weight:bold}
@@ -94,6 +95,10 @@ class HtmlReport:
     unfinished: list[Any] = field(default_factory=list)  # progress.JobState of jobs that did not finish
 
 
+def _breakable(text: str) -> str:
+    return re.sub(r"([._/])(?=\w)", r"\1<wbr>", text)
+
+
 def data_uri(path: Path) -> str:
     return "data:image/png;base64," + base64.b64encode(Path(path).read_bytes()).decode("ascii")
 
@@ -105,7 +110,9 @@ def _is_num(text: str) -> bool:
 
 def table(head: Sequence[str], rows: Sequence[Sequence[str]], row_classes: Sequence[str] | None = None,
           cell_classes: Sequence[Sequence[str]] | None = None) -> str:
-    out = ["<table><thead><tr>" + "".join(f"<th>{escape(str(h))}</th>" for h in head) + "</tr></thead><tbody>"]
+    # headers break only after "." or "_" ("model.<wbr>device"), never inside a word ("mod el.de vice")
+    out = ["<table><thead><tr>" + "".join(f"<th>{_breakable(escape(str(h)))}</th>" for h in head)
+           + "</tr></thead><tbody>"]
     for i, row in enumerate(rows):
         rc = f' class="{row_classes[i]}"' if row_classes and row_classes[i] else ""
         cells = []
