@@ -446,3 +446,15 @@ def test_a_comparison_without_values_is_left_out(tmp_path):
     assert tests["diff"].notna().all()
     _, rows = paired_rows(tests)
     assert all(row[-1] in ("yes", "no") for row in rows)
+
+
+def test_both_report_formats_name_the_machine_that_scored(sweep):
+    """Issue 46: no CPU line in the provenance, and report.md had no provenance section."""
+    from biasflow.provenance import cpu_description
+
+    md = (sweep / "report.md").read_text()
+    section = md.split("\n## Provenance\n", 1)[1]
+    assert "| model key | model | kind | source | revision | scored on |" in section
+    assert cpu_description().split(",")[0] in section and "crows_pairs/" in section  # the CPU, the data file
+    html = (sweep / "report.html").read_text()
+    assert cpu_description().split(",")[0] in html.split('id="provenance"', 1)[1]

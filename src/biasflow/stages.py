@@ -231,7 +231,10 @@ def score(params: Mapping[str, Any], items_path: str | None, out: str, cache_dir
         models = Models(model_cfg)
         scores = metric_answers(spec.name, items, cfg, model_cfg, Path(cache_dir), models=models)
         write_parquet(scores, out)
+        from biasflow.provenance import cpu_description
+
         provenance, gpu_record = models.provenance(), {}
+        provenance["cpu"] = cpu_description()  # the machine that scored (figures depend on its kernels)
         if gpu is not None:
             provenance["gpu"], gpu_record = gpu.describe(), {"gpu": gpu.record()}
         write_json({"provenance": provenance, "rows": len(scores), "seconds": time.perf_counter() - start,

@@ -30,6 +30,24 @@ def markdown_table(agg: pd.DataFrame, columns: list[str] | None = None) -> str:
     return header + "".join("| " + " | ".join(str(v) for v in row) + " |\n" for row in df.itertuples(index=False))
 
 
+def provenance_markdown(prov: Mapping[str, Any]) -> list[str]:
+    """report.md's Provenance section: the run, each model (source, revision, the machine that scored it) and each
+    data file (sha256, the items it gave), as report.html's."""
+    lines = ["\n## Provenance\n",
+             f"plan {prov['plan']}, written {prov['created']}, git commit {prov['git commit'] or 'unknown'}, mode "
+             f"{prov['mode'] or 'n/a'}, bootstrap {prov['bootstrap']}\n"]
+    if prov["models"]:
+        lines.append("| model key | model | kind | source | revision | scored on |\n|---|---|---|---|---|---|\n")
+        for key, m in prov["models"].items():
+            machine = m.get("gpu") or m.get("cpu") or ""
+            lines.append(f"| {key} | {m['model']} | {m['kind']} | {m['source']} | {m['revision']} | {machine} |\n")
+    if prov["datasets"]:
+        lines.append("\n| data file | sha256 | items | source |\n|---|---|---|---|\n")
+        for name, d in prov["datasets"].items():
+            lines.append(f"| {name} | {d['sha256'][:16]} | {d['items']} | {d['source']} |\n")
+    return lines
+
+
 def comparison_markdown(df: pd.DataFrame) -> str:
     cols = ["experiment", "model", "split", "metric", "category", "published", "ours", "delta", "ci_low", "ci_high",
             "published_in_ci"]
@@ -368,6 +386,7 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
     from biasflow.report.timing import write_stage_times
 
     lines += write_stage_times(plan, out, aggregate_started=started)
+    lines += provenance_markdown(html.provenance(plan))
     write_text(markdown_safe("\n".join(lines) + "\n"), out / "report.md")  # names a user chose stay text
     report.files = written + ["report.md", "plots/"]
     write_text(html.render(report), out / "report.html")
