@@ -71,6 +71,7 @@ NOT_RUNNABLE = {
         "it in a scratch project and plans and runs this command there",
     "biasflow status results/runs/<plan>": "needs the run folder of a running or finished plan; tests/"
                                            "test_sweep_failures.py runs it on one",
+    "biasflow status": "needs a run made in the folder; tests/test_concurrent_runs.py runs it after one",
     "bash scripts/bootstrap.sh run": "installs a virtual environment and runs the whole default pipeline (minutes)",
     "bash scripts/bootstrap.sh test": "installs a virtual environment and runs the whole test suite, this file too",
     "bash scripts/lock.sh": "re-resolves requirements.lock from the package index (its output changes with every "
