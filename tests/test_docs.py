@@ -69,8 +69,6 @@ NOT_RUNNABLE = {
     "biasflow run model=unigram model.path=/path/to/unigram_counts.tsv metric=[crows_pairs_causal]":
         "the worked example's model kind exists once the reader has added it; tests/test_adding_a_model_kind.py adds "
         "it in a scratch project and plans and runs this command there",
-    "biasflow status results/runs/<plan>": "needs the run folder of a running or finished plan; tests/"
-                                           "test_sweep_failures.py runs it on one",
     "biasflow status": "needs a run made in the folder; tests/test_concurrent_runs.py runs it after one",
     "bash scripts/bootstrap.sh run": "installs a virtual environment and runs the whole default pipeline (minutes)",
     "bash scripts/bootstrap.sh test": "installs a virtual environment and runs the whole test suite, this file too",
