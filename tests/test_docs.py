@@ -69,6 +69,10 @@ NOT_RUNNABLE = {
     "biasflow run model=unigram model.path=/path/to/unigram_counts.tsv metric=[crows_pairs_causal]":
         "the worked example's model kind exists once the reader has added it; tests/test_adding_a_model_kind.py adds "
         "it in a scratch project and plans and runs this command there",
+    "biasflow run metric=[counterfactual] metric.counterfactual.benchmark=prompts_file +generator=responses_file "
+    "generator.path=responses.csv": "needs the reader's own prompts file named in their conf/benchmark/"
+    "prompts_file.yaml (the block above it); without it the plan refuses, saying so (tests/test_counterfactual.py), "
+    "and tests/test_counterfactual.py runs the benchmark with a file through the stages",
     "biasflow status": "needs a run made in the folder; tests/test_concurrent_runs.py runs it after one",
     "bash scripts/bootstrap.sh run": "installs a virtual environment and runs the whole default pipeline (minutes)",
     "bash scripts/bootstrap.sh test": "installs a virtual environment and runs the whole test suite, this file too",
