@@ -342,6 +342,12 @@ def test_a_partial_run_never_replaces_the_last_complete_report(project, tiny_ber
     assert "PARTIAL RESULTS: 1 job(s) did not finish" in partial and "tiny_broken" in partial
     assert f"{run_dir}/partial/report.md" in out and "The last complete report" in out
     assert not (run_dir / ".last-complete").exists()
+    # a second failure in a row (before: 'SameFileError' from the restore, no summary, no partial report)
+    again = biasflow(project, "run", *SWEEP, "--cores", "2", "--", "--directory", str(project))
+    assert again.returncode != 0 and "SameFileError" not in again.stdout + again.stderr
+    assert "The last complete report" in again.stdout + again.stderr
+    assert {name: (run_dir / name).read_bytes() for name in complete} == complete
+    assert not list(run_dir.glob("*.restoring")) and (run_dir / "partial" / "report.md").exists()
 
     config.write_text(config.read_text().replace("device: cuda:7", "device: cpu"))
     third = biasflow(project, "run", *SWEEP, "--cores", "2", "--", "--directory", str(project))

@@ -308,16 +308,24 @@ class LastComplete:
             if src.is_dir():
                 shutil.rmtree(dst, ignore_errors=True)
                 shutil.copytree(src, dst, copy_function=_link_or_copy)
-            else:
-                _link_or_copy(src, dst.with_name(dst.name + ".restoring"))
-                os.replace(dst.with_name(dst.name + ".restoring"), dst)
+            elif not (dst.exists() and os.path.samefile(src, dst)):  # renaming a link onto its own file does
+                tmp = dst.with_name(dst.name + ".restoring")  # nothing (POSIX): left as it is
+                tmp.unlink(missing_ok=True)
+                _link_or_copy(src, tmp)
+                os.replace(tmp, dst)
         shutil.rmtree(self.saved_dir, ignore_errors=True)
+        self._tidy()
         return True
+
+    def _tidy(self) -> None:
+        for stray in self.run_dir.glob("*.restoring"):  # left by a restore that was killed
+            stray.unlink(missing_ok=True)
 
     def discard(self) -> None:
         import shutil
 
         shutil.rmtree(self.saved_dir, ignore_errors=True)
+        self._tidy()
         if self.complete_here():
             shutil.rmtree(self.partial_dir, ignore_errors=True)
 

@@ -365,7 +365,9 @@ class _Grammar:
         t = _norm(g)
         own = any(t == n or (t.startswith(n) and not t[len(n)].isalnum()) for n in self.names[choice])
         explains = re.match(r"(?:because|since|as|given|due\s+to|for)(?![\w'])", g, re.I)
-        if after_letter and not own and not explains and len(re.findall(r"\w+", g)) < 3:  # "C. she"
+        words = re.findall(r"[\w']+", g.lower())
+        plain = all(w in _PLAIN_GLOSS for w in words)  # "(B) it is", "B, that one"
+        if after_letter and not own and not explains and not plain and len(words) < 3:  # "C. she"
             return "the letter's text is not its option's"
         if self.names_other(g, choice):
             return "the letter's text names another option"
@@ -409,6 +411,11 @@ _OWN_WORDS = frozenset("""
     can see conclude it its it's only one to me of all above after considering reasoning analysis careful carefully
     reading evidence thinking about with for reason which means answer choice option letter my
     """.split())
+
+
+# a letter's short gloss of these words only confirms it ("(B) it is", "B, for sure")
+_PLAIN_GLOSS = frozenset("it is it's that this one the answer correct right yes definitely surely final for sure "
+                         "obviously clearly of course".split())
 
 
 def _own_words(prefix: str) -> bool:
