@@ -23,8 +23,10 @@ def test_a_second_run_names_the_live_one_and_changes_nothing(tmp_path, monkeypat
         before = owner_file.read_bytes()
         started = []
         monkeypatch.setattr(runner, "run_snakemake", lambda *a, **k: started.append(a) or (0, False))
+        staged = set((tmp_path / ".snakemake").rglob("*"))
         outcome = runner.execute(plan, ["metric=[crows_pairs]"])
         assert started == []  # Snakemake never started, so it took no lock and wrote nothing
+        assert set((tmp_path / ".snakemake").rglob("*")) == staged  # not even its staged plan
         assert outcome.exit_code != 0 and outcome.locked
         text = runner.failure_text(outcome)
         assert f"pid {live.pid}" in text and record["host"] in text and "biasflow run metric=[crows_pairs]" in text

@@ -76,3 +76,20 @@ def test_a_download_onto_a_full_disk_names_the_resources_folder(small_disk, tmp_
     line = next(line for line in err.splitlines() if "the disk is full" in line)
     assert str(dest.parent) in line or str(small_disk) in line
     assert not dest.exists()  # nothing half-written is left as the dataset
+
+
+def test_an_error_naming_no_file_names_the_full_folder_among_the_runs_folders(small_disk, tmp_path, monkeypatch):
+    """The run's closing summary named the project folder (59 GiB free) instead of the full results disk: an error
+    that names no file is matched against the run's folders (results, resources), the one on a full disk named."""
+    import errno
+
+    from biasflow.errors import full_disk_text
+
+    (small_disk / "fill").write_bytes(b"\0" * 1024)
+    with pytest.raises(OSError):
+        with open(small_disk / "filler", "wb") as fh:
+            fh.write(b"\0" * (1 << 20))
+    monkeypatch.setenv("BIASFLOW_JOB_OUTPUTS", os.pathsep.join([str(tmp_path / "resources"),
+                                                                 str(small_disk / "results")]))
+    text = full_disk_text(OSError(errno.ENOSPC, "No space left on device"))
+    assert f"the folder {small_disk}" in text and str(tmp_path / "resources") not in text

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import socket
+import tempfile
 import sqlite3
 import subprocess
 import sys
@@ -176,7 +177,8 @@ def test_failed_store_creation_leaves_nothing_and_the_next_run_works(tmp_path, m
         fail_after(m, 9)
         with pytest.raises(TrackingError, match=r"could not create the MLflow store .*disk is full"):
             log_plan(json.loads((run_dir / "plan.json").read_text()), run_dir)
-    assert not (tmp_path / "mlflow.db").exists() and not list(tmp_path.glob(".mlflow.db*"))
+    # no half-created store (the store's lock file beside it stays, as a lock)
+    assert not (tmp_path / "mlflow.db").exists() and not list(tmp_path.glob(".mlflow.db.creating*"))
     record = log_plan(json.loads((run_dir / "plan.json").read_text()), run_dir)
     assert len(record["children"]) == 2
 
@@ -532,7 +534,7 @@ def test_a_copied_or_moved_project_writes_nothing_outside_itself(tmp_path, empty
     with caplog.at_level(logging.WARNING):
         record = log_plan(plan, run_dir)
     assert _snapshot(original) == before  # not one file of the original written
-    assert "copied or moved from another folder" in caplog.text and str(copy / "mlartifacts") in caplog.text
+    assert "copied or moved from another folder" in caplog.text and f"re-pointed to {copy.as_uri()}" in caplog.text
     client = MlflowClient(tracking_uri=sqlite_uri(copy))
     parent = client.get_run(record["parent_run_id"])
     assert parent.info.artifact_uri.startswith((copy / "mlartifacts").as_uri())
@@ -545,5 +547,10 @@ def test_a_copied_or_moved_project_writes_nothing_outside_itself(tmp_path, empty
     monkeypatch.chdir(moved)
     log_plan(plan, run_dir)
     assert not copy.exists()  # the old path is not recreated
-    runs = MlflowClient(tracking_uri=sqlite_uri(moved)).search_runs(["1"])
+    client = MlflowClient(tracking_uri=sqlite_uri(moved))
+    runs = client.search_runs(["1"])
     assert runs and all(r.info.artifact_uri.startswith((moved / "mlartifacts").as_uri()) for r in runs)
+    # MLflow's Default experiment (under the project folder, not its artifact folder) moved with it
+    assert client.get_experiment("0").artifact_location.startswith((str(moved) + "/", moved.as_uri() + "/"))
+    assert not list(tmp_path.glob("*.lock")) and not list(Path(tempfile.gettempdir()).glob(
+        "biasflow-mlflow-store-*.lock"))  # the store's lock lies beside it

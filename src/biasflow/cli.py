@@ -56,6 +56,9 @@ def cmd_run(args, extra: list[str]) -> int:
     from biasflow.runner import execute, failure_text
 
     plan = build_plan(args.overrides, multirun=args.multirun)  # fail fast with a readable config error
+    # where a full disk is looked for when an error names no file (errors.full_disk_text)
+    os.environ.setdefault("BIASFLOW_JOB_OUTPUTS", os.pathsep.join(
+        str(Path(plan.paths[k]).absolute()) for k in ("results", "resources") if plan.paths.get(k)))
     outcome = execute(plan, args.overrides, multirun=args.multirun, cores=args.cores, dry_run=args.dry_run,
                       snakemake_args=extra)
     report = outcome.run_dir / "report.md"

@@ -152,26 +152,26 @@ def execute(plan, overrides: Sequence[str], multirun: bool = False, cores: int |
     from biasflow.workflow import stage_plan
 
     extra = list(snakemake_args)
-    plan_path = stage_plan(plan)  # Snakemake's parses read it; the plan rule copies it into the run folder
     if "--directory" not in extra and Path.cwd().resolve() != project_root():
         # the plan's relative paths (results/, a responses file) are the caller's: Snakemake works where they point
         extra = [*extra, "--directory", str(Path.cwd().resolve())]
+    root = project_root()
+    workdir = Path(extra[extra.index("--directory") + 1]) if "--directory" in extra[:-1] else root
+    tracked = not dry_run and not NOT_TRACKED & set(extra)
+    resume = resume_command(overrides, multirun, cores, extra)
+    live = live_run_in(workdir) if tracked else None
+    if live:  # refused before anything is written: Snakemake's lock and owner.json stay the live run's
+        return RunOutcome(exit_code=1, plan=plan, workdir=workdir, resume=resume, dry_run=dry_run, locked=True,
+                          live_run=live)
+    plan_path = stage_plan(plan)  # Snakemake's parses read it; the plan rule copies it into the run folder
     cmd = snakemake_command(plan_path, str(cores), dry_run, extra)
     print("+", " ".join(cmd), flush=True)
     env = environ_snapshot()
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see docs/performance.md: spinning threads hurt shared machines
     # the MLflow runs' Source: what the user ran
     env["BIASFLOW_COMMAND"] = shlex.join(["biasflow", "run", *(["-m"] if multirun else []), *overrides])
-    root = project_root()
-    workdir = Path(extra[extra.index("--directory") + 1]) if "--directory" in extra[:-1] else root
-    tracked = not dry_run and not NOT_TRACKED & set(extra)
-    resume = resume_command(overrides, multirun, cores, extra)
     owner: dict = {}
     if tracked:
-        live = live_run_in(workdir)
-        if live:  # refused before Snakemake starts: its lock and owner.json stay the live run's
-            return RunOutcome(exit_code=1, plan=plan, workdir=workdir, resume=resume, dry_run=dry_run, locked=True,
-                              live_run=live)
         clear_stale_lock(workdir, lambda: snakemake_command(plan_path, str(cores), False, extra + ["--unlock"]),
                          root, env)
         from biasflow.output_check import quarantine_damaged

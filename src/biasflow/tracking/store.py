@@ -12,7 +12,6 @@ and nothing secret in what MLflow prints or what biasflow writes.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import shutil
@@ -232,8 +231,8 @@ def _store_state(path: Path) -> tuple[str | None, dict[str, int]]:
 
 
 def _lock_path(path: Path) -> str:
-    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
-    return os.path.join(tempfile.gettempdir(), f"biasflow-mlflow-store-{digest}.lock")
+    """Beside the store (a project's files stay in its folder; one lock per store, whatever path names it)."""
+    return str(path.resolve().with_name(f".{path.name}.lock"))
 
 
 def _remove_db_files(path: Path) -> None:
@@ -321,16 +320,28 @@ def repoint_moved_store(uri: str, recorded: str | None, wanted: str) -> int | No
         return None
     old = recorded.rstrip("/")
     new = wanted.rstrip("/")
+    # the folders moved together: re-point everything under the old project folder (MLflow's Default experiment
+    # too), found by stripping the path both locations end with (results/mlartifacts)
+    common = 0
+    for a, b in zip(reversed(old.split("/")), reversed(new.split("/"))):
+        if a != b:
+            break
+        common += 1
+    if common and len(old.split("/")) > common + 3:
+        old, new = "/".join(old.split("/")[:-common]), "/".join(new.split("/")[:-common])
     con = sqlite3.connect(str(path), timeout=60)
     try:
         with con:
             tables = {r[0] for r in con.execute("select name from sqlite_master where type = 'table'")}
             for table, column in (("experiments", "artifact_location"), ("runs", "artifact_uri"),
                                   ("logged_models", "artifact_location")):
-                if table in tables:  # the old folder itself, or a path under it
+                if table not in tables:
+                    continue
+                # the old folder itself, or a path under it, as a file: URI or a bare path (MLflow's Default)
+                for before, after in ((old, new), (unquote(urlparse(old).path), unquote(urlparse(new).path))):
                     con.execute(f"update {table} set {column} = ? || substr({column}, ?) "
                                 f"where {column} = ? or substr({column}, 1, ?) = ?",
-                                (new, len(old) + 1, old, len(old) + 1, old + "/"))
+                                (after, len(before) + 1, before, len(before) + 1, before + "/"))
             runs = con.execute("select count(*) from runs where substr(artifact_uri, 1, ?) = ?",
                                (len(new) + 1, new + "/")).fetchone()[0]
     finally:
