@@ -116,7 +116,8 @@ def audit(project: Path, traces: Path, records: Path) -> tuple[list[str], dict[s
     exempt = [f"{work}/results/cache", f"{work}/.snakemake", f"{work}/results/benchmarks",
               # stores shared by every run, like a server: the MLflow store (the embedded default, sqlite and its
               # artifact folder; mlflow.json is the rule's record of what it logged), the downloads' wheel mirror
-              f"{work}/results/mlflow.db", f"{work}/results/mlartifacts", f"{work}/resources/wheels"]
+              f"{work}/results/mlflow.db", f"{work}/results/.mlflow.db.lock", f"{work}/results/mlartifacts",
+              f"{work}/resources/wheels"]
     problems, rules = [], defaultdict(int)
     for rec_path in sorted(records.glob("*.json")):
         rec = json.loads(rec_path.read_text())
@@ -128,6 +129,8 @@ def audit(project: Path, traces: Path, records: Path) -> tuple[list[str], dict[s
         for tid in job_threads(rec["pid"], children):
             for kind, paths in events.get(tid, []):
                 paths = [absolute(p) for p in paths]
+                if kind == "write" and re.fullmatch(r"#\d+", os.path.basename(paths[0])):
+                    continue  # an unnamed O_TMPFILE (filelock probes the folder with one): never a file in the tree
                 if kind == "write":
                     written.add(paths[0])
                 elif kind == "read":
