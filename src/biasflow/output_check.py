@@ -34,9 +34,7 @@ def damage(path: Path) -> str | None:
             pq.read_metadata(path)
         else:
             json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError) as exc:  # ArrowInvalid is a ValueError
-        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
-    except Exception as exc:  # pyarrow's other errors on a damaged footer
+    except Exception as exc:  # OSError, ArrowInvalid (a ValueError), pyarrow's other errors on a damaged footer
         return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
     return None
 
