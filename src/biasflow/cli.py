@@ -1,6 +1,7 @@
 """``biasflow`` command line: Hydra overrides in, one Snakemake DAG out.
 
-  biasflow run [-m] [overrides ...] [--cores N] [-n] [-- more snakemake args]
+  biasflow run [-m] [overrides ...] [--cores N] [-n] [-v] [-- more snakemake args]
+                                               -v: Snakemake's whole output instead of the compact view
   biasflow plan [-m] [overrides ...]          show the jobs and output folders without running anything
   biasflow status [-m] [overrides ... | RUN_DIR]  jobs done / running / queued / failed / interrupted / waiting,
                                                SLURM states and causes, time left, the command that resumes
@@ -60,7 +61,7 @@ def cmd_run(args, extra: list[str]) -> int:
     os.environ.setdefault("BIASFLOW_JOB_OUTPUTS", os.pathsep.join(
         str(Path(plan.paths[k]).absolute()) for k in ("results", "resources") if plan.paths.get(k)))
     outcome = execute(plan, args.overrides, multirun=args.multirun, cores=args.cores, dry_run=args.dry_run,
-                      snakemake_args=extra)
+                      snakemake_args=extra, compact=not args.verbose)
     report = outcome.run_dir / "report.md"
     if outcome.ok and not args.dry_run and report.exists():
         print(f"\nreport:  {plan.run_dir}/report.html  (open it in a browser; beside it report.md, aggregate.csv, "
@@ -185,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
         if name == "run":
             p.add_argument("--cores", default="all", help="Snakemake --cores (default: all)")
             p.add_argument("-n", "--dry-run", action="store_true", help="show the jobs Snakemake would run")
+            p.add_argument("-v", "--verbose", action="store_true",
+                           help="show Snakemake's whole output as it runs (by default: a compact view of jobs done, "
+                                "running and failed; the whole output goes to a log file it names)")
     lg = sub.add_parser("log", help="log a finished run to MLflow (e.g. after the store was unreachable)")
     lg.add_argument("run", help="the run folder (results/runs/<plan hash>) or the plan hash")
     lg.add_argument("--tracking-uri", default=None, help="log to this store instead of the plan's")

@@ -3,7 +3,8 @@
 ``execute`` is what ``biasflow run`` and ``biasflow.api.run`` share: it returns a ``RunOutcome`` (exit code, the
 unfinished jobs with their states and causes, the report, the MLflow page) instead of printing its verdict, so the
 command line words it for a terminal and the API raises with the jobs as data. Snakemake's own output passes
-through to the terminal as it runs.
+through to the terminal as it runs, or (``compact``, what ``biasflow run`` does without ``-v``) goes to the run's
+full log while ``biasflow.console`` shows jobs done, running and failed.
 """
 from __future__ import annotations
 
@@ -78,8 +79,12 @@ def run_snakemake(cmd: list[str], cwd: Path, env: dict[str, str], on_start=None)
     its jobs and releases its lock); the exit code is then -15."""
     import signal
 
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stderr=subprocess.PIPE, text=True, bufsize=1,
-                            preexec_fn=_die_with_parent if os.name == "posix" else None)
+    from biasflow.console import FULL_LOG_ENV
+
+    full_log = env.get(FULL_LOG_ENV)  # the compact console: all of Snakemake's output (the jobs' too) to its file
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE if full_log else None,
+                            stderr=subprocess.STDOUT if full_log else subprocess.PIPE, text=True, bufsize=1,
+                            errors="replace", preexec_fn=_die_with_parent if os.name == "posix" else None)
     if on_start is not None:
         on_start(proc.pid)
     stopped: list[int] = []
@@ -90,9 +95,14 @@ def run_snakemake(cmd: list[str], cwd: Path, env: dict[str, str], on_start=None)
 
     previous = signal.signal(signal.SIGTERM, forward)
     locked = False
+    log = open(full_log, "a", encoding="utf-8", errors="replace") if full_log else None
     try:
-        for line in proc.stderr:  # watching for what needs a hint
-            sys.stderr.write(line)
+        for line in proc.stdout if full_log else proc.stderr:  # watching for what needs a hint
+            if log is not None:
+                log.write(line)
+                log.flush()
+            else:
+                sys.stderr.write(line)
             locked = locked or "Directory cannot be locked" in line
         rc = proc.wait()
     except KeyboardInterrupt:  # Ctrl-C reaches Snakemake too (same process group): let it stop its jobs
@@ -100,6 +110,8 @@ def run_snakemake(cmd: list[str], cwd: Path, env: dict[str, str], on_start=None)
         rc = proc.wait()
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if log is not None:
+            log.close()
     return (-stopped[0] if stopped else rc), locked
 
 
@@ -125,6 +137,7 @@ class RunOutcome:
     partial_report: bool = False  # the finished jobs' results were written as a partial report
     kept_complete: "LastComplete | None" = None  # the run folder's last complete report, kept over a partial run
     run_level_failure: str = ""  # every job finished but the report or the MLflow logging failed: which
+    full_log: str | None = None  # the compact console's file of Snakemake's whole output (None: it was shown)
 
     @property
     def run_dir(self) -> Path:
@@ -146,9 +159,12 @@ NOT_TRACKED = {"--unlock", "-n", "--dry-run", "--list", "--touch", "--cleanup-me
 
 
 def execute(plan, overrides: Sequence[str], multirun: bool = False, cores: int | str = "all",
-            dry_run: bool = False, snakemake_args: Sequence[str] = ()) -> RunOutcome:
+            dry_run: bool = False, snakemake_args: Sequence[str] = (), compact: bool = False) -> RunOutcome:
     """Run ``plan`` (built from ``overrides``) with Snakemake in the working directory; after failed jobs, the
-    finished jobs' partial report (and MLflow runs). Raises BiasflowError only for what stops it from starting."""
+    finished jobs' partial report (and MLflow runs). Raises BiasflowError only for what stops it from starting.
+    ``compact``: show the run in ``biasflow.console``'s compact view (Snakemake's output goes to the run's full
+    log) instead of passing Snakemake's output through; a dry run and Snakemake's one-off commands (--unlock,
+    --list, ...) always pass it through."""
     from biasflow.workflow import stage_plan
 
     extra = list(snakemake_args)
@@ -165,7 +181,15 @@ def execute(plan, overrides: Sequence[str], multirun: bool = False, cores: int |
                           live_run=live)
     plan_path = stage_plan(plan)  # Snakemake's parses read it; the plan rule copies it into the run folder
     cmd = snakemake_command(plan_path, str(cores), dry_run, extra)
-    print("+", " ".join(cmd), flush=True)
+    console = None
+    if compact and tracked:
+        from biasflow.console import LOGGER_ARGS, RunConsole
+
+        at = len(cmd) - 1 - cmd[::-1].index("--config")  # --logger takes one or more words: an option follows it
+        cmd = cmd[:at] + LOGGER_ARGS + cmd[at:]
+        console = RunConsole(plan, workdir)
+    else:
+        print("+", " ".join(cmd), flush=True)
     env = environ_snapshot()
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see docs/performance.md: spinning threads hurt shared machines
     # the MLflow runs' Source: what the user ran
@@ -193,7 +217,15 @@ def execute(plan, overrides: Sequence[str], multirun: bool = False, cores: int |
             write_owner(owner, plan.run_dir, workdir)
 
     started_at = time.time()
-    rc, locked = run_snakemake(cmd, root, env, **({"on_start": started} if tracked else {}))  # real runs only
+    if console is not None:
+        env.update(console.env())
+        console.start(cmd)
+    rc: int | None = None
+    try:
+        rc, locked = run_snakemake(cmd, root, env, **({"on_start": started} if tracked else {}))  # real runs only
+    finally:
+        if console is not None:
+            console.stop(rc)
     if locked:  # Snakemake refused to start: the owner record written on its start is not this run's to keep
         for path, content in before.items():
             with contextlib.suppress(OSError):
@@ -203,7 +235,7 @@ def execute(plan, overrides: Sequence[str], multirun: bool = False, cores: int |
         write_owner(owner, plan.run_dir, workdir)
     outcome = RunOutcome(exit_code=128 - rc if rc < 0 else rc,  # stopped by signal N: 128 + N, as a shell says
                          plan=plan, workdir=workdir, resume=resume, dry_run=dry_run, locked=locked,
-                         started_at=started_at)
+                         started_at=started_at, full_log=console.log_shown if console is not None else None)
     if last_complete is not None:
         if rc == 0:
             last_complete.discard()  # a new complete report replaced it (and any partial one is stale)
@@ -471,5 +503,6 @@ def failure_text(outcome: RunOutcome) -> str:
                          f"complete run replaces them.")
         lines.append(f"Resume with:\n  {outcome.resume}")
         return " ".join(lines[:-1]) + " " + lines[-1]
+    where = f"; Snakemake's full output: {outcome.full_log}" if outcome.full_log else ""
     return (f"biasflow: Snakemake failed (exit {outcome.exit_code}); the log of the failed job (named above) holds "
-            f"its traceback.")
+            f"its traceback{where}.")

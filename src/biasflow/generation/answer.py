@@ -153,7 +153,7 @@ def answer_generation(adapter: Any, requests: Sequence[Generation], budget) -> p
     for req in requests:
         by_settings.setdefault(GenerationSettings.of(req), []).append(req)
     rows: dict[str, dict] = {}
-    from tqdm.auto import tqdm
+    from biasflow.bars import progress_bar as tqdm
 
     with tqdm(total=len(requests), desc=f"generating ({backend.model_id})", disable=not budget.progress,
               mininterval=1.0) as bar:

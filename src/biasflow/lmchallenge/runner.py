@@ -24,7 +24,7 @@ def read_input(path: str, fmt: str = "auto", limit: int | None = None) -> list[M
 def progress_bar(total: int, desc: str):
     """A tqdm wrapper over messages; silent when stderr is not a terminal (logs of batch jobs stay clean)."""
     def wrap(it):
-        from tqdm import tqdm
+        from biasflow.bars import progress_bar as tqdm
 
         return tqdm(it, total=total, desc=desc, unit="line", disable=None, file=sys.stderr)
     return wrap

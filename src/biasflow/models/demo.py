@@ -76,7 +76,7 @@ def build_demo_mlm(documents: Sequence[Sequence[str]], out_dir: str | Path, trai
     and as a next-sentence predictor (StereoSet intersentence).
     """
     import torch
-    from tqdm.auto import tqdm
+    from biasflow.bars import progress_bar as tqdm
     from transformers import AutoTokenizer, BertConfig, BertForPreTraining, BertModel
 
     seed = int(train.get("seed", 0))

@@ -144,7 +144,7 @@ class SentenceEncoder:
     def encode(self, texts: Sequence[str], pooling: str | None = None, batch_size: int | None = None,
                progress: bool = False) -> np.ndarray:
         """Batched encoding (texts sorted by length so batches pad little), rows in the order given."""
-        from tqdm.auto import tqdm
+        from biasflow.bars import progress_bar as tqdm
 
         texts = list(texts)
         if not texts:

@@ -406,7 +406,7 @@ class ServedCausalLM(OpenAIHTTPClient):
         """``[fn(x) for x in items]`` on ``concurrency`` threads, in order. The first error cancels the rest: the
         items not started are not, and the requests in flight make no further attempt (``OpenAIHTTPClient``'s
         ``abort``)."""
-        from tqdm.auto import tqdm
+        from biasflow.bars import progress_bar as tqdm
 
         out: list[Any] = [None] * len(items)
         if not items:

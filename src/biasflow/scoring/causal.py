@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
+from biasflow.bars import progress_bar as tqdm
 
 from biasflow.models.batch_invariant import batch_invariant, gpu_tile_rows, row_logsumexp
 from biasflow.models.chunked_head import ChunkedHead

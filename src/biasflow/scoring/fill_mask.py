@@ -17,7 +17,7 @@ from typing import Iterator, Sequence
 
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
+from biasflow.bars import progress_bar as tqdm
 
 from biasflow.score_kinds import NO_MATCH_PROB, NO_MATCH_RANK, listed_probability  # noqa: F401 (re-exported)
 from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS

@@ -23,7 +23,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 import torch
-from tqdm.auto import tqdm
+from biasflow.bars import progress_bar as tqdm
 
 from biasflow.models.batch_invariant import batch_invariant, row_logsumexp
 from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_LOGITS, Budget
