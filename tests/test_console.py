@@ -203,8 +203,12 @@ def test_a_retried_job_is_named_again_and_snakemakes_own_error_is_said_once(tmp_
     console.start()
     console.handle({"event": "error", "exception": "SyntaxError", "msg": "SyntaxError in file Snakefile, line 3:\n"
                                                                           "Expected name\n  File x"})
+    console.handle({"event": "message", "level": "WARNING", "msg": "biasflow: the SLURM controller does not answer"})
+    console.handle({"event": "message", "level": "WARNING", "msg": "Select jobs to execute..."})
     console.stop(1)
-    assert out.getvalue().count("Snakemake stopped: SyntaxError in file Snakefile, line 3: Expected name") == 1
+    text = out.getvalue()
+    assert text.count("Snakemake stopped: SyntaxError in file Snakefile, line 3: Expected name") == 1
+    assert "biasflow: the SLURM controller does not answer" in text and "Select jobs" not in text
 
 
 def test_live_view_on_a_terminal_ends_with_the_summary(tmp_path):

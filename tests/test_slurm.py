@@ -27,7 +27,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import ROOT, build_tiny_bert, mirrored_files, project_copy, snakemake_job_stats
+from conftest import ROOT, build_tiny_bert, mirrored_files, project_copy, snakemake_job_stats, snakemake_output
 from slurm_cluster import PARTITION, LocalSlurm, skip_reason
 
 pytestmark = pytest.mark.slow
@@ -140,12 +140,18 @@ def test_sweep_on_slurm_equals_the_local_sweep(slurm, tiny_models, dataset_files
     local_s = time.monotonic() - started
     print(f"\nsweep on SLURM: {slurm_s:.0f} s; the same sweep locally: {local_s:.0f} s")
 
-    # every job but the local rules went to SLURM, and SLURM ran each to completion
-    stats = snakemake_job_stats(out)
+    # every job but the local rules went to SLURM, and SLURM ran each to completion (Snakemake's words are in the
+    # full log the compact console names; the console has a line per job)
+    full = snakemake_output(out, on_slurm)
+    stats = snakemake_job_stats(full)
     assert stats["score"] == 6 and stats["metric"] == 18  # 3 models x 2 benchmarks; x 3 thresholds
     remote = sum(n for rule, n in stats.items() if rule not in LOCAL_RULES | {"total"})
-    submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", out)
-    assert len(submitted) == len(set(submitted)) == remote, out[-4000:]
+    submitted = re.findall(r"has been submitted with SLURM jobid (\d+)", full)
+    assert len(submitted) == len(set(submitted)) == remote, full[-4000:]
+    total = stats["total"]
+    assert len(re.findall(rf"^\[\d+/{total}\] done ", out, re.M)) == total, out[-4000:]
+    assert len(re.findall(rf"^\[\d+/{total}\] done score ", out, re.M)) == 6, out[-4000:]
+    assert "submitted with SLURM jobid" not in out and len(out.splitlines()) < total + 40, out[-4000:]
     jobs = {j["id"]: j for j in slurm.jobs()}
     assert {jobs[i]["state"] for i in submitted} == {"COMPLETED"}, [jobs[i] for i in submitted]
     assert {jobs[i]["partition"] for i in submitted} == {PARTITION}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, project_copy, snakemake_job_stats
+from conftest import ROOT, project_copy, snakemake_job_stats, snakemake_output
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +70,7 @@ def test_a_broken_model_does_not_stop_the_sweep(project, tiny_bert_dir):
     shutil.copytree(tiny_bert_dir, project / "broken_model")
     second = biasflow(project, "run", *SWEEP, "--cores", "2", "--", "--directory", str(project))
     assert second.returncode == 0, second.stderr[-3000:]
-    counts = snakemake_job_stats(second.stdout + second.stderr)
+    counts = snakemake_job_stats(snakemake_output(second.stdout + second.stderr, project))
     assert counts.get("score") == 1 and counts.get("metric") == 1 and "prepare" not in counts
 
 

@@ -53,7 +53,7 @@ def _rate(rate: float | None, unit: str) -> str:
 
 
 @dataclass
-class Job:
+class ConsoleJob:
     jobid: Any
     rule: str = ""
     label: str = ""
@@ -139,11 +139,11 @@ class RunConsole:
         self.events_path = self.channel / "events.jsonl"
         self.progress_dir = self.channel / "progress"
         self.labels = JobLabels(doc, self.workdir)
-        self.jobs: dict[Any, Job] = {}
+        self.jobs: dict[Any, ConsoleJob] = {}
         self.stats: dict[str, int] = {}
         self.total: int | None = None
         self.done = 0
-        self.failures: list[Job] = []
+        self.failures: list[ConsoleJob] = []
         self.errors: list[str] = []
         self.began = time.time()
         self._offset = 0
@@ -289,23 +289,23 @@ class RunConsole:
             self.done, self.total = int(event.get("done") or 0), int(event.get("total") or 0)
         elif kind == "job_started":
             for jobid in event.get("jobs") or []:
-                job = self.jobs.setdefault(jobid, Job(jobid))
+                job = self.jobs.setdefault(jobid, ConsoleJob(jobid))
                 self._begin(job, t)
         elif kind == "job_info":
-            job = self.jobs.setdefault(event.get("jobid"), Job(event.get("jobid")))
+            job = self.jobs.setdefault(event.get("jobid"), ConsoleJob(event.get("jobid")))
             job.rule = event.get("rule") or job.rule
             job.outputs = list(event.get("output") or [])
             job.log = (event.get("log") or [None])[0]
             job.label = self.labels.label(job.rule, event.get("wildcards") or {}, job.outputs)
             self._begin(job, t)
         elif kind == "job_finished":
-            job = self.jobs.setdefault(event.get("jobid"), Job(event.get("jobid")))
+            job = self.jobs.setdefault(event.get("jobid"), ConsoleJob(event.get("jobid")))
             job.state, job.finished = "done", t
             done = sum(1 for j in self.jobs.values() if j.state == "done")
             took = f" ({duration(t - job.started)})" if job.started else ""
             self._say(f"[{done}/{self._total()}] done {job.label or job.rule}{took}")
         elif kind == "job_error":
-            job = self.jobs.setdefault(event.get("jobid"), Job(event.get("jobid")))
+            job = self.jobs.setdefault(event.get("jobid"), ConsoleJob(event.get("jobid")))
             job.rule = job.rule or event.get("rule") or ""
             job.label = job.label or job.rule
             logs = [p for p in event.get("log") or [] if p]
@@ -318,11 +318,13 @@ class RunConsole:
             for info in event.get("jobs") or []:
                 self._handle({"event": "job_error", "jobid": info.get("jobid"), "rule": info.get("rule"),
                              "log": info.get("log") or event.get("log"), "msg": event.get("msg"), "t": t})
+        elif kind == "message" and str(event.get("msg") or "").startswith("biasflow: "):
+            self._say(str(event["msg"]))  # biasflow's own words in Snakemake (the SLURM watch: biasflow.slurm)
         elif kind == "error":  # an exception Snakemake printed: a failed job's (said above) or its own
             text = " ".join(ln.strip() for ln in str(event.get("msg") or "").splitlines()[:3] if ln.strip())
             self.errors.append(text[:300] or str(event.get("exception") or "an error"))
 
-    def _begin(self, job: Job, t: float) -> None:
+    def _begin(self, job: ConsoleJob, t: float) -> None:
         if job.state == "failed":  # Snakemake tries it again (--retries)
             job.attempt += 1
             job.state, job.progress, job.finished, job.started = "running", None, None, t
@@ -334,17 +336,17 @@ class RunConsole:
         return str(self.total) if self.total is not None else "?"
 
     # ------------------------------------------------------------------------------------------------ words
-    def running(self) -> list[Job]:
+    def running(self) -> list[ConsoleJob]:
         return [j for j in self.jobs.values() if j.state == "running"]
 
-    def failure_text(self, job: Job) -> str:
+    def failure_text(self, job: ConsoleJob) -> str:
         label = job.label or job.rule
         rule = "" if label.split(" ")[0] == job.rule else f"rule {job.rule}, "
         return (f"FAILED {label} ({rule}attempt {job.attempt}): {job.cause}\n"
                 f"       log: {job.log or '(none: see the full log ' + self.log_shown + ')'}")
 
     @staticmethod
-    def job_progress(job: Job) -> str:
+    def job_progress(job: ConsoleJob) -> str:
         p = job.progress
         if not p:
             return f"{duration(time.time() - job.started) if job.started else '?'} so far"
@@ -377,7 +379,9 @@ class RunConsole:
                 work += max(0.0, mean.get(j.rule, mean_all) - (time.time() - (j.started or time.time())))
         for rule, count in self._pending().items():
             work += count * mean.get(rule, mean_all)
-        return work / max(1, len(self.running()))
+        longest = max((float(j.progress["remaining"]) for j in self.running()
+                       if j.progress and j.progress.get("remaining") is not None), default=0.0)
+        return max(work / max(1, len(self.running())), longest)
 
     def _pending(self) -> dict[str, int]:
         seen: dict[str, int] = {}
@@ -394,7 +398,7 @@ class RunConsole:
                 + (f", about {duration(left)} left" if left is not None else "")
                 + f" ({duration(time.time() - self.began)} so far)")
 
-    def progress_line(self, running: list[Job]) -> str:
+    def progress_line(self, running: list[ConsoleJob]) -> str:
         shown = "; ".join(f"{j.label or j.rule}: {self.job_progress(j)}" for j in running[:4])
         more = f"; and {len(running) - 4} more" if len(running) > 4 else ""
         return f"[{self.headline()}] running {shown}{more}"

@@ -188,8 +188,7 @@ def execute(plan, overrides: Sequence[str], multirun: bool = False, cores: int |
         at = len(cmd) - 1 - cmd[::-1].index("--config")  # --logger takes one or more words: an option follows it
         cmd = cmd[:at] + LOGGER_ARGS + cmd[at:]
         console = RunConsole(plan, workdir)
-    else:
-        print("+", " ".join(cmd), flush=True)
+    print("+", " ".join(cmd), flush=True)
     env = environ_snapshot()
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # see docs/performance.md: spinning threads hurt shared machines
     # the MLflow runs' Source: what the user ran
