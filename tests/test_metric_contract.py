@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from biasflow.registry import METRICS, load_all
+from biasflow.report.explain import meaning_of
 from conftest import ROOT, TEST_CACHE
 
 load_all()
@@ -146,6 +147,9 @@ def test_runs_end_to_end_on_a_tiny_model(name, request, tmp_path, monkeypatch):
     assert "overall" in set(aggregate.category)
     missing = [m for m in s.headline if m not in set(aggregate.metric)]
     assert len(missing) < len(s.headline), f"{name}: none of its headline metrics {s.headline} in the aggregate"
+    # every row the report shows says what it measures (report.explain.meaning_of)
+    unexplained = sorted(m for m in set(aggregate.metric) if meaning_of(s, m) is None)
+    assert not unexplained, f"{name}: rows without a meaning in MetricSpec.meanings: {unexplained}"
 
 
 def test_every_headline_metric_has_one_goal_declared_by_its_family():

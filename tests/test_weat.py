@@ -264,7 +264,10 @@ def test_names_a_user_chose_are_text_in_the_markdown_report():
     lists as HTML. HTML's characters are escaped outside code spans."""
     from biasflow.io import markdown_safe
 
-    text = "| weat | <img src=x onerror=alert(1)> | 0.5 |\nSee `<task>_mc_lms` & more.\n```\n<kept>\n```\n"
+    text = ("| weat | <img src=x onerror=alert(1)> | 0.5 |\nSee `<task>_mc_lms` & more, &lt;b&gt;.\n```\n<kept>\n```\n"
+            "> **Demo model.** A warning.\n")
     safe = markdown_safe(text)
     assert "<img" not in safe and "&lt;img src=x onerror=alert(1)&gt;" in safe
-    assert "`<task>_mc_lms`" in safe and "<kept>" in safe and "&amp; more" in safe
+    assert "`<task>_mc_lms`" in safe and "<kept>" in safe
+    assert "& more" in safe and "&amp;lt;b&amp;gt;" in safe  # a bare & is text; an entity shows as typed
+    assert "\n> **Demo model.** A warning." in safe  # the report's quoted warning stays a quote

@@ -175,7 +175,13 @@ def markdown_safe(text: str) -> str:
     renders raw HTML), never run as markup."""
     import re
 
+    def escaped(part: str) -> str:
+        part = re.sub(r"&(?=#?\w+;)", "&amp;", part)  # an entity a user wrote stays the characters they wrote
+        part = part.replace("<", "&lt;")
+        # '>' opens no tag; at a line's start it is Markdown's quote (the report's warnings), elsewhere escaped
+        return re.sub(r"(?m)(?<!^)(?<!^ )(?<!^  )(?<!^   )>", "&gt;", part)
+
     out = []
     for n, part in enumerate(re.split(r"(```.*?```|`+[^`\n]*`+)", text, flags=re.S)):
-        out.append(part if n % 2 else part.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;"))
+        out.append(part if n % 2 else escaped(part))
     return "".join(out)

@@ -102,6 +102,14 @@ class MetricSpec:
     # options that choose which definition of the numbers is computed (BBQ's ``definition``): the report names
     # their values in the headings of the metric's tables, since the same answers give different numbers
     definition_options: tuple[str, ...] = ()
+    # the published definition the numbers follow, named in the heading of every table of the family
+    # ("Nangia et al. 2020, the authors' metric.py"); its departures are in the family's docs page
+    follows: str = ""
+    # a rate computed on the items a filter kept: {rate metric: (metric with the kept %, what an item is, the
+    # filter's rule with {option} fields)}; where the filter kept none the report says so instead of "no items":
+    # ("fill_mask_kept_pct", "one-word pairs", "filter_threshold {filter_threshold}") gives "0 of 1,018 one-word
+    # pairs kept by filter_threshold 0.15"
+    kept_by: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)
     # what "unbiased" (or "better", for quality metrics) is for each of the metric's numbers: a value to be close to,
     # "max" or "min", or None (shown but not ranked, e.g. p-values); keys may be glob patterns ("*_ss"). The
     # leaderboard ranks and marks by it (``report.leaderboard.goals``)

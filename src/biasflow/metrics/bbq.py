@@ -627,6 +627,7 @@ check_answers = check_choice_replies(METRIC, generation_prompts)
 
 
 SPEC = register_metric(MetricSpec(
+    follows="Parrish et al. 2022 (BBQ's bias scores)",
     name=METRIC, benchmark="bbq", model_kinds=("causal_lm", "served_causal_lm"),
     # the example answered correctly, over the examples its definition counts (McNemar ignores the parity
     # definition's double weight of the 64 examples with two metadata rows)
@@ -644,6 +645,12 @@ SPEC = register_metric(MetricSpec(
                              "stereotype - 1); 0 = unbiased, + = follows the stereotype",
         "bbq_accuracy": "% of questions answered correctly (in ambiguous contexts: the \"unknown\" answer); "
                         "100 = perfect",
+        "bbq_accuracy_ambig": "% of ambiguous-context questions answered correctly, i.e. with the \"unknown\" "
+                              "answer; 100 = perfect, lower = guesses a person the context does not name",
+        "bbq_accuracy_disambig": "% of disambiguated-context questions answered correctly (the person the context "
+                                 "names); 100 = perfect",
+        "bbq_unparsed_pct": "% of questions whose answer names no option (unparsed or failed reply, empty "
+                            "predictions line); a diagnostic, not a bias score; 0 = every answer read",
     },
     definition_options=("definition",)))
 

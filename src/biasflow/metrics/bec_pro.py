@@ -181,6 +181,7 @@ def replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r) -> dict | None
 
 
 SPEC = register_metric(MetricSpec(
+    follows="Bartl et al. 2020 (the authors' association score)",
     name="bec_pro", benchmark="bec_pro", model_kinds=("masked_lm",), requests=requests, compute=compute,
     aggregate=aggregate, options=Options, score_keys=("scoring",), headline=("assoc_diff", "wilcoxon_p", "effect_r"),
     plot_metric="assoc_diff", plot_reference=0.0, bootstrap_statistic=replicates,
@@ -192,6 +193,14 @@ SPEC = register_metric(MetricSpec(
                       "tests a difference, not a bias score",
         "effect_r": "Wilcoxon effect size r = z / sqrt(n); 0 = no difference, + = female person words more associated, "
                     "- = male",
+        "assoc_female": "mean association log(p_T / p_prior) of the female person words with the professions; "
+                        "compare with assoc_male (their gap is assoc_diff); alone not a bias score",
+        "assoc_male": "mean association log(p_T / p_prior) of the male person words with the professions; compare "
+                      "with assoc_female (their gap is assoc_diff); alone not a bias score",
+        "wilcoxon_w": "statistic of the paired Wilcoxon signed-rank test of female vs male associations (scipy's "
+                      "min(W+, W-)); a test statistic, not a bias score",
+        "wilcoxon_z": "normal-approximation z of that Wilcoxon test, signed: 0 = no difference, + = female person "
+                      "words more associated, - = male",
     },
     definition_options=("scoring",)))
 

@@ -93,6 +93,7 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
 
 options_in_module(globals(), CBS)
 SPEC = register_metric(MetricSpec(
+    follows="Ahn & Oh 2021 (categorical bias score)",
     name="cbs", options=CBS, benchmark="cbs", model_kinds=("masked_lm",),
     requests=requests, compute=compute, aggregate=aggregate,
     score_keys=("target_positions", "attribute_mask_count", "plurals"), headline=("cbs",),
@@ -100,7 +101,9 @@ SPEC = register_metric(MetricSpec(
     plot_reference=None,
     goals={"cbs": 0.0},
     meanings={"cbs": "mean over templates and attributes of the variance of log(p_tgt / p_prior) across target "
-                     "countries; 0 = all affected alike, higher = more bias"},
+                     "countries; 0 = all affected alike, higher = more bias",
+              "mean_variance": "per template: mean over its attributes of the variance of log(p_tgt / p_prior) across "
+                               "target countries; 0 = all affected alike, higher = more bias"},
 ))
 
 __all__ = ["compute", "aggregate", "sample_variance", "plurals", "with_plurals", "requests"]

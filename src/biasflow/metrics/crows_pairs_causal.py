@@ -124,6 +124,7 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resam
 
 options_in_module(globals(), CrowsPairsCausal)
 SPEC = register_metric(MetricSpec(
+    follows="CrowS-Pairs for causal LMs (lm-evaluation-harness by default; see aggregation)",
     name="crows_pairs_causal", options=CrowsPairsCausal,
     binary_outcomes={"metric_score": binary_outcome("stereo_preferred")},
     benchmark="crows_pairs",
@@ -145,6 +146,8 @@ SPEC = register_metric(MetricSpec(
                             "sentence wins; 50 = no preference, above 50 = stereotypical",
         "likelihood_diff": "mean absolute log-likelihood gap between a pair's two sentences (sum or per token, as "
                            "aggregation says), either direction; 0 = no difference",
+        "neutral_pct": "% of pairs whose two sentences' log-likelihoods tie (after rounding to round decimals, if "
+                       "set), counted in metric_score as neither; a diagnostic, not a bias score",
     },
     definition_options=("aggregation", "first_token"),
 ))

@@ -85,6 +85,7 @@ def _register() -> None:
     options_in_module(globals(), HelmRepresentation)
 
     register_metric(MetricSpec(
+        follows="Liang et al. 2023 (HELM's bias_metrics.py)",
         name=METRIC, options=HelmRepresentation, benchmark="bold",
         model_kinds=("causal_lm", "served_causal_lm", "generator"), requests=requests,
         compute=_compute, aggregate=_aggregate, check_answers=check_generations(METRIC),
@@ -95,6 +96,22 @@ def _register() -> None:
                                      "(per list word) in the generated text; 0 = equal representation",
             "representation_race": "total variation distance from an equal split of the race groups' surname mentions "
                                    "(per list word) in the generated text; 0 = equal representation",
+            "associations_gender_adjective": "mean over the adjectives of the total variation distance from an equal "
+                                             "split of their co-occurrence with each gender's words (per list word); "
+                                             "0 = no association",
+            "associations_gender_profession": "mean over the professions of the total variation distance from an equal "
+                                              "split of their co-occurrence with each gender's words (per list word); "
+                                              "0 = no association",
+            "associations_race_adjective": "mean over the adjectives of the total variation distance from an equal "
+                                           "split of their co-occurrence with each race's surnames (per list word); 0 "
+                                           "= no association",
+            "associations_race_profession": "mean over the professions of the total variation distance from an equal "
+                                            "split of their co-occurrence with each race's surnames (per list word); 0 "
+                                            "= no association",
+            "representation_*": "total variation distance from an equal split of the demographic groups' word mentions "
+                                "(per list word) in the generated text; 0 = equal representation",
+            "associations_*_*": "associations_<demographic>_<targets>: mean over the target words of the TVD from an "
+                                "equal split of their co-occurrence with each group's words; 0 = no association",
         }))
 
 

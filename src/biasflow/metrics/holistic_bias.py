@@ -164,6 +164,7 @@ def write_pair_tests(per_item: pd.DataFrame, cfg: Mapping[str, Any], out_dir: Pa
 
 
 SPEC = register_metric(MetricSpec(
+    follows="Smith et al. 2022 (the authors' bias_measurements.py)",
     name="holistic_bias",
     benchmark="holistic_bias",
     model_kinds=("masked_lm", "causal_lm", "served_causal_lm"),
@@ -175,7 +176,14 @@ SPEC = register_metric(MetricSpec(
     headline=("likelihood_bias",),
     goals={"likelihood_bias": 0.0, "p_value": None},
     meanings={"likelihood_bias": "% of descriptor pairs (per axis and template) whose perplexities differ "
-                                 "(Mann-Whitney p < p_threshold); lower = fairer, chance level 100 x p_threshold"},
+                                 "(Mann-Whitney p < p_threshold); lower = fairer, chance level 100 x p_threshold",
+              "likelihood_bias_by_template": "per template, all axes: % of descriptor pairs whose perplexities differ "
+                                             "(Mann-Whitney p < p_threshold); lower = fairer, chance 100 x p_threshold",
+              "likelihood_bias_axis_template": "per axis and template: % of descriptor pairs whose perplexities differ "
+                                               "(Mann-Whitney p < p_threshold); lower = fairer, chance 100 x "
+                                               "p_threshold",
+              "median_perplexity": "median sentence perplexity (pseudo-perplexity for masked LMs): how well the model "
+                                   "predicts the text, a diagnostic, not a bias score; lower = likelier"},
     plot_metric="likelihood_bias",
     plot_reference=None,
     write_extras=write_pair_tests,

@@ -321,6 +321,7 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
 
 options_in_module(globals(), Honest)
 SPEC = register_metric(MetricSpec(
+    follows="Nozza et al. 2021 (the authors' honest package, HurtLex)",
     name=METRIC, options=Honest, benchmark="honest",
     model_kinds=("masked_lm", "causal_lm", "served_causal_lm", "generator"),
     requests=requests, compute=compute, aggregate=aggregate, check_answers=check_generations(METRIC),
@@ -334,5 +335,9 @@ SPEC = register_metric(MetricSpec(
                     "0 = none hurtful",
         "honest@20": "fraction (0-1) of completions that are hurtful words (HurtLex), 20 completions per template; "
                      "0 = none hurtful",
+        "honest@*": "honest@<k>: fraction (0-1) of completions that are hurtful words (HurtLex), k completions per "
+                    "template; 0 = none hurtful",
+        "honest_*@*": "honest_<cat>@<k>: fraction (0-1) of all k x templates completions that are hurtful words of "
+                      "HurtLex category code <cat> (docs/generation.md lists them); 0 = none; they sum to honest@k",
     },
 ))

@@ -403,6 +403,7 @@ def _register() -> None:
     options_in_module(globals(), LangFairStereotype)
 
     register_metric(MetricSpec(
+        follows="LangFair 0.8.0 StereotypeMetrics (Bouchard 2024)",
         name=METRIC, options=LangFairStereotype, benchmark="langfair_prompts",
         model_kinds=("causal_lm", "served_causal_lm", "generator"),
         requests=requests, compute=_compute, aggregate=_aggregate, check_answers=check_generations(METRIC),
@@ -414,6 +415,14 @@ def _register() -> None:
                                  "co-occurrence in the generated text; 0 = no lean to either group",
             "stereotypical_associations": "mean over target words of the total variation distance of their "
                                           "co-occurrence with each group from an equal split; 0 = no association",
+            "non_completion_rate": "share (0-1) of requested responses that failed or came back empty, left out of "
+                                   "the numbers; a diagnostic, not a bias score; 0 = all answered",
+            "stereotype_fraction_*": "with a classifier: share (0-1) of responses whose <category> stereotype score is "
+                                     "above threshold (mean over prompts with by_prompt); lower is better",
+            "expected_maximum_stereotype_*": "with a classifier: mean over prompts of the largest <category> "
+                                             "stereotype score (0-1) among the prompt's responses; lower is better",
+            "stereotype_probability_*": "with a classifier: share (0-1) of prompts with a response whose <category> "
+                                        "stereotype score is above threshold; lower is better",
         }))
 
 

@@ -130,6 +130,7 @@ GAME_OPTIONS_MODELS = {"wc": LMChallengeWC, "we": LMChallengeGame, "ce": LMChall
 
 for _game, _headline in GAME_METRICS.items():
     register_metric(MetricSpec(
+        follows="LM Challenge (Microsoft's lmchallenge games)",
         name=f"lmc_{_game}", benchmark="lmchallenge_bold",
         model_kinds=("ngram", "lmc_process", "masked_lm", "causal_lm"),
         requests=_requests(_game), compute=_compute(_game), aggregate=_aggregate,

@@ -162,6 +162,7 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
 
 options_in_module(globals(), MultiMask)
 SPEC = register_metric(MetricSpec(
+    follows="Kurita et al. 2019 (log-probability bias score)",
     name="lpbs", options=MultiMask, benchmark="lpbs", model_kinds=("masked_lm",),
     requests=requests_for("targets_1,targets_2"), compute=compute, aggregate=aggregate,
     score_keys=("target_positions", "attribute_mask_count"), headline=("mean_lpbs", "mean_abs_lpbs"),

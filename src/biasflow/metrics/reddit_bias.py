@@ -190,6 +190,7 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
 
 
 SPEC = register_metric(MetricSpec(
+    follows="Barikeri et al. 2021 (the authors' perplexity t-test)",
     name="reddit_bias",
     # the target sentence less perplexing than its counter-target (pairs with both perplexities)
     binary_outcomes={"target_more_likely_pct": binary_outcome(

@@ -139,6 +139,7 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
 
 options_in_module(globals(), W.Association)
 register_metric(MetricSpec(
+    follows="May et al. 2019 (sent-bias)",
     name="seat", options=W.Association,
     benchmark="weat",
     model_kinds=("sentence_encoder",),

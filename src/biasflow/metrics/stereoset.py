@@ -332,6 +332,7 @@ def results_table(aggregates: pd.DataFrame) -> pd.DataFrame:
 
 options_in_module(globals(), StereoSet)
 SPEC = register_metric(MetricSpec(
+    follows="Nadeem et al. 2021 (the reference code/evaluation.py)",
     name="stereoset", options=StereoSet,
     # the stereotype scored above the anti-stereotype (per example, counted under its target term; SS is the mean
     # over terms of the pro rate, so McNemar tests the pooled pro choice)

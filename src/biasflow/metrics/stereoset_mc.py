@@ -232,6 +232,7 @@ check_answers = check_choice_replies(METRIC, generation_prompts)
 
 
 SPEC = register_metric(MetricSpec(
+    follows="Nadeem et al. 2021's scores on a multiple-choice form (biasflow's)",
     name=METRIC, benchmark="stereoset", model_kinds=("causal_lm", "served_causal_lm"),
     requests=requests, compute=compute, aggregate=aggregate, options=StereoSetMC,
     score_keys=("tasks", "intrasentence_prompt", "intersentence_prompt", "shuffle", "shuffle_seed", "generation",

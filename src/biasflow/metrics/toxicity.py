@@ -239,6 +239,7 @@ def _register() -> None:
 
     options_in_module(globals(), Toxicity)
     register_metric(MetricSpec(
+        follows="LangFair 0.8.0 ToxicityMetrics (Gehman et al. 2020)",
         name=METRIC, options=Toxicity, benchmark="langfair_prompts",
         model_kinds=("causal_lm", "served_causal_lm", "generator"), requests=requests, compute=_compute,
         aggregate=_aggregate_toxicity, check_answers=check_generations(METRIC), followup_requests=followup_requests,

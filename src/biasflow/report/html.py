@@ -60,8 +60,8 @@ class Part:
     """One setting of a sweep within a section (``title`` names family, model and setting; '' when the family's
     jobs have one setting): per-category table, bar plot."""
     title: str
-    by_category: tuple[list[str], list[list[str]]] | None = None
-    by_category_title: str = ""
+    by_category: list[tuple[str, list[str], list[list[str]]]] = field(default_factory=list)  # (title, head, rows)
+    notes: list[str] = field(default_factory=list)  # what the tables leave out (no CI for p-values)
     figure: Figure | None = None
 
 
@@ -93,6 +93,7 @@ class HtmlReport:
     alike: tuple[list[str], list[list[str]]] = ([], [])  # what tells apart the models named alike
     files: list[str] = field(default_factory=list)
     unfinished: list[Any] = field(default_factory=list)  # progress.JobState of jobs that did not finish
+    stage_times: list[list[str]] = field(default_factory=list)  # per rule (report.timing.STAGE_TIMES_HEAD)
 
 
 def _breakable(text: str) -> str:
@@ -258,7 +259,8 @@ def render(report: HtmlReport) -> str:
     demo = any(j["model"].get("demo") for j in plan["jobs"])
     nav = [("leaderboard", "Leaderboard", bool(report.leaderboard)), ("paired", "Paired tests", bool(report.paired)),
            ("curves", "Threshold curves", bool(report.curves or report.curve_notes)), ("paper", "Published tables", bool(report.paper)),
-           ("details", "Per metric", bool(report.sections)), ("provenance", "Provenance", True)]
+           ("details", "Per metric", bool(report.sections)), ("stage-times", "Stage times", bool(report.stage_times)),
+           ("provenance", "Provenance", True)]
     body = [f"<h1>biasflow run <code>{escape(plan['plan_hash'])}</code></h1>",
             f'<p class="meta">{escape(report.summary or summary_line(plan))}</p>']
     if report.alike[1]:
@@ -296,11 +298,17 @@ def render(report: HtmlReport) -> str:
             for part in s.parts:
                 if part.title:
                     block.append(f"<h4>{escape(part.title)}</h4>")
-                if part.by_category:
-                    block.append(f'<p class="legend">{escape(part.by_category_title)}</p>' + table(*part.by_category))
+                for title, head, rows in part.by_category:
+                    block.append(f'<p class="legend">{escape(title)}</p>' + table(head, rows))
+                block += [f'<p class="legend">{escape(n)}</p>' for n in part.notes]
                 if part.figure:
                     block.append(figure(part.figure, images))
             body.append("\n".join(block))
+    if report.stage_times:
+        from biasflow.report.timing import STAGE_TIMES_HEAD, STAGE_TIMES_LEGEND
+
+        body.append('<h2 id="stage-times">Stage times</h2>'
+                    f'<p class="legend">{escape(STAGE_TIMES_LEGEND)}</p>' + table(STAGE_TIMES_HEAD, report.stage_times))
     body.append('<h2 id="provenance">Provenance</h2>' + _provenance_html(provenance(plan), report.files))
     title = f"biasflow run {plan['plan_hash']}"
     doc = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

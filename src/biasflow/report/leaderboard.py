@@ -14,7 +14,7 @@ import fnmatch
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -148,7 +148,7 @@ def leaderboard(plan: Mapping[str, Any], agg: pd.DataFrame, tests: pd.DataFrame 
     threshold sweep every threshold has its own ranking, the settings in the order of their values. ``tests``: the
     run's paired tests, which decide the best / worst marks (without them nothing is marked)."""
     from biasflow.registry import get_metric
-    from biasflow.report.explain import blank_reason, ci_expected, definition_text, stats_of
+    from biasflow.report.explain import cell_reason, ci_expected, heading_note, stats_of
 
     jobs = job_table(plan)
     stats = stats_of(plan)
@@ -168,10 +168,13 @@ def leaderboard(plan: Mapping[str, Any], agg: pd.DataFrame, tests: pd.DataFrame 
             fjobs[["config_hash", "model", "setting", "setting_key"]].rename(columns={"model": "label"}),
             on="config_hash")
         df = df.assign(model=df.pop("label"), family=family, goal=df["metric"].map(goal),
-                       definition=definition_text(spec, list(fjobs["cfg"])))
+                       definition=heading_note(spec, list(fjobs["cfg"]), list(fjobs["mode"])))
         # a CI is expected of the ranked metrics (not of p-values and flags) where the run bootstraps
-        df["note"] = [blank_reason(v, lo, hi, n, with_ci and goal(m) is not None)
-                      for v, lo, hi, n, m in zip(df["value"], df["ci_low"], df["ci_high"], df["n"], df["metric"])]
+        cfg_of = dict(zip(fjobs["config_hash"], fjobs["cfg"]))
+        df["note"] = [cell_reason(spec, m, v, lo, hi, n, with_ci and goal(m) is not None,
+                                  rows[rows["config_hash"] == h], cfg_of.get(h))
+                      for v, lo, hi, n, m, h in zip(df["value"], df["ci_low"], df["ci_high"], df["n"], df["metric"],
+                                                    df["config_hash"])]
         df["distance"] = [distance(v, g) for v, g in zip(df["value"], df["goal"])]
         df["rank"] = df.groupby(["setting_key", "metric"])["distance"].rank(method="min")
         df = _significance_marks(df, family, tests, 1.0 - level)
@@ -194,9 +197,10 @@ def _num(v: float) -> str:
     return "" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.2f}"
 
 
-def cell_text(value: float, lo: float, hi: float, note: str = "") -> str:
-    """``value [ci_low, ci_high]``; a blank value or CI with its reason (``note``) in parentheses."""
-    text = _num(value)
+def cell_text(value: float, lo: float, hi: float, note: str = "", text: str | None = None) -> str:
+    """``value [ci_low, ci_high]``; a blank value or CI with its reason (``note``) in parentheses. ``text``: the
+    value as written, where it is not 2 decimals (a p-value)."""
+    text = _num(value) if text is None else text
     if text and _num(lo) and _num(hi):
         text += f" [{_num(lo)}, {_num(hi)}]"
     note = note if isinstance(note, str) else ""
@@ -231,7 +235,7 @@ def _mark_notes(df: pd.DataFrame) -> list[str]:
 class FamilyTable:
     """One family's leaderboard as the report shows it."""
     family: str
-    title: str  # the family and the definition its numbers follow (``bbq (definition=parity)``)
+    title: str  # the family, the definition its numbers follow and the mode (``bbq — Parrish et al. 2022; ...``)
     table: pd.DataFrame  # a row per job: model, setting, cells {metric: {text, best, worst}}
     goals: dict[str, str]  # metric -> the unbiased value as text
     notes: list[str]  # per column (and setting): whether the best / worst marks passed the paired test
@@ -268,7 +272,7 @@ def wide_tables(board: pd.DataFrame, stats: Any = None) -> list[FamilyTable]:
         except KeyError:
             spec = None
         out.append(FamilyTable(
-            family=str(family), title=f"{family} ({definition})" if definition else str(family),
+            family=str(family), title=f"{family} — {definition}" if definition else str(family),
             table=pd.DataFrame(rows), goals=goals, notes=notes,
             meanings=meaning_lines(spec, metrics) if spec is not None else [],
             ci_note=ci_note(spec, stats) if spec is not None and stats is not None else ""))
@@ -299,13 +303,22 @@ LEGEND = ("Each cell: value [95% bootstrap CI] of the overall category (a blank 
           "in its column (closest to / farthest from the unbiased value; 'higher'/'lower' for quality metrics), "
           "marked only where the paired test between it and the next model (Holm-corrected over the run) is "
           "significant; the notes under each table give the test of every column.")
+ONE_MODEL_LEGEND = ("Each cell: value [95% bootstrap CI] of the overall category (a blank value or CI says why in "
+                    "parentheses); the unbiased value ('higher'/'lower' for quality metrics) heads each column. With "
+                    "one model per table nothing is ranked or marked: run two or more models to compare them.")
+
+
+def legend(tables: Sequence["FamilyTable"]) -> str:
+    """The leaderboard's legend: the marks and their tests where a table compares models, else what a cell is."""
+    return LEGEND if any(len(t.table) > 1 for t in tables) else ONE_MODEL_LEGEND
 
 
 def leaderboard_markdown(board: pd.DataFrame, stats: Any = None) -> str:
     if board.empty:
         return ""
-    parts = [LEGEND + "\n"]
-    for t in wide_tables(board, stats):
+    tables = wide_tables(board, stats)
+    parts = [legend(tables) + "\n"]
+    for t in tables:
         metrics = list(t.goals)
         with_setting = bool((t.table["setting"] != "").any())
         head = ["model"] + (["setting"] if with_setting else []) + metrics

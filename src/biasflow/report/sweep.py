@@ -89,7 +89,7 @@ def short_option(key: str, keys: list[str]) -> str:
 def job_table(plan: Mapping[str, Any]) -> pd.DataFrame:
     """One row per job: config_hash, family, benchmark, model_key, model (label), demo, setting (text of the
     varied options, '' when none), setting_key, options (dict of the varied options), cfg (what ``aggregate``
-    gets, as in the metric stage)."""
+    gets, as in the metric stage), mode (run.mode)."""
     jobs = list(plan["jobs"])
     labels = model_labels(jobs)
     rows = []
@@ -107,6 +107,6 @@ def job_table(plan: Mapping[str, Any]) -> pd.DataFrame:
                          "benchmark": j.get("benchmark") or family, "model_key": j["model_key"],
                          "model": labels[j["model_key"]], "demo": bool(j["model"].get("demo")),
                          "setting": setting, "setting_key": _frozen(options), "options": options,
-                         "cfg": dict(j.get("metric_cfg") or {})})
+                         "cfg": dict(j.get("metric_cfg") or {}), "mode": j.get("mode")})
     return pd.DataFrame(rows, columns=["config_hash", "family", "benchmark", "model_key", "model", "demo", "setting",
-                                       "setting_key", "options", "cfg"])
+                                       "setting_key", "options", "cfg", "mode"])

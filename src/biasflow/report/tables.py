@@ -11,8 +11,8 @@ import pandas as pd
 
 from biasflow.io import atomic_path, markdown_safe, write_parquet, write_text
 from biasflow.report.categories import category_labels, label, natural_sorted, sort_by_category
-from biasflow.report.explain import (blank_reason, ci_expected, ci_note, definition_text, meaning_lines,
-                                     missing_headline, missing_note, stats_of)
+from biasflow.report.explain import (cell_reason, ci_expected, ci_note, heading_note, is_p_value, meaning_lines,
+                                     missing_headline, missing_note, no_ci_note, stats_of, value_text)
 from biasflow.report.published import compare, job_splits
 from biasflow.report.sweep import alike_models, job_table, model_labels, summary_line
 from biasflow.report.unfinished import UNFINISHED_HEAD, unfinished_rows
@@ -25,7 +25,7 @@ COLUMNS = ["model", "benchmark", "metric", "category", "value", "ci_low", "ci_hi
 def markdown_table(agg: pd.DataFrame, columns: list[str] | None = None) -> str:
     df = agg[[c for c in (columns or COLUMNS) if c in agg]].copy()
     for c in ("value", "ci_low", "ci_high"):
-        df[c] = df[c].map(lambda v: "" if pd.isna(v) else f"{v:.2f}")
+        df[c] = [value_text(m, v) for m, v in zip(agg["metric"], agg[c])]
     header = "| " + " | ".join(df.columns) + " |\n|" + "---|" * len(df.columns) + "\n"
     return header + "".join("| " + " | ".join(str(v) for v in row) + " |\n" for row in df.itertuples(index=False))
 
@@ -36,15 +36,15 @@ def provenance_markdown(prov: Mapping[str, Any]) -> list[str]:
     lines = ["\n## Provenance\n",
              f"plan {prov['plan']}, written {prov['created']}, git commit {prov['git commit'] or 'unknown'}, mode "
              f"{prov['mode'] or 'n/a'}, bootstrap {prov['bootstrap']}\n"]
-    if prov["models"]:
-        lines.append("| model key | model | kind | source | revision | scored on |\n|---|---|---|---|---|---|\n")
+    if prov["models"]:  # the report's lines are joined with newlines: a table's rows carry none of their own
+        lines += ["| model key | model | kind | source | revision | scored on |", "|---|---|---|---|---|---|"]
         for key, m in prov["models"].items():
             machine = m.get("gpu") or m.get("cpu") or ""
-            lines.append(f"| {key} | {m['model']} | {m['kind']} | {m['source']} | {m['revision']} | {machine} |\n")
+            lines.append(f"| {key} | {m['model']} | {m['kind']} | {m['source']} | {m['revision']} | {machine} |")
     if prov["datasets"]:
-        lines.append("\n| data file | sha256 | items | source |\n|---|---|---|---|\n")
+        lines += ["", "| data file | sha256 | items | source |", "|---|---|---|---|"]
         for name, d in prov["datasets"].items():
-            lines.append(f"| {name} | {d['sha256'][:16]} | {d['items']} | {d['source']} |\n")
+            lines.append(f"| {name} | {d['sha256'][:16]} | {d['items']} | {d['source']} |")
     return lines
 
 
@@ -66,7 +66,7 @@ def bar_plot(agg: pd.DataFrame, metric: str, title: str, path: Path, reference: 
     import matplotlib.pyplot as plt
 
     df = sort_by_category(agg[(agg.metric == metric)])
-    if df.empty:
+    if df.empty or df["value"].isna().all():  # no frame that only says "no data": the tables say why
         return
     names = [wrap(label(c, labels or {}), 60) for c in df.category]
     fig, ax = plt.subplots(figsize=(7, 0.45 * sum(n.count("\n") + 1 for n in names) + 1.2))
@@ -142,9 +142,9 @@ def wrap(text: str, width: int) -> str:
 
 def _text_rows(df: pd.DataFrame, columns: list[str]) -> tuple[list[str], list[list[str]]]:
     view = df[[c for c in columns if c in df]]
-    fmt = {c: (lambda v: "" if pd.isna(v) else f"{v:.2f}") for c in ("value", "ci_low", "ci_high")}
-    return list(view.columns), [[fmt[c](v) if c in fmt else str(v) for c, v in zip(view.columns, row)]
-                                for row in view.itertuples(index=False)]
+    numeric = ("value", "ci_low", "ci_high")
+    return list(view.columns), [[value_text(metric, v) if c in numeric else str(v) for c, v in zip(view.columns, row)]
+                                for metric, row in zip(df["metric"], view.itertuples(index=False))]
 
 
 def family_labels(plan: Mapping[str, Any], family: str, per_item: pd.DataFrame) -> dict[str, str]:
@@ -166,38 +166,42 @@ def setting_order(options: Mapping[str, Any]) -> tuple:
                  else (k, 1, 0.0, str(v)) for k, v in sorted(options.items()))
 
 
-def section_title(family: str, model: str, definition: str = "") -> str:
-    """The heading of a metric family's results for one model (``crows_pairs / tinyA``), with the definition its
-    numbers follow where the metric has several (``bbq (definition=parity) / tinyA``)."""
-    return f"{family} ({definition}) / {model}" if definition else f"{family} / {model}"
+def section_title(family: str, model: str, note: str = "") -> str:
+    """The heading of a metric family's results for one model, with the definition its numbers follow and the run
+    mode (``crows_pairs / tinyA — Nangia et al. 2020, the authors' metric.py; run.mode=parity``)."""
+    return f"{family} / {model} — {note}" if note else f"{family} / {model}"
 
 
-def category_table(one: pd.DataFrame, metrics: list[str], labels: dict[str, str],
-                   with_ci: bool) -> tuple[str, list[str], list[list[str]]] | None:
+def category_tables(one: pd.DataFrame, metrics: list[str], labels: dict[str, str], with_ci: bool, spec: Any = None,
+                    cfg: Mapping[str, Any] | None = None) -> list[tuple[str, list[str], list[list[str]]]]:
     """Categories x metrics of one job: each cell value [CI] (a blank one with its reason), n of the first metric.
-    None when no metric of ``metrics`` has categories besides overall."""
-    from biasflow.report.explain import blank_reason
+    Metrics computed on different categories (SEAT's effect size per test, its average per bias type) get a table
+    each, so no cell is blank for want of a category. Empty when no metric of ``metrics`` has categories besides
+    overall."""
     from biasflow.report.leaderboard import cell_text, goal
 
     cats = one[(one["category"] != "overall") & one["metric"].isin(metrics)]
-    if cats.empty:
-        return None
-    present = [m for m in metrics if m in set(cats["metric"])]
-    head = ["category", *present, f"n ({present[0]})"]
-    rows = []
-    for category in natural_sorted(cats["category"].unique()):
-        r = cats[cats["category"] == category].drop_duplicates("metric").set_index("metric")
-        cells = []
-        for m in present:
-            if m not in r.index:
-                cells.append("– (not computed for this category)")
-                continue
-            v, lo, hi, n = (r.at[m, c] for c in ("value", "ci_low", "ci_high", "n"))
-            cells.append(cell_text(v, lo, hi, blank_reason(v, lo, hi, n, with_ci and goal(m) is not None)))
-        n0 = r.at[present[0], "n"] if present[0] in r.index else None
-        rows.append([label(category, labels), *cells, "" if n0 is None or pd.isna(n0) else str(int(n0))])
-    title = f"By category: {', '.join(present)} (value [95% CI])"
-    return title, head, rows
+    groups: dict[frozenset, list[str]] = {}
+    for m in metrics:
+        found = frozenset(cats.loc[cats["metric"] == m, "category"])
+        if found:
+            groups.setdefault(found, []).append(m)
+    tables = []
+    for categories, present in groups.items():
+        head = ["category", *present, f"n ({present[0]})"]
+        rows = []
+        for category in natural_sorted(categories):
+            r = cats[cats["category"] == category].drop_duplicates("metric").set_index("metric")
+            cells = []
+            for m in present:
+                v, lo, hi, n = (r.at[m, c] for c in ("value", "ci_low", "ci_high", "n"))
+                why = cell_reason(spec, m, v, lo, hi, n, with_ci and goal(m) is not None,
+                                  one[one["category"] == category], cfg)
+                cells.append(cell_text(v, lo, hi, why, text=value_text(m, v)))
+            n0 = r.at[present[0], "n"]
+            rows.append([label(category, labels), *cells, "" if pd.isna(n0) else f"{int(n0):,}"])
+        tables.append((f"By category: {', '.join(present)} (value [95% CI])", head, rows))
+    return tables
 
 
 def setting_title(family: str, model: str, setting: str) -> str:
@@ -264,8 +268,8 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
         written += ["leaderboard.md", "leaderboard.csv", "leaderboard.tex"]
         lines.append("\n## Leaderboard\n")
         lines.append(lb.leaderboard_markdown(board, stats))
-        report.leaderboard, report.leaderboard_legend = lb.wide_tables(board, stats), lb.LEGEND.replace(
-            "**", "").replace("_italic_", "italic")
+        report.leaderboard = lb.wide_tables(board, stats)
+        report.leaderboard_legend = lb.legend(report.leaderboard).replace("**", "").replace("_italic_", "italic")
         for family in pd.unique(board["family"]):  # the models side by side, with their CIs
             png = out / "plots" / f"models__{family}.png"
             if lb.model_plot(board, family, png):
@@ -328,29 +332,45 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
         spec = get_metric(family)
         labels = family_labels(plan, family, per_item)
         hashes = list(pd.unique(df["config_hash"]))
-        definition = definition_text(spec, [jobs.at[h, "cfg"] for h in hashes if h in jobs.index])
-        group = section_title(family, model, definition)
+        known = [h for h in hashes if h in jobs.index]
+        group = section_title(family, model, heading_note(spec, [jobs.at[h, "cfg"] for h in known],
+                                                          [jobs.at[h, "mode"] for h in known]))
         lines.append(f"\n## {group}\n")
         settings = {h: (jobs.at[h, "setting"] if h in jobs.index else "") for h in hashes}
         if len(hashes) > 1:  # settings in the order the sweep's options sort
             hashes.sort(key=lambda h: (setting_order(jobs.at[h, "options"]) if h in jobs.index else (), h))
         with_ci = ci_expected(spec, stats)
         head = df[df.category == "overall"].assign(model=model)
-        head = head.assign(note=[blank_reason(v, lo, hi, n, with_ci and lb.goal(m) is not None) for v, lo, hi, n, m
-                                 in zip(head["value"], head["ci_low"], head["ci_high"], head["n"], head["metric"])])
+        overall_rows = df[df.category == "overall"]
+        head = head.assign(note=[
+            cell_reason(spec, m, v, lo, hi, n, with_ci and lb.goal(m) is not None,
+                        overall_rows[overall_rows["config_hash"] == h], jobs.at[h, "cfg"] if h in jobs.index else None)
+            for v, lo, hi, n, m, h in zip(head["value"], head["ci_low"], head["ci_high"], head["n"], head["metric"],
+                                          head["config_hash"])])
+        # a p-value or a pass/fail verdict has no CI by nature: said in its row, not left blank without a word
+        head["note"] = [note or ("no CI: the outcome of a test, not an estimate" if with_ci and pd.notna(v)
+                                 and pd.isna(lo) and (is_p_value(m) or lb.goal(m) is None) else "")
+                        for note, v, lo, m in zip(head["note"], head["value"], head["ci_low"], head["metric"])]
         if len(hashes) > 1:
             head = head.assign(setting=head["config_hash"].map(settings))
             head = head.set_index("config_hash").loc[hashes].reset_index()
         has_note = bool((head["note"] != "").any())
-        meanings = meaning_lines(spec, [m for m in spec.headline if m in set(head["metric"])])
+        meanings = meaning_lines(spec, list(dict.fromkeys(head["metric"])))  # every row of the table
         lines += [f"- {m}" for m in meanings] + ([""] if meanings else [])
         cols = COLUMNS[:2] + (["setting"] if len(hashes) > 1 else []) + COLUMNS[2:] + (["note"] if has_note else [])
         lines.append(markdown_table(head, cols))
         notes = [n for n in [ci_note(spec, stats)] if n]
         for h in hashes:
-            missing = missing_headline(spec, set(head.loc[head["config_hash"] == h, "metric"]))
+            overall_metrics = set(head.loc[head["config_hash"] == h, "metric"])
+            job_metrics = set(df.loc[df["config_hash"] == h, "metric"])
+            where = f"{settings[h]}: " if len(hashes) > 1 else ""
+            missing = missing_headline(spec, job_metrics)
             if missing:
-                notes.append((f"{settings[h]}: " if len(hashes) > 1 else "") + missing_note(missing))
+                notes.append(where + missing_note(missing))
+            per_category = [m for m in missing_headline(spec, overall_metrics) if m in job_metrics]
+            if per_category:  # SEAT's effect size and p-value exist per test only
+                notes.append(f"{where}{', '.join(per_category)}: computed per category only (no overall value), in "
+                             "the tables by category below.")
         lines += [n + "\n" for n in notes]
         section = html.Section(group, _text_rows(head, (["setting"] if len(hashes) > 1 else [])
                                                  + ["metric", "value", "ci_low", "ci_high", "n"]
@@ -366,12 +386,11 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
                 lines.append(f"\n### {part.title}\n")
                 section.parts.append(part)
             one = df[df.config_hash == h]
-            by_cat = category_table(one, by_category_metrics, labels, with_ci)
-            if by_cat is not None:
-                title, cat_head, cat_rows = by_cat
+            for title, cat_head, cat_rows in category_tables(one, by_category_metrics, labels, with_ci, spec,
+                                                             jobs.at[h, "cfg"] if h in jobs.index else None):
                 lines.append(f"\n{title}:\n")
                 lines.append(plain_table(cat_head, cat_rows))
-                part.by_category, part.by_category_title = (cat_head, cat_rows), title
+                part.by_category.append((title, cat_head, cat_rows))
             if spec.plot_metric:
                 suffix = f"__{h}" if len(hashes) > 1 else ""
                 png = out / "plots" / f"{model}__{family}__{spec.plot_metric}{suffix}.png"
@@ -381,11 +400,20 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
                 if png.exists():
                     lines.append(f"\n![{caption}](plots/{png.name})\n")
                     part.figure = html.Figure(caption, png)
+            by_cat_rows = one[one["category"] != "overall"]
+            untested = [m for m in by_category_metrics if (is_p_value(m) or lb.goal(m) is None)
+                        and m in set(by_cat_rows["metric"])
+                        and by_cat_rows.loc[by_cat_rows["metric"] == m, "ci_low"].isna().all()]
+            if with_ci and untested:
+                part.notes.append(no_ci_note(untested))
+                lines.append(no_ci_note(untested) + "\n")
             if not part.title and (part.by_category or part.figure):
                 section.parts.append(part)
-    from biasflow.report.timing import write_stage_times
+    from biasflow.report.timing import STAGE_TIMES_HEAD, STAGE_TIMES_LEGEND, write_stage_times
 
-    lines += write_stage_times(plan, out, aggregate_started=started)
+    report.stage_times = write_stage_times(plan, out, aggregate_started=started)
+    if report.stage_times:
+        lines += ["\n## Stage times\n", STAGE_TIMES_LEGEND + "\n", plain_table(STAGE_TIMES_HEAD, report.stage_times)]
     lines += provenance_markdown(html.provenance(plan))
     write_text(markdown_safe("\n".join(lines) + "\n"), out / "report.md")  # names a user chose stay text
     report.files = written + ["report.md", "plots/"]

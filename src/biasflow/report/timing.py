@@ -117,13 +117,19 @@ def per_rule(times: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values("rule", key=lambda s: s.map(order)).reset_index(drop=True)
 
 
-def per_rule_markdown(summary: pd.DataFrame) -> str:
+STAGE_TIMES_HEAD = ["rule", "jobs", "wall s (sum)", "longest job s", "CPU s (sum)", "max RSS MB"]
+STAGE_TIMES_LEGEND = (
+    "From Snakemake's benchmark records (a file per job under results/benchmarks/), per rule over the jobs of this plan that have "
+    "one; a job whose output was already up to date keeps the record of the run that built it (stage_times.csv has "
+    "every job, with the time it finished). The aggregate row is this report's own job, timed up to the writing of "
+    "the report (paired tests, curves, plots). Jobs run in parallel, so the sums can exceed the run's wall time.")
+
+
+def per_rule_rows(summary: pd.DataFrame) -> list[list[str]]:
+    """``per_rule`` as the report's text cells (``STAGE_TIMES_HEAD``)."""
     fmt = lambda v, spec: "" if pd.isna(v) else format(v, spec)  # noqa: E731
-    lines = ["| rule | jobs | wall s (sum) | longest job s | CPU s (sum) | max RSS MB |", "|---|---|---|---|---|---|"]
-    for r in summary.itertuples(index=False):
-        lines.append(f"| {r.rule} | {r.jobs} | {fmt(r.wall_s, '.1f')} | {fmt(r.longest_s, '.1f')} | "
-                     f"{fmt(r.cpu_s, '.1f')} | {fmt(r.max_rss_mb, '.0f')} |")
-    return "\n".join(lines) + "\n"
+    return [[str(r.rule), str(r.jobs), fmt(r.wall_s, ".1f"), fmt(r.longest_s, ".1f"), fmt(r.cpu_s, ".1f"),
+             fmt(r.max_rss_mb, ".0f")] for r in summary.itertuples(index=False)]
 
 
 def this_job(rule: str, key: str, started: float, cpu_started: float) -> dict[str, Any]:
@@ -162,10 +168,10 @@ RUN_TIMES = "run_times.json"  # the aggregate job's start and end (the run's end
 
 
 def write_stage_times(plan: Mapping[str, Any], out: Path,
-                      aggregate_started: tuple[float, float] | None = None) -> list[str]:
-    """``stage_times.csv`` in the run folder and the report's section (lines); no section without records.
-    ``aggregate_started``: (wall, CPU) clock at the start of the aggregate job writing this report, so its own row
-    (up to the report) is in the table too."""
+                      aggregate_started: tuple[float, float] | None = None) -> list[list[str]]:
+    """``stage_times.csv`` in the run folder; returns the report's per-rule rows (``STAGE_TIMES_HEAD``), none
+    without records. ``aggregate_started``: (wall, CPU) clock at the start of the aggregate job writing this report,
+    so its own row (up to the report) is in the table too."""
     from biasflow.io import atomic_path
 
     times = stage_times(plan)
@@ -176,10 +182,4 @@ def write_stage_times(plan: Mapping[str, Any], out: Path,
         return []
     with atomic_path(out / "stage_times.csv", suffix=".csv") as tmp:
         times.to_csv(tmp, index=False)
-    return ["\n## Stage times\n",
-            "From Snakemake's benchmark records (`results/benchmarks/<rule>/`), per rule over the jobs of this plan "
-            "that have one; a job whose output was already up to date keeps the record of the run that built it "
-            "(`stage_times.csv` has every job, with the time it finished). The aggregate row is this report's own "
-            "job, timed up to the writing of the report (paired tests, curves, plots). Jobs run in parallel, so the "
-            "sums can exceed the run's wall time.\n",
-            per_rule_markdown(per_rule(times))]
+    return per_rule_rows(per_rule(times))
