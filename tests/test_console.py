@@ -334,3 +334,35 @@ def test_a_complete_run_ends_with_the_report_and_mlflow(project):
     assert tail[0].startswith("report:  ") and "report.html" in tail[0] and tail[1].startswith("MLflow:  "), out
     assert "full log:" in proc.stdout.strip().splitlines()[-4] or "full log:" in proc.stdout.strip().splitlines()[-3]
     assert full_log(out, project).exists()
+
+
+def test_a_jobs_warning_reaches_the_console_once(tmp_path, monkeypatch):
+    """biasflow's warnings in a job (a repeated item, a store re-pointed) are shown as they happen, with the job."""
+    import logging as pylogging
+
+    from biasflow.bars import report_warnings
+    from biasflow.console import RunConsole
+
+    out = io.StringIO()
+    console = RunConsole(PLAN, tmp_path, stream=out, live=False, plain_every_s=None)
+    console.start()
+    monkeypatch.setenv("BIASFLOW_PROGRESS_DIR", str(console.progress_dir))
+    monkeypatch.setenv("BIASFLOW_JOB_OUTPUTS", str(tmp_path / "items.parquet"))
+    console.handle({"event": "job_info", "jobid": 1, "rule": "prepare", "output": [str(tmp_path / "items.parquet")],
+                    "log": [], "wildcards": {"benchmark": "crows_pairs", "bhash": "ab"}})
+    logger = pylogging.getLogger("biasflow")
+    report_warnings()
+    report_warnings()  # installed once
+    try:
+        logger.warning("crows_pairs: %d item(s) repeat another item's content", 3)
+        logger.error("error: the job's own failure is its FAILED line")
+        console._poll()
+        console._last_progress_poll = 0.0
+        console._poll()
+    finally:
+        for h in [h for h in logger.handlers if getattr(h, "_biasflow_notes", False)]:
+            logger.removeHandler(h)
+    console.stop(0)
+    text = out.getvalue()
+    assert text.count("warning (prepare crows_pairs): crows_pairs: 3 item(s) repeat another item's content") == 1
+    assert "FAILED line" not in text

@@ -107,3 +107,45 @@ def _reporting(base: type) -> type:
 
     _CLASSES[base] = ReportingBar
     return ReportingBar
+
+
+class _WarningNotes:
+    """A logging handler for a job of the compact console: biasflow's warnings and errors (a repeated item, a store
+    re-pointed, a value kept out of MLflow) appended to ``<dir>/<host>-<pid>.notes.jsonl``, redacted, so the console
+    shows them as they happen (the rule log keeps them too)."""
+
+    def __init__(self, folder: str):
+        import logging
+
+        class Handler(logging.Handler):
+            def emit(inner, record: logging.LogRecord) -> None:  # noqa: N805 - the handler's own self
+                if record.levelno != logging.WARNING:  # a job's error is its failure line
+                    return
+                try:
+                    from biasflow.secrets import redact_text
+
+                    text = redact_text(record.getMessage()).splitlines()
+                    note = {"outputs": _outputs(), "level": record.levelname, "msg": text[0] if text else "",
+                            "time": time.time()}
+                    path = progress_file(folder).removesuffix(".json") + ".notes.jsonl"
+                    with open(path, "a", encoding="utf-8") as f:
+                        f.write(json.dumps(note) + "\n")
+                except Exception:  # noqa: BLE001 - the console is a view: never a job's failure
+                    pass
+
+        self.handler = Handler(level=logging.WARNING)
+
+
+def report_warnings() -> None:
+    """In a job of ``biasflow run``'s compact console (``BIASFLOW_PROGRESS_DIR`` set): biasflow's warnings go to the
+    console too (``stages.setup_logging`` calls this). Elsewhere nothing changes."""
+    import logging
+
+    folder = os.environ.get(PROGRESS_ENV)
+    if not folder or not os.environ.get("BIASFLOW_JOB_OUTPUTS"):
+        return
+    logger = logging.getLogger("biasflow")
+    if not any(getattr(h, "_biasflow_notes", False) for h in logger.handlers):
+        handler = _WarningNotes(folder).handler
+        handler._biasflow_notes = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)

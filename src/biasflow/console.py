@@ -150,6 +150,7 @@ class RunConsole:
         self._partial = ""
         self._last_plain = 0.0
         self._last_progress_poll = 0.0
+        self._note_offsets: dict[str, int] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._live = None
@@ -164,6 +165,7 @@ class RunConsole:
                 FULL_LOG_ENV: str(self.log_path)}
 
     def start(self, command: list[str] | None = None) -> None:
+        self._remove_stale_channels()
         self.progress_dir.mkdir(parents=True, exist_ok=True)
         self.events_path.touch()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -208,6 +210,15 @@ class RunConsole:
         import shutil
 
         shutil.rmtree(self.channel, ignore_errors=True)
+
+    def _remove_stale_channels(self) -> None:
+        """The channels of runs killed before they could remove theirs (kill -9): their process is gone."""
+        import shutil
+
+        for old in self.channel.parent.glob("*-*"):
+            pid = old.name.rsplit("-", 1)[-1]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists() and Path("/proc/self").exists():
+                shutil.rmtree(old, ignore_errors=True)
 
     # ------------------------------------------------------------------------------------------------ events
     def _loop(self) -> None:
@@ -254,7 +265,34 @@ class RunConsole:
                     continue
         return out
 
+    def _read_notes(self) -> None:
+        """The warnings jobs logged (``biasflow.bars.report_warnings``), each said once."""
+        try:
+            files = sorted(self.progress_dir.glob("*.notes.jsonl"))
+        except OSError:
+            return
+        for path in files:
+            try:
+                with open(path, "rb") as f:
+                    f.seek(self._note_offsets.get(path.name, 0))
+                    data = f.read()
+            except OSError:
+                continue
+            complete = data[:data.rfind(b"\n") + 1]
+            self._note_offsets[path.name] = self._note_offsets.get(path.name, 0) + len(complete)
+            for line in complete.decode("utf-8", errors="replace").splitlines():
+                try:
+                    note = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                outputs = {os.path.normpath(p) for p in note.get("outputs") or []}
+                job = next((j for j in self.jobs.values() if outputs & {os.path.normpath(p) for p in j.outputs}),
+                           None)
+                where = f" ({job.label or job.rule})" if job else ""
+                self._say(f"warning{where}: {note.get('msg', '')}")
+
     def _read_progress(self) -> None:
+        self._read_notes()
         running = [j for j in self.jobs.values() if j.state == "running"]
         if not running:
             return

@@ -44,6 +44,9 @@ def setup_logging(log_file: str | None = None) -> None:
     for h in handlers:
         h.setFormatter(formatter)
     logging.basicConfig(level=logging.INFO, handlers=handlers, force=True)
+    from biasflow.bars import report_warnings
+
+    report_warnings()  # biasflow run's compact console shows biasflow's warnings as they happen
     logging.raiseExceptions = False  # a log file on a full disk: no "--- Logging error ---" tracebacks on stderr
 
     def log_uncaught(exc_type, exc, tb):
