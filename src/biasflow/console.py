@@ -199,7 +199,9 @@ class RunConsole:
         finished = sum(1 for j in self.jobs.values() if j.state == "done")
         total = self.total if self.total is not None else len(self.jobs)
         failed = [j for j in self.jobs.values() if j.state == "failed"]
-        words = f"{finished} of {total} job(s) done" + (f", {len(failed)} failed" if failed else "")
+        never = total - finished - len(failed) - len(self.running())
+        words = (f"{finished} of {total} job(s) done" + (f", {len(failed)} failed" if failed else "")
+                 + (f", {never} not run" if never > 0 and exit_code not in (None, 0) else ""))
         if exit_code not in (None, 0) and not failed:
             if self.errors:  # Snakemake itself stopped (a Snakefile that does not parse, a DAG error)
                 self._say(f"biasflow: Snakemake stopped: {self.errors[0]}")
@@ -430,7 +432,7 @@ class RunConsole:
     def headline(self) -> str:
         done = sum(1 for j in self.jobs.values() if j.state == "done")
         failed = sum(1 for j in self.jobs.values() if j.state == "failed")
-        left = self.time_left()
+        left = self.time_left() if self.running() else None
         return (f"{done}/{self._total()} jobs done, {len(self.running())} running"
                 + (f", {failed} failed" if failed else "")
                 + (f", about {duration(left)} left" if left is not None else "")
