@@ -223,7 +223,10 @@ def test_leaderboard_ranks_models_within_each_threshold(sweep):
     assert "**" not in md.split("\n", 1)[1] and "Marks (paired tests): every column (metric_score, stereo_score, " \
         "antistereo_score, fill_mask_pass_rate): no significant difference between the best and the next model" in md
 
-    # the same run where every paired test were significant: the closest and the farthest model are marked
+    # the same run where every paired test were significant: the closest and the farthest model are marked. Two
+    # random tiny BERTs often tie on a rate, and which ones tie depends on the CPU's float32 kernels (under AVX2
+    # tiny_bert_3's metric_score is 22.5 as tiny_bert_1's, 25.0 under AVX-512), so the rule is checked, not one
+    # outcome: one model marked at each end, one at the smallest (the largest) distance
     plan = json.loads((sweep / "plan.json").read_text())
     every = tests.assign(p_holm=0.001, significant=True)
     board = leaderboard(plan, pd.read_parquet(sweep / "aggregate.parquet"), every)
@@ -231,12 +234,15 @@ def test_leaderboard_ranks_models_within_each_threshold(sweep):
     for (_, metric), df in got.groupby(["threshold", "metric"]):
         far = (df.value - UNBIASED[metric]).abs()
         if far.nunique() > 1:
-            assert df.loc[df.best, "model"].tolist() == df.loc[far == far.min(), "model"].tolist()
-            assert df.loc[df.worst, "model"].tolist() == df.loc[far == far.max(), "model"].tolist()
+            closest, farthest = df.loc[far == far.min(), "model"].tolist(), df.loc[far == far.max(), "model"].tolist()
+            best, worst = df.loc[df.best, "model"].tolist(), df.loc[df.worst, "model"].tolist()
+            assert len(best) == len(worst) == 1 and best[0] in closest and worst[0] in farthest
             assert "best vs next: significant (p Holm = 0.001)" in df.marks.iloc[0]
+        else:
+            assert not df.best.any() and not df.worst.any()
     md = leaderboard_markdown(board)
     assert "Marks (paired tests): metric_score (diff_threshold=2e-06): best vs next: significant" in md
-    best = board[board.metric == "metric_score"].iloc[0]
+    best = board[(board.metric == "metric_score") & board.best].iloc[0]  # the first row, unless tied
     assert f"| {best.model} | {best.setting} | **{best.value:.2f} [{best.ci_low:.2f}, {best.ci_high:.2f}]** |" \
         in leaderboard_markdown(board)
     assert r"\textbf{" in leaderboard_latex(board)
