@@ -110,6 +110,12 @@ class MetricSpec:
     # ("fill_mask_kept_pct", "one-word pairs", "filter_threshold {filter_threshold}") gives "0 of 1,018 one-word
     # pairs kept by filter_threshold 0.15"
     kept_by: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)
+    # why a value is undefined where its items exist, per metric (name or fnmatch pattern): the report says it
+    # instead of "undefined on its N items" ({"representation_race": "no response has a word of any group's list"})
+    undefined: Mapping[str, str] = field(default_factory=dict)
+    # scored on a table of responses, the metric reads only them: ``api.evaluate`` takes the responses' own prompts
+    # as the items (benchmark prompts_file) instead of fetching the benchmark
+    items_are_prompts: bool = False
     # what "unbiased" (or "better", for quality metrics) is for each of the metric's numbers: a value to be close to,
     # "max" or "min", or None (shown but not ranked, e.g. p-values); keys may be glob patterns ("*_ss"). The
     # leaderboard ranks and marks by it (``report.leaderboard.goals``)

@@ -109,8 +109,8 @@ def check_prompts_file(cfg: Mapping[str, Any]) -> None:
     if not (cfg or {}).get("files"):
         raise ConfigError(
             "benchmark.prompts_file.files is empty: name your prompts file, pinned by its sha256, e.g. "
-            "'benchmark.prompts_file.files={prompts: {filename: my_prompts.csv, sources: [{url: "
-            "\"file:///abs/path/my_prompts.csv\", sha256: <sha256sum of it>}]}}' (conf/benchmark/prompts_file.yaml)")
+            "'+benchmark.prompts_file.files.prompts={filename: my_prompts.csv, sources: [{url: "
+            "\"file:///abs/path/my_prompts.csv\", sha256: <sha256sum of it>}]}' (conf/benchmark/prompts_file.yaml)")
 
 
 @register_loader("prompts_file", check_use=check_prompts_file)

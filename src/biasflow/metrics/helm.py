@@ -90,6 +90,9 @@ def _register() -> None:
         model_kinds=("causal_lm", "served_causal_lm", "generator"), requests=requests,
         compute=_compute, aggregate=_aggregate, check_answers=check_generations(METRIC),
         score_keys=("generator", "generation"), headline=("representation_gender", "representation_race"),
+        items_are_prompts=True,
+        undefined={"representation_*": "no response has a word of any of the groups' lists",
+                   "associations_*": "no response has a target word beside a group word"},
         goals={"representation_*": 0.0},
         meanings={
             "representation_gender": "total variation distance from an equal split of the gender groups' word mentions "

@@ -42,25 +42,71 @@ class LMChallengeWR(LMChallengeGame):
 GAME_METRICS = {"wc": ("prediction.hit1", "prediction.mrr", "completion.characters"),
                 "we": ("entropy.mean", "entropy.hit"), "ce": ("entropy.mean", "entropy.hit"),
                 "wr": ("reranking.accuracy", "reranking.base_accuracy")}
-# what each game's headline statistics mean (the report prints them beside the game's tables)
+# what the statistics every game's log has mean (counts describing the text, not scores)
+LMC_LOG_MEANINGS = {
+    "users": "number of users in the log (a new one whenever the user changes: LM Challenge's counting); a count, "
+             "not a score",
+    "messages": "number of messages (test lines) in the log (a new one whenever the message changes); a count, not a "
+                "score",
+    "tokens": "number of tokens in the log (words; characters in lmc_ce), deselected ones left out; a count, not a "
+              "score",
+    "characters": "number of characters of the log's tokens, deselected ones left out; a count, not a score",
+    "messages_per_user": "messages / users: describes the test text, not a score",
+    "tokens_per_user": "tokens / users: describes the test text, not a score",
+    "characters_per_token": "characters / tokens, the mean token length (1 in lmc_ce): describes the test text, not a "
+                            "score",
+    "skipped": "share (0-1) of the log's tokens deselected (grep) and left out of every statistic; a diagnostic, not "
+               "a score",
+    "skipped_tokens": "number of tokens deselected (grep) and left out of every statistic; a count, not a score",
+}
+# what each game's statistics mean (the report prints them beside the game's tables)
 GAME_MEANINGS = {
-    "wc": {"prediction.hit1": "share (0-1) of words that are the model's first next-word prediction; higher = better",
+    "wc": {**LMC_LOG_MEANINGS,
+           "prediction.hit1": "share (0-1) of words that are the model's first next-word prediction; higher = better",
            "prediction.mrr": "mean reciprocal rank (0-1) of the true next word among the predictions (0 when absent); "
                              "higher = better",
            "completion.characters": "share (0-1) of characters saved by completion (the rest of the word among the top "
-                                    "2 continuations); higher = better"},
-    "we": {"entropy.mean": "mean -log p per scored word (nats for natural-log models); lower = better, comparable "
+                                    "2 continuations); higher = better",
+           "completion.tokens": "share (0-1) of words completed before they were typed in full (the rest of the word "
+                                "among the top 2 continuations); higher = better",
+           "prediction.hit": "share (0-1) of words that are among the model's next-word predictions at any rank; "
+                             "higher = better",
+           "prediction.hit3": "share (0-1) of words among the model's first 3 next-word predictions; higher = better",
+           "prediction.hit10": "share (0-1) of words among the model's first 10 next-word predictions; higher = "
+                               "better",
+           "prediction.hit20": "share (0-1) of words among the model's first 20 next-word predictions; higher = "
+                               "better"},
+    "we": {**LMC_LOG_MEANINGS,
+           "entropy.mean": "mean -log p per scored word (nats for natural-log models); lower = better, comparable "
                            "only between logs with equal entropy.fingerprint",
            "entropy.hit": "share (0-1) of words the model scored (vocabulary coverage); entropies compare only at "
-                          "equal coverage"},
-    "ce": {"entropy.mean": "mean -log p per scored character (nats for natural-log models); lower = better, "
+                          "equal coverage",
+           "entropy.bits": "entropy.mean / ln 2 per scored word (bits for natural-log models); lower = better, "
+                           "comparable only between logs with equal entropy.fingerprint",
+           "entropy.perplexity": "exp(entropy.mean): per-word perplexity over the scored words; lower = better, "
+                                 "comparable only between logs with equal entropy.fingerprint",
+           "entropy.tokens": "number of words the model scored (entropy.hit's numerator); a count, not a score"},
+    "ce": {**LMC_LOG_MEANINGS,
+           "entropy.mean": "mean -log p per scored character (nats for natural-log models); lower = better, "
                            "comparable only between logs with equal entropy.fingerprint",
            "entropy.hit": "share (0-1) of characters the model scored (coverage); entropies compare only at equal "
-                          "coverage"},
-    "wr": {"reranking.accuracy": "share (0-1) of words typed with simulated typos whose true word ranks first when "
+                          "coverage",
+           "entropy.bits": "entropy.mean / ln 2 per scored character (bits for natural-log models); lower = better, "
+                           "comparable only between logs with equal entropy.fingerprint",
+           "entropy.perplexity": "exp(entropy.mean): per-character perplexity over the scored characters; lower = "
+                                 "better, comparable only between logs with equal entropy.fingerprint",
+           "entropy.tokens": "number of characters the model scored (entropy.hit's numerator); a count, not a score"},
+    "wr": {**LMC_LOG_MEANINGS,
+           "reranking.accuracy": "share (0-1) of words typed with simulated typos whose true word ranks first when "
                                  "the typo model's and the LM's scores are combined; higher = better",
            "reranking.base_accuracy": "the same share by the typo model alone, without the LM: the baseline "
-                                      "reranking.accuracy should beat"},
+                                      "reranking.accuracy should beat",
+           "reranking.alpha": "fitted LM weight a in (1 - a) x typo score + max(a x LM score, b); a fitted "
+                              "parameter, not a score",
+           "reranking.beta": "fitted floor b of the LM's part (what a candidate the LM did not score gets); a fitted "
+                             "parameter, not a score",
+           "reranking.max_candidates": "most candidates any word had (at most num_candidates); a diagnostic, not a "
+                                       "score"},
 }
 # char-level n-gram models play the character game; word-level models the word games
 CHAR_GAMES = ("ce",)

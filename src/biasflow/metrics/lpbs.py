@@ -172,6 +172,8 @@ SPEC = register_metric(MetricSpec(
         "mean_lpbs": "mean LPBS: how much the attribute raises the first target group's log-probability (he) over the "
                      "second's (she); 0 = none, + = favours the first",
         "mean_abs_lpbs": "mean |LPBS|: the size of the association whichever group it favours; 0 = none",
+        "pct_positive": "% of template x attribute items whose LPBS is above 0 (the attribute favours the first "
+                        "target group, he); 50 = as often either way, above 50 = leans to the first",
     },
 ))
 

@@ -212,5 +212,18 @@ SPEC = register_metric(MetricSpec(
         "p_value": "two-sided p-value of that paired t-test (the paper calls p < 0.05 biased); not a bias score",
         "target_more_likely_pct": "% of pairs whose target-group sentence has the lower perplexity; 50 = no "
                                   "preference, above 50 = stereotypes about the target group more likely",
+        "t_value_outliers_removed": "paired t of target minus counter-target perplexity after dropping outlier pairs "
+                                    "(outlier_sd); 0 = none, negative = stereotype likelier; not the headline",
+        "p_value_outliers_removed": "two-sided p-value of the paired t-test after dropping outlier pairs; not a bias "
+                                    "score",
+        "t_value_welch": "Welch's unpaired t of target vs counter-target perplexities over all pairs "
+                         "(measure_bias_args.py); 0 = none, negative = stereotype likelier; not the headline",
+        "p_value_welch": "two-sided p-value of Welch's unpaired t-test over all pairs; not a bias score",
+        "mean_perplexity_target": "mean perplexity of the target-group sentences over all pairs; compare with "
+                                  "mean_perplexity_counter (lower = likelier); alone not a bias score",
+        "mean_perplexity_counter": "mean perplexity of the counter-target sentences over all pairs; compare with "
+                                   "mean_perplexity_target (lower = likelier); alone not a bias score",
+        "outlier_pairs": "number of pairs the outlier variant drops (a perplexity beyond outlier_sd standard "
+                         "deviations of its group's mean); a count, not a bias score",
     },
 ))

@@ -152,7 +152,11 @@ register_metric(MetricSpec(
     plot_reference=0.0,
     bootstrap_statistic=W.bootstrap_statistic, exact_replicates=True,
     goals=W.GOALS,
-    meanings=W.MEANINGS,
+    meanings={**W.MEANINGS,
+              "n_partitions": "per test: C(|X|+|Y|, |X|), the ways to split the target sentences into sets of X's and "
+                              "Y's sizes (the permutation test's population); a count, not a bias score",
+              "n_dropped_oov": "per test: sentences of its four sets without a vector, left out; 0 with a sentence "
+                               "encoder (it embeds every sentence); a count, not a bias score"},
 ))
 
 

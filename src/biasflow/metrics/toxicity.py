@@ -231,6 +231,10 @@ TOXICITY_MEANINGS = {
                                  "better",
     "toxicity_probability": "share of prompts with at least one response scored toxic (above the threshold); lower "
                             "is better",
+    "toxic_fraction": "mean over prompts of the share (0-1) of its responses scored toxic (above the threshold); "
+                      "lower is better",
+    "non_completion_rate": "share (0-1) of requested responses that failed or came back empty, left out of the "
+                           "numbers; a diagnostic, not a bias score; 0 = all answered",
 }
 
 
@@ -243,6 +247,7 @@ def _register() -> None:
         name=METRIC, options=Toxicity, benchmark="langfair_prompts",
         model_kinds=("causal_lm", "served_causal_lm", "generator"), requests=requests, compute=_compute,
         aggregate=_aggregate_toxicity, check_answers=check_generations(METRIC), followup_requests=followup_requests,
+        items_are_prompts=True,
         score_keys=("generator", "generation", "classifier"), headline=("expected_maximum_toxicity",
                                                                          "toxicity_probability"),
         plot_metric=None, goals=TOXICITY_GOALS, meanings=TOXICITY_MEANINGS))

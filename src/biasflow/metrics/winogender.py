@@ -394,6 +394,14 @@ SPEC = register_metric(MetricSpec(
                              "+100 = only the female; 0 = balanced",
         "majority_pct": "% of units (template and referent) whose preferred pronoun is the occupation's BLS majority "
                         "gender; 50 = no link, above 50 = stereotypical",
+        "r_bergsma": "Pearson r, over occupations, of the pronoun preference (female_minus_male) with the Bergsma-Lin "
+                     "text statistics' % female; 0 = no link, + = follows the occupation statistics",
+        "female_pct": "% of units whose female sentence scores above the male one (a tie counts half); 50 = "
+                      "balanced, above 50 = prefers the female pronoun",
+        "gotcha_pct": "% of units preferring the gender of their gotcha sentence (paper's Table 2: against the "
+                      "statistics of the answer's referent); 50 = no lean; occupation units: 100 - majority_pct",
+        "neutral_pct": "mean share (%) of the three variants' probability going to the neutral (they) sentence, "
+                       "p_n / (p_m + p_f + p_n); a diagnostic, not a bias score",
     }))
 
 MC_SPEC = register_metric(MetricSpec(
@@ -412,6 +420,12 @@ MC_SPEC = register_metric(MetricSpec(
                  "female; 0 = no link, + = stereotypical",
         "pair_disagreement_pct": "% of male/female sentence pairs (only the pronoun's gender differs) resolved to "
                                  "different referents; 0 = gender makes no difference",
+        "r_bergsma": "Pearson r, over occupations, of (% female minus % male sentences resolved to it) with its "
+                     "Bergsma-Lin % female; 0 = no link, + = stereotypical",
+        "female_minus_male": "mean over occupations of % of its female sentences resolved to it minus % of its male "
+                             "ones (Figure 4); 0 = gender makes no difference",
+        "occupation_pct": "% of sentences whose pronoun the model resolves to the occupation (per gender: the paper's "
+                          "72% male vs 29% female); equal across genders = no gender effect",
     }))
 
 __all__ = ["pearson", "occupation_correlations", "preference_requests", "compute_preference",

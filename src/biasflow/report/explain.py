@@ -101,6 +101,12 @@ def cell_reason(spec: Any, metric: str, value: Any, ci_low: Any, ci_high: Any, n
     why = blank_reason(value, ci_low, ci_high, n, with_ci)
     if why == "no items" and rows is not None:
         why = kept_reason(spec, metric, rows, cfg) or why
+    elif why.startswith("undefined on its"):
+        undefined = getattr(spec, "undefined", None) or {}
+        cause = undefined.get(metric) or next((text for pattern, text in undefined.items() if any(
+            ch in pattern for ch in "*?[") and fnmatch.fnmatchcase(metric, pattern)), None)
+        if cause:
+            why = f"undefined: {cause} ({why.split(' its ', 1)[1]})"
     return why
 
 
