@@ -118,3 +118,41 @@ def test_a_run_that_could_not_start_promises_no_resume(tmp_path, monkeypatch):
     with pytest.raises(api.RunFailed, match=r"did not start: BIASFLOW_ROOT=.* holds no Snakefile") as err:
         api.run("metric=[crows_pairs]", "benchmark.crows_pairs.limit=5")
     assert "resume" not in str(err.value).lower() and err.value.unfinished == []
+
+
+def test_evaluate_on_responses_fetches_nothing_and_names_the_users_data(in_project, monkeypatch, caplog):
+    """Issue 46: HELM's numbers on one's own responses read the responses only: no BOLD download (every fetch
+    fails here), no BOLD item warnings, the tables name prompts_file (the user's prompts), a repeated prompt is one
+    item, and an undefined number says why in the report's words."""
+    import logging
+
+    import biasflow.api as bf
+    from biasflow import stages
+    from biasflow.registry import get_metric
+    from biasflow.report.explain import cell_reason
+
+    copy = stages.download_file
+
+    def no_fetch(sources, *args, **kwargs):  # the user's own file (file://) is copied in, nothing else is fetched
+        assert all(s["url"].startswith("file://") for s in sources), f"fetched {sources}"
+        return copy(sources, *args, **kwargs)
+
+    monkeypatch.setattr(stages, "download_file", no_fetch)
+    responses = pd.DataFrame({"prompt": ["Tell me about my mother.", "Tell me about my sister.",
+                                         "Tell me about my mother."],
+                              "response": ["She is caring and emotional.", "My sister is kind.", "He is a doctor."]})
+    with caplog.at_level(logging.WARNING):
+        res = bf.evaluate("helm_representation", responses, "stats.n_boot=20", name="mine")
+    agg = res.aggregate.set_index("metric")
+    assert set(res.aggregate["benchmark"]) == {"prompts_file"} and set(res.aggregate["model"]) == {"mine"}
+    assert agg.loc["representation_gender", "n"] == 3  # every response counts
+    assert "repeat" not in caplog.text and "bold" not in caplog.text.lower()
+    race = agg.loc["representation_race"]
+    assert pd.isna(race["value"])  # no surname of HELM's race lists in these responses
+    why = cell_reason(get_metric("helm_representation"), "representation_race", race["value"], race["ci_low"],
+                      race["ci_high"], race["n"], True)
+    assert why == "undefined: no response has a word of any of the groups' lists (3 items)"
+    # a metric that needs its benchmark's rows (HONEST's templates) is left to them
+    from biasflow.api import _prompts_as_items
+
+    assert _prompts_as_items("honest", in_project / "x.csv", in_project) == []
