@@ -182,7 +182,7 @@ def execute(plan, overrides: Sequence[str], multirun: bool = False, cores: int |
     plan_path = stage_plan(plan)  # Snakemake's parses read it; the plan rule copies it into the run folder
     cmd = snakemake_command(plan_path, str(cores), dry_run, extra)
     console = None
-    if compact and tracked:
+    if compact and tracked and "--logger" not in extra:  # a logger of the user's own: Snakemake's output as it is
         from biasflow.console import LOGGER_ARGS, RunConsole
 
         at = len(cmd) - 1 - cmd[::-1].index("--config")  # --logger takes one or more words: an option follows it
