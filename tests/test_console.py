@@ -61,11 +61,12 @@ def test_the_plugin_writes_snakemakes_records_as_json_events(tmp_path, monkeypat
     handler.emit(record("Finished jobid: 4", event=LogEvent.JOB_FINISHED, job_id=4))
     handler.emit(record(None, event=LogEvent.PROGRESS, done=1, total=4))
     handler.emit(record("Select jobs to execute..."))  # plain info: not an event
+    handler.emit(record("biasflow: no SLURM account set"))  # biasflow's own words (biasflow.slurm), info or not
     handler.emit(record("Exiting because a job execution failed.", logging.ERROR))
     handler.close()
     got = [json.loads(line) for line in events.read_text().splitlines()]
     assert [e["event"] for e in got] == ["run_info", "job_started", "job_info", "job_error", "job_finished",
-                                         "progress", "message"]
+                                         "progress", "message", "message"]
     info = got[2]
     assert info["output"] == [str(tmp_path / "results/scores/tiny-1a2b3c4d/crows_pairs-x.parquet")]  # absolute
     assert info["log"] == [str(log)] and info["resources"] == {"mem_mb": 1000}

@@ -358,6 +358,9 @@ def test_failures_on_slurm_are_named_retried_with_more_and_reported(slurm, tiny_
     # no account noise: said once that none is set
     assert "not able to get a SLURM account" not in out and "Unable to guess SLURM account" not in out
     assert out.count("no SLURM account set") == 1
+    # the compact console named each failed attempt as it happened, with its log
+    for model in ("tiny_b", "tiny_c"):
+        assert re.search(rf"^FAILED score {model} crows_pairs \(attempt 2\): .+\n +log: \S+", out, re.M), out[-4000:]
 
     # the morning after: status, the report and MLflow name each failed job with its SLURM state and cause
     run = run_dir(project)

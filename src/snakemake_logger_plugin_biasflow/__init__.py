@@ -87,12 +87,13 @@ def event_of(record: logging.LogRecord) -> dict[str, Any] | None:
         return {"event": kind, "stats": _plain(get("stats") or {})}
     if kind == "error":
         return {"event": kind, "exception": get("exception"), "msg": record.getMessage()}
-    if kind is None and record.levelno >= logging.WARNING:  # Snakemake's own errors and warnings, as text
+    if kind is None:  # Snakemake's own errors and warnings, and biasflow's words said in Snakemake, as text
         try:
             text = record.getMessage()
         except Exception:  # noqa: BLE001 - a record whose arguments do not format
             text = str(record.msg)
-        return {"event": "message", "level": record.levelname, "msg": text}
+        if record.levelno >= logging.WARNING or text.startswith("biasflow: "):
+            return {"event": "message", "level": record.levelname, "msg": text}
     return None
 
 
