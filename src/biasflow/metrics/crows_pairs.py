@@ -336,7 +336,7 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resam
 
 options_in_module(globals(), CrowsPairs)
 SPEC = register_metric(MetricSpec(
-    follows="Nangia et al. 2020 (the authors' metric.py); fill-mask test as LangTest",
+    follows="Nangia et al. 2020 (the authors' metric.py), fill-mask test as LangTest",
     kept_by={m: ("fill_mask_kept_pct", "one-word pairs", "filter_threshold {filter_threshold}")
              for m in ("fill_mask_pass_rate", "fill_mask_test_passed")},
     name="crows_pairs", options=CrowsPairs,

@@ -64,13 +64,13 @@ def definition_text(spec: Any, cfgs: Sequence[Mapping[str, Any]]) -> str:
 
 def heading_note(spec: Any, cfgs: Sequence[Mapping[str, Any]], modes: Sequence[Any] = ()) -> str:
     """What a family heading says after its name: the published definition its numbers follow, the options that
-    choose among definitions, and the run mode (``Nangia et al. 2020, the authors' metric.py; run.mode=parity``).
+    choose among definitions, and the run mode (``Nangia et al. 2020 (the authors' metric.py) · run.mode=parity``).
     A definition or mode that differs between the table's jobs is in their setting instead."""
     parts = [getattr(spec, "follows", "") or "", definition_text(spec, cfgs)]
     distinct = {str(m) for m in modes if m is not None}
     if len(distinct) == 1:
         parts.append(f"run.mode={distinct.pop()}")
-    return "; ".join(p for p in parts if p)
+    return " · ".join(p for p in parts if p)
 
 
 def kept_reason(spec: Any, metric: str, rows: pd.DataFrame, cfg: Mapping[str, Any] | None) -> str:

@@ -33,7 +33,7 @@ h3{margin-bottom:.3em}code{background:#f3f3f3;padding:0 .25em;border-radius:3px}
 .meta{color:#555}.legend{color:#444;font-size:.92em;max-width:70em}
 .warning{border:2px solid #d97706;background:#fff7e6;padding:.8em 1em;border-radius:6px;margin:1em 0;font-size:1.05em}
 table{border-collapse:collapse;margin:.5em 0 1.2em;font-size:.9em;display:block;max-width:100%;overflow-x:auto}
-th,td{border:1px solid #d0d0d0;padding:.3em .55em;text-align:left;vertical-align:top;overflow-wrap:anywhere;
+th,td{border:1px solid #d0d0d0;padding:.3em .55em;text-align:left;vertical-align:top;overflow-wrap:break-word;
 max-width:32em}
 ul.meanings{margin:.2em 0 .4em;padding-left:1.2em;font-size:.9em;color:#333}
 th{background:#f2f4f7;overflow-wrap:normal;word-break:normal;hyphens:manual}td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
@@ -230,10 +230,12 @@ def _provenance_html(prov: Mapping[str, Any], files: Sequence[str]) -> str:
     parts.append("<h3>Overrides of each sweep job</h3><ul>"
                  + "".join(f"<li><code>{escape(c)}</code></li>" for c in prov["commands"]) + "</ul>")
     if prov["models"]:
-        cols = sorted({k for m in prov["models"].values() for k in m} - {"model", "kind", "source", "revision", "demo"})
-        head = ["model key", "model", "kind", "source", "revision", "demo"] + cols
-        rows = [[k, m["model"], m["kind"], m["source"], m["revision"], m["demo"]] + [m.get(c, "") for c in cols]
-                for k, m in prov["models"].items()]
+        cols = sorted({k for m in prov["models"].values() for k in m}
+                      - {"model", "kind", "source", "revision", "demo", "gpu", "cpu"})
+        head = ["model key", "model", "kind", "source", "revision", "demo", "scored on"] + cols
+        # scored on: the GPU, else the CPU (with any restriction of its kernels), as report.md says it
+        rows = [[k, m["model"], m["kind"], m["source"], m["revision"], m["demo"], m.get("gpu") or m.get("cpu") or ""]
+                + [m.get(c, "") for c in cols] for k, m in prov["models"].items()]
         parts.append("<h3>Models</h3>" + table(head, rows))
     if prov["datasets"]:
         rows = [[k, d["items"], d["sha256"], d["source"]] for k, d in sorted(prov["datasets"].items())]

@@ -235,7 +235,7 @@ def _mark_notes(df: pd.DataFrame) -> list[str]:
 class FamilyTable:
     """One family's leaderboard as the report shows it."""
     family: str
-    title: str  # the family, the definition its numbers follow and the mode (``bbq — Parrish et al. 2022; ...``)
+    title: str  # the family, the definition its numbers follow and the mode (``bbq · Parrish et al. 2022 ...``)
     table: pd.DataFrame  # a row per job: model, setting, cells {metric: {text, best, worst}}
     goals: dict[str, str]  # metric -> the unbiased value as text
     notes: list[str]  # per column (and setting): whether the best / worst marks passed the paired test
@@ -272,7 +272,7 @@ def wide_tables(board: pd.DataFrame, stats: Any = None) -> list[FamilyTable]:
         except KeyError:
             spec = None
         out.append(FamilyTable(
-            family=str(family), title=f"{family} — {definition}" if definition else str(family),
+            family=str(family), title=f"{family} · {definition}" if definition else str(family),
             table=pd.DataFrame(rows), goals=goals, notes=notes,
             meanings=meaning_lines(spec, metrics) if spec is not None else [],
             ci_note=ci_note(spec, stats) if spec is not None and stats is not None else ""))

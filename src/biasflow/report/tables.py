@@ -168,8 +168,8 @@ def setting_order(options: Mapping[str, Any]) -> tuple:
 
 def section_title(family: str, model: str, note: str = "") -> str:
     """The heading of a metric family's results for one model, with the definition its numbers follow and the run
-    mode (``crows_pairs / tinyA — Nangia et al. 2020, the authors' metric.py; run.mode=parity``)."""
-    return f"{family} / {model} — {note}" if note else f"{family} / {model}"
+    mode (``crows_pairs / tinyA · Nangia et al. 2020 (the authors' metric.py) · run.mode=parity``)."""
+    return f"{family} / {model} · {note}" if note else f"{family} / {model}"
 
 
 def category_tables(one: pd.DataFrame, metrics: list[str], labels: dict[str, str], with_ci: bool, spec: Any = None,

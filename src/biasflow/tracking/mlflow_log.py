@@ -323,23 +323,41 @@ def job_times(metric_dir: Path) -> tuple[int | None, int | None]:
     return (min(starts) if starts else None), _ms(metric.get("finished"))
 
 
+def _short_metric(metric: str, metrics: set[str]) -> str:
+    """A metric's name without the name of another metric of the run it extends (``crows_pairs_aul`` -> ``aul``
+    beside ``crows_pairs``), so variants of one family differ in their first letters."""
+    bases = [m for m in metrics if m != metric and metric.startswith(m + "_")]
+    return metric[len(max(bases, key=len)) + 1:] if bases else metric
+
+
 def child_run_names(jobs: list[Mapping[str, Any]]) -> dict[str, str]:
-    """``model/metric``, with the options that tell apart the runs of a sweep (``diff_threshold=0.1``)."""
+    """Each job's MLflow run name: what tells it from the other runs of the plan first, in few letters, then the
+    whole ``model/metric`` with the options that vary (``0.05 tinyA · tinyA/crows_pairs diff_threshold=0.05``,
+    ``demo_bert aul · demo_bert/crows_pairs_aul``). MLflow's runs list shows the first 12 or so characters of a
+    child run's name at its default column width, so they must differ between runs."""
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
     for job in jobs:
         groups[(job["model"]["name"], job["metric"])].append(job)
-    names = {}
+    metrics = {job["metric"] for job in jobs}
+    models = {job["model"]["name"] for job in jobs}
+    full, varied = {}, {}
     for (model, metric), group in groups.items():
         keys = sorted({k for j in group for k, v in (j.get("metric_cfg") or {}).items()
                        if len({json.dumps((g.get("metric_cfg") or {}).get(k), default=str) for g in group}) > 1})
         for job in group:
-            name = f"{model}/{metric}"
-            if keys:
-                name += " " + " ".join(f"{k}={(job.get('metric_cfg') or {}).get(k)}" for k in keys)
-            names[job_id(job)] = name
-        if len({names[job_id(j)] for j in group}) < len(group):  # what differs is not a metric option
+            values = [(job.get("metric_cfg") or {}).get(k) for k in keys]
+            full[job_id(job)] = f"{model}/{metric}" + "".join(f" {k}={v}" for k, v in zip(keys, values))
+            varied[job_id(job)] = [str(v) for v in values]
+        if len({full[job_id(j)] for j in group}) < len(group):  # what differs is not a metric option
             for job in group:
-                names[job_id(job)] += f" [{job['cfg_hash'][:6]}]"
+                full[job_id(job)] += f" [{job['cfg_hash'][:6]}]"
+                varied[job_id(job)].append(job["cfg_hash"][:6])
+    names = {}
+    for job in jobs:
+        # the shortest parts first: a swept value (0.05), the model, the metric's own part (aul)
+        lead = varied[job_id(job)] + ([job["model"]["name"]] if len(models) > 1 else []) \
+            + ([_short_metric(job["metric"], metrics)] if len(metrics) > 1 else [])
+        names[job_id(job)] = f"{' '.join(lead)} · {full[job_id(job)]}" if lead else full[job_id(job)]
     return names
 
 
