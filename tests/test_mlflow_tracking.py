@@ -365,7 +365,8 @@ def test_runs_carry_mlflows_own_metadata_and_logging_again_changes_nothing(tmp_p
     for i, job in enumerate(plan["jobs"]):
         child = client.get_run(record["children"][f"tiny-0123abcd/{job['metric']}/{job['cfg_hash']}"])
         assert (child.info.start_time, child.info.end_time) == (int(t0 * 1000), int((t0 + 9 + i) * 1000))
-        assert child.info.run_name == f"tiny/{job['metric']}"
+        short = job["metric"].removeprefix("crows_pairs_")  # aul, biasbench: what tells the runs apart, first
+        assert child.info.run_name == f"{short} · tiny/{job['metric']}"
         # the description: the job's numbers in Markdown
         note = child.data.tags["mlflow.note.content"]
         assert f"## {job['metric']} / tiny" in note and "| metric_score | 55.00 |" in note
@@ -447,6 +448,10 @@ def test_sweep_runs_are_named_by_what_differs():
     assert names["demo_bert/crows_pairs_aul/h"] == "demo_bert aul · demo_bert/crows_pairs_aul"
     assert len({name[:12] for name in names.values()}) == len(default), names
     assert child_run_names(default[:1]) == {"demo_bert/crows_pairs/h": "demo_bert/crows_pairs"}  # one run: no lead
+    from biasflow.tracking.mlflow_log import _short_metric
+
+    assert [_short_metric(m, {"lmc_wc", "lmc_we", "winobias", "winogender", "winobias_mc"}) for m in (
+        "lmc_wc", "winobias", "winogender", "winobias_mc")] == ["wc", "winobias", "winogender", "mc"]
 
 
 def test_a_relative_sqlite_store_is_the_current_folders(tmp_path, monkeypatch):

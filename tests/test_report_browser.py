@@ -314,7 +314,7 @@ def test_mlflow_compare_shows_models_metrics_and_differing_params(sweep, browser
     client = MlflowClient(f"sqlite:///{sweep['work']}/results/mlflow.db")
     logged = [client.get_run(r).data for r in runs]
     names = [client.get_run(r).info.run_name for r in runs]
-    assert names == [f"{m}/crows_pairs diff_threshold={THRESHOLDS[0]}" for m in MODELS]
+    assert names == [f"{THRESHOLDS[0]} {m} · {m}/crows_pairs diff_threshold={THRESHOLDS[0]}" for m in MODELS]
     url = (f"{mlflow_ui}/#/compare-runs?runs={urllib.parse.quote(json.dumps(runs))}"
            f"&experiments={urllib.parse.quote(json.dumps([record['experiment_id']]))}")
     def plotted(text: str) -> str:  # the parallel-coordinates plot's axes and ticks

@@ -324,10 +324,19 @@ def job_times(metric_dir: Path) -> tuple[int | None, int | None]:
 
 
 def _short_metric(metric: str, metrics: set[str]) -> str:
-    """A metric's name without the name of another metric of the run it extends (``crows_pairs_aul`` -> ``aul``
-    beside ``crows_pairs``), so variants of one family differ in their first letters."""
-    bases = [m for m in metrics if m != metric and metric.startswith(m + "_")]
-    return metric[len(max(bases, key=len)) + 1:] if bases else metric
+    """A metric's name without the words it shares with another metric of the run (``crows_pairs_aul`` -> ``aul``
+    beside ``crows_pairs`` or ``crows_pairs_biasbench``; ``lmc_wc`` -> ``wc`` beside ``lmc_we``), so the variants of
+    one family differ in their first letters."""
+    shared = 0
+    for other in metrics - {metric}:
+        words = 0
+        for a, b in zip(metric.split("_"), other.split("_")):
+            if a != b:
+                break
+            words += 1
+        shared = max(shared, words)
+    parts = metric.split("_")
+    return "_".join(parts[shared:]) if 0 < shared < len(parts) else metric
 
 
 def child_run_names(jobs: list[Mapping[str, Any]]) -> dict[str, str]:
