@@ -27,6 +27,7 @@ from typing import Any, Callable, Mapping, TextIO
 EVENTS_ENV = "BIASFLOW_EVENTS"
 FULL_LOG_ENV = "BIASFLOW_FULL_LOG"
 PLAIN_EVERY_S = 30.0
+NOTE_CHARS = 200  # a job's warning on the console: its first line, cut to this length
 LOGGER_ARGS = ["--logger", "biasflow"]  # Snakemake's option for the plugin (before an option: --logger takes 1+)
 
 
@@ -291,7 +292,11 @@ class RunConsole:
                 job = next((j for j in self.jobs.values() if outputs & {os.path.normpath(p) for p in j.outputs}),
                            None)
                 where = f" ({job.label or job.rule})" if job else ""
-                self._say(f"warning{where}: {note.get('msg', '')}")
+                msg = str(note.get("msg", ""))
+                if len(msg) > NOTE_CHARS:  # the whole text is in the job's log and the full log
+                    msg = msg[:NOTE_CHARS].rstrip() + " ... (more in " + (job.log if job and job.log else
+                                                                           self.log_shown) + ")"
+                self._say(f"warning{where}: {msg}")
 
     def _read_progress(self) -> None:
         self._read_notes()
