@@ -17,6 +17,32 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parents[1]
 TEST_CACHE = Path(os.environ.get("BIASFLOW_TEST_CACHE", Path.home() / ".cache" / "biasflow-tests"))
 
+# The fast tier (`pytest -m fast`, about 3 minutes on 2 cores): these files' tests, but the ones marked slow.
+# test_every_module.py imports every module of src/biasflow, test_metric_contract.py runs every metric end to end on a
+# tiny model; the others are unit tests of configuration, plan, cache, scheduling, metrics, scorers and the
+# LM Challenge tools, none of which runs the pipeline or builds more than a tiny model. Paths relative to tests/.
+FAST_FILES = frozenset({
+    "test_every_module.py", "test_metric_contract.py", "test_package_structure.py", "test_import_cost.py",
+    "test_config_validation.py", "test_config_defaults.py", "test_model_kinds.py", "test_secrets.py",
+    "test_plan.py", "test_cache.py", "test_scheduling.py", "test_stage_times.py", "test_download.py", "test_io.py",
+    "test_demo_model_key.py", "test_output_check.py", "test_published.py",
+    "test_crows_loader.py", "test_crows_metric.py", "test_stereoset_metric.py", "test_weat.py", "test_vectors.py",
+    "test_honest.py", "test_choice_parser.py", "test_reply_set.py", "test_ordered_options.py",
+    "test_scoring.py", "test_stereoset_scoring.py",
+    "lmchallenge/test_lmc_stats.py", "lmchallenge/test_lmc_protocol.py", "lmchallenge/test_lmc_logs.py",
+    "lmchallenge/test_lmc_ngram.py",
+})
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = item.path.resolve()
+        if path.is_relative_to(TESTS) and path.relative_to(TESTS).as_posix() in FAST_FILES \
+                and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.fast)
+
+
 
 def project_copy(work: Path, datasets: dict[str, Path] | None = None) -> Path:
     """A scratch project for pipeline tests: conf/ copied, results, resources and cache inside ``work``;

@@ -83,6 +83,7 @@ NOT_RUNNABLE = {
     ". .venv/bin/activate": "changes the state of the user's shell",
     "pytest -q": "the test suite itself",
     'pytest -q -m "not slow"': "the test suite itself",
+    "pytest -q -m fast": "the test suite itself (its fast tier)",
     "python benchmarks/scoring_speed.py --quick": "a benchmark (minutes), not a test",
     "HF_HUB_OFFLINE=1 python benchmarks/scoring_speed.py --quick": "a benchmark (minutes), not a test",
     "HF_HUB_OFFLINE=1 python benchmarks/scoring_speed.py": "a benchmark (15 minutes), not a test",
