@@ -17,7 +17,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parents[1]
 TEST_CACHE = Path(os.environ.get("BIASFLOW_TEST_CACHE", Path.home() / ".cache" / "biasflow-tests"))
 
-# The fast tier (`pytest -m fast`, about 3 minutes on 2 cores): these files' tests, but the ones marked slow.
+# The fast tier (`pytest -m fast`, about 2.5 minutes on 2 cores): these files' tests, but the ones marked slow.
 # test_every_module.py imports every module of src/biasflow, test_metric_contract.py runs every metric end to end on a
 # tiny model; the others are unit tests of configuration, plan, cache, scheduling, metrics, scorers and the
 # LM Challenge tools, none of which runs the pipeline or builds more than a tiny model. Paths relative to tests/.

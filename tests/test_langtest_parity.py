@@ -22,7 +22,7 @@ from biasflow.registry import get_loader, get_metric
 from biasflow.scoring.answer import metric_answers
 
 REFERENCE = json.loads((Path(__file__).parent / "fixtures" / "langtest" / "reference.json").read_text())
-# The reference probabilities depend on the CPU's float32 kernels. Measured on one AVX-512 machine (Xeon with
+# The reference probabilities depend on the CPU's float32 kernels. Measured on one AVX-512 machine (AMD EPYC with
 # avx512_bf16, torch 2.13.0+cpu, 2026-11-29; fixtures/README.md, "langtest/"): LangTest's own run of make_reference.py
 # restricted to AVX2 (ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2) moves its
 # probabilities by up to 1.05e-5 (1.22e-5 relative) from its default (AVX-512) run, every verdict unchanged; this test's
