@@ -91,7 +91,7 @@ def assert_filed_under(plan: dict, name: str) -> None:
     agg = pd.read_parquet(rdir / "aggregate.parquet")
     names = {j["model"]["name"] for j in plan["jobs"]}
     assert set(agg["model"]) == names and set(agg.loc[agg["model"] == name, "metric_family"]) == set(METRICS)
-    sections = re.findall(r"^## (\S+) / (\S+)$", (rdir / "report.md").read_text(), flags=re.M)
+    sections = re.findall(r"^## (\S+) / (\S+) · ", (rdir / "report.md").read_text(), flags=re.M)  # then definition, mode
     assert sorted(s for s in sections if s[1] == name) == sorted((metric, name) for metric in METRICS)
     assert {s[1] for s in sections} == names
     per = agg[agg["model"] == name].set_index(["metric_family", "metric", "category"])["value"]
@@ -153,7 +153,7 @@ def test_openai_generator_results_are_filed_under_its_model(project, openai_runs
     client = MlflowClient(tracking_uri=record["tracking_uri"])
     for job_id, run_id in record["children"].items():
         run = client.get_run(run_id)
-        assert job_id.startswith("fake-llm-") and run.info.run_name.startswith("fake-llm/")
+        assert job_id.startswith("fake-llm-") and " · fake-llm/" in run.info.run_name  # after what tells runs apart
         assert run.data.tags["model.id"] == "fake-llm" and run.data.params["model.model_id"] == "fake-llm"
 
 
