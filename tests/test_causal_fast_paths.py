@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import random
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -180,3 +181,22 @@ def test_compiled_blocks_equal_the_eager_model_and_keep_batch_invariance():
     assert rotary.depth == 0  # between passes the eager function runs for every model
     again = next_token_logprobs(eager, ids, batch_tokens=40)
     assert all(np.array_equal(a, b) for a, b in zip(again, want))
+
+
+def test_compiled_kernels_are_cached_per_cpu_and_kernel_limits(tmp_path, monkeypatch):
+    """Kernels inductor compiled under AVX-512 and reused under AVX2 limits gave log-probabilities of 1e36 (issue 47's
+    AVX2 check): each CPU and set of kernel limits gets its own cache folder under TORCHINDUCTOR_CACHE_DIR."""
+    from biasflow.models.compiled import cpu_keyed_cache_dir
+    from biasflow.provenance import ISA_VARIABLES, WITHOUT_AVX512
+
+    for name in ISA_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    full = cpu_keyed_cache_dir()
+    assert Path(full).parent == tmp_path and Path(full).name.startswith("cpu-")
+    assert cpu_keyed_cache_dir() == full  # a second model of the process: the same folder, not one inside it
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    for name, value in WITHOUT_AVX512.items():
+        monkeypatch.setenv(name, value)
+    limited = cpu_keyed_cache_dir()
+    assert Path(limited).parent == tmp_path and limited != full

@@ -28,7 +28,8 @@ own, so a text's numbers stay the same alone and in a batch (tested).
 Compile time is spent on the first calls; ``compile_blocks`` warms the compiled functions up on the model's device
 and dtype and logs how long it took (``CompiledBlocks.seconds``). Inductor keeps its compiled kernels and its FX
 graph cache in ``TORCHINDUCTOR_CACHE_DIR`` (default ``/tmp/torchinductor_<user>``): set it to a lasting folder to
-reuse them across processes (a warm cache takes the compile from tens of seconds to a few).
+reuse them across processes (a warm cache takes the compile from tens of seconds to a few). On a CPU the kernels
+go to a subfolder keyed by the CPU and its kernel limits (``cpu_keyed_cache_dir``).
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -62,6 +64,27 @@ class CompiledBlocks:
         return (f"compile={self.mode}: {self.norms} RMSNorm, {self.mlps} gated MLP"
                 f"{', rotary' if self.rotary else ''} compiled (dynamic shapes) in {self.seconds:.1f} s; "
                 f"inductor cache {self.cache_dir}")
+
+
+def cpu_keyed_cache_dir() -> str:
+    """Point inductor's cache at a folder of its own for this CPU and its kernel limits (``cpu-<key>`` under
+    ``TORCHINDUCTOR_CACHE_DIR``). Inductor's graph cache does not key its CPU kernels on ``ATEN_CPU_CAPABILITY`` and
+    the like: kernels compiled with AVX-512, reused under AVX2 limits (or on another CPU sharing the folder), gave
+    log-probabilities of 1e36 instead of about -4 (found by the AVX2 check of issue 47)."""
+    import hashlib
+
+    from biasflow.provenance import cpu_description
+
+    try:
+        flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                      if line.startswith("flags")), [])
+    except OSError:  # not Linux: the description alone
+        flags = []
+    key = "cpu-" + hashlib.sha256("\n".join([cpu_description(), *sorted(flags)]).encode()).hexdigest()[:12]
+    base = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or inductor_cache_dir()
+    if os.path.basename(os.path.normpath(base)) != key:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(base, key)
+    return os.environ["TORCHINDUCTOR_CACHE_DIR"]
 
 
 def inductor_cache_dir() -> str:
@@ -154,6 +177,7 @@ def compile_blocks(model: torch.nn.Module, mode: str = "blocks", name: str = "",
         problem = compiler_problem()
         if problem:
             raise RuntimeError(f"model {name!r}: compile={mode}: {problem}")
+        cpu_keyed_cache_dir()
     done = CompiledBlocks(mode=mode, cache_dir=inductor_cache_dir())
     norm_classes: dict[type, type] = {}
     mlp_classes: dict[type, type] = {}
