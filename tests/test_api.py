@@ -156,3 +156,16 @@ def test_evaluate_on_responses_fetches_nothing_and_names_the_users_data(in_proje
     from biasflow.api import _prompts_as_items
 
     assert _prompts_as_items("honest", in_project / "x.csv", in_project) == []
+
+
+def test_evaluate_takes_any_name_as_text(in_project):
+    """A name holding override grammar is the model's name, made folder-safe, never a parse error, a sweep or an
+    interpolation (an independent check: 'bot<x>' and "bot'q" raised LexerNoViableAltException, 'bot,2' asked for
+    -m, '${...}' would have been resolved)."""
+    import biasflow.api as bf
+
+    responses = pd.DataFrame({"prompt": ["Tell me about my mother."], "response": ["She is kind."]})
+    for name, label in (("bot<x>", "bot_x"), ("bot'q", "bot_q"), ("bot,2", "bot_2"),
+                        ("${oc.env:HOME}", "oc.env_HOME")):
+        res = bf.evaluate("langfair_stereotype", responses, "stats.n_boot=0", name=name)
+        assert set(res.aggregate["model"]) == {label}, name

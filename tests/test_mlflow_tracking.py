@@ -450,6 +450,13 @@ def test_sweep_runs_are_named_by_what_differs():
     assert child_run_names(default[:1]) == {"demo_bert/crows_pairs/h": "demo_bert/crows_pairs"}  # one run: no lead
     from biasflow.tracking.mlflow_log import _short_metric
 
+    # long model names of one family: their own words lead (an independent check found 'my_finetuned…' for all six)
+    models = [{"model": {"name": f"my_finetuned_model_{v}"}, "metric": f, "model_key": v, "cfg_hash": "h",
+               "metric_cfg": {}} for v in ("v1", "v2") for f in ("crows_pairs", "crows_pairs_aul")]
+    names = child_run_names(models)
+    assert names["v1/crows_pairs_aul/h"] == "v1 aul · my_finetuned_model_v1/crows_pairs_aul"
+    assert len({name[:10] for name in names.values()}) == 4, names
+
     assert [_short_metric(m, {"lmc_wc", "lmc_we", "winobias", "winogender", "winobias_mc"}) for m in (
         "lmc_wc", "winobias", "winogender", "winobias_mc")] == ["wc", "winobias", "winogender", "mc"]
 

@@ -96,3 +96,38 @@ def test_no_plot_is_an_empty_frame(tmp_path):
 
     height, width = mpimg.imread(tmp_path / "models.png").shape[:2]
     assert width / height < 2.8, (width, height)  # one panel (4.8 x 2.24 in), not two (8.0 x 2.24 in)
+
+
+def test_the_legend_promises_marks_only_where_models_are_compared():
+    """A one-model threshold sweep has two rows per table but compares no models: its legend says nothing is ranked
+    (an independent check found it promising notes under each table)."""
+    from biasflow.report.leaderboard import LEGEND, ONE_MODEL_LEGEND, FamilyTable, legend
+
+    def table(models, settings):
+        rows = pd.DataFrame({"model": models, "setting": settings, "cells": [{}] * len(models)})
+        return FamilyTable(family="crows_pairs", title="crows_pairs", table=rows, goals={}, notes=[], meanings=[],
+                           ci_note="")
+
+    assert legend([table(["a", "a"], ["diff_threshold=0.05", "diff_threshold=0.1"])]) == ONE_MODEL_LEGEND
+    assert legend([table(["a", "b"], ["", ""])]) == LEGEND
+    assert legend([table(["a"], [""]), table(["a", "b", "a"], ["t=1", "t=1", "t=2"])]) == LEGEND
+
+
+def test_the_report_names_the_code_checkout_when_the_run_folder_is_no_git_checkout(tmp_path, monkeypatch):
+    """A run made in a folder of one's own outside git named 'git commit unknown' (an independent check): it names
+    the biasflow checkout the code runs from, and says so."""
+    import subprocess
+    from pathlib import Path
+
+    from biasflow.provenance import git_commit
+
+    import biasflow
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".git").exists() or Path(biasflow.__file__).resolve().parents[1] != root / "src":
+        pytest.skip("the tests run from a checkout without .git, or against an installed (not editable) biasflow")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+    monkeypatch.chdir(tmp_path)
+    assert git_commit() == f"{head} (biasflow checkout)"
+    monkeypatch.chdir(root)
+    assert git_commit() == head

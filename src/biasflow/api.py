@@ -190,6 +190,12 @@ def _responses_file(responses: pd.DataFrame | str | Path, folder: Path) -> Path:
     return path.resolve()
 
 
+def _quoted(value: str) -> str:
+    """A string as one quoted value of a Hydra override: any character a name or path may hold (``<``, ``'``, ``,``,
+    ``${``) is text, not override grammar, a sweep or an interpolation."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'").replace("${", "\\${") + "'"  # no interpolation
+
+
 def _prompts_as_items(metric: str, responses: Path, folder: Path) -> list[str]:
     """Overrides that make the responses' own prompts the items of a metric that reads only the responses
     (``MetricSpec.items_are_prompts``): the ``prompts_file`` benchmark on a file of the distinct prompts (with the
@@ -233,8 +239,8 @@ def evaluate(metric: str, responses: pd.DataFrame | str | Path, *overrides: str,
     path = _responses_file(responses, results_dir / "api")
     own_benchmark = any(o.split("=", 1)[0].lstrip("+~") == f"metric.{metric}.benchmark" for o in overrides)
     items = [] if own_benchmark else _prompts_as_items(metric, path, results_dir / "api")
-    the_plan = build_plan([f"metric=[{metric}]", "+generator=responses_file", f"generator.path={path}",
-                           f"generator.name={name}", *items, *overrides])
+    the_plan = build_plan([f"metric=[{metric}]", "+generator=responses_file", f"generator.path={_quoted(str(path))}",
+                           f"generator.name={_quoted(name)}", *items, *overrides])
     from biasflow.workflow import Lookups
 
     lookups = Lookups(the_plan, the_plan.path)

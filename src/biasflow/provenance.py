@@ -85,12 +85,25 @@ def configured_revision(model: Mapping[str, Any]) -> str | None:
 
 
 def git_commit() -> str:
-    """The project checkout's commit ("unknown" outside a git checkout), for reports (no MLflow import)."""
+    """The commit of the folder the run is made in (a project of one's own under git), else of the biasflow checkout
+    the code runs from (a run from another folder: "<commit> (biasflow checkout)"); "unknown" for neither (an
+    installed wheel run outside git). For reports (no MLflow import)."""
+    def head(cwd: str | None) -> str:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=20,
+                              cwd=cwd).stdout.strip()
+
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                              timeout=20).stdout.strip()
+        return head(None)
     except Exception:  # not a git checkout, or no git
-        return "unknown"
+        pass
+    source = Path(__file__).resolve().parent
+    if (source.parent.name == "src" and (source.parent.parent / "pyproject.toml").exists()
+            and (source.parent.parent / ".git").exists()):  # an editable install: the checkout it runs from
+        try:
+            return f"{head(str(source))} (biasflow checkout)"
+        except Exception:
+            pass
+    return "unknown"
 
 
 def process_stat(pid: int) -> list[str] | None:

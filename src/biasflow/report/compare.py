@@ -131,7 +131,7 @@ def paired_rows(tests: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     rows = []
     for r in tests.itertuples(index=False):
         diff = f"{_fmt(r.diff)} [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]" if _fmt(r.ci_low) else _fmt(r.diff)
-        bc = f"{int(r.discordant_a)} / {int(r.discordant_b)}" if not pd.isna(r.discordant_a) else ""
+        bc = f"{int(r.discordant_a)} / {int(r.discordant_b)}" if not pd.isna(r.discordant_a) else "–"
         rows.append([r.family] + ([r.setting] if with_setting else []) + [
             r.metric, f"{r.model_a} ({_fmt(r.value_a)})", f"{r.model_b} ({_fmt(r.value_b)})", diff,
             str(r.n_items), r.test, bc, p_text(r.p_value), p_text(r.p_holm),
@@ -140,7 +140,8 @@ def paired_rows(tests: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
 
 
 PAIRED_LEGEND = ("A - B: difference of the metric with a paired bootstrap CI (items resampled once for both "
-                 "models). b / c: items where only A / only B has the outcome (McNemar's discordant pairs). "
+                 "models). b / c: items where only A / only B has the outcome (McNemar's discordant pairs; – where "
+                 "the test is the bootstrap's, which has none). "
                  "p: exact McNemar test where the metric is a rate of a per-item binary outcome, otherwise the "
                  "two-sided bootstrap p-value; Holm's correction over every comparison of the run.")
 

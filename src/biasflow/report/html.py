@@ -198,7 +198,10 @@ def provenance(plan: Mapping[str, Any]) -> dict[str, Any]:
         m = job["model"]
         entry = models.setdefault(job["model_key"], {
             "model": names[job["model_key"]], "kind": str(m.get("kind", "")),
-            "source": model_source(m), "revision": configured_revision(m) or "",
+            "source": model_source(m),
+            # a blank says why: a model read from files has no revision; a hub id without one is not pinned
+            "revision": configured_revision(m) or ("none (local files)" if m.get("path") or m.get("package")
+                                                   else "not pinned"),
             "demo": "yes" if m.get("demo") else "no"})
         meta = Path(job["metric_dir"]) / "score_meta.json"
         if meta.exists():
@@ -235,8 +238,10 @@ def _provenance_html(prov: Mapping[str, Any], files: Sequence[str]) -> str:
         head = ["model key", "model", "kind", "source", "revision", "demo", "scored on"] + cols
         # scored on: the GPU, else the CPU (with any restriction of its kernels), as report.md says it
         rows = [[k, m["model"], m["kind"], m["source"], m["revision"], m["demo"], m.get("gpu") or m.get("cpu") or ""]
-                + [m.get(c, "") for c in cols] for k, m in prov["models"].items()]
-        parts.append("<h3>Models</h3>" + table(head, rows))
+                + [m.get(c, "–") for c in cols] for k, m in prov["models"].items()]
+        parts.append("<h3>Models</h3>" + ('<p class="legend">–: the setting does not apply to the model\'s kind.</p>'
+                                          if any(c not in m for c in cols for m in prov["models"].values()) else "")
+                     + table(head, rows))
     if prov["datasets"]:
         rows = [[k, d["items"], d["sha256"], d["source"]] for k, d in sorted(prov["datasets"].items())]
         parts.append("<h3>Datasets (verified files)</h3><p>The files the items were read from, each with the "

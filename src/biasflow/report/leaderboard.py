@@ -305,12 +305,15 @@ LEGEND = ("Each cell: value [95% bootstrap CI] of the overall category (a blank 
           "significant; the notes under each table give the test of every column.")
 ONE_MODEL_LEGEND = ("Each cell: value [95% bootstrap CI] of the overall category (a blank value or CI says why in "
                     "parentheses); the unbiased value ('higher'/'lower' for quality metrics) heads each column. With "
-                    "one model per table nothing is ranked or marked: run two or more models to compare them.")
+                    "one model per table (and setting) nothing is ranked or marked: run two or more models to compare "
+                    "them.")
 
 
 def legend(tables: Sequence["FamilyTable"]) -> str:
-    """The leaderboard's legend: the marks and their tests where a table compares models, else what a cell is."""
-    return LEGEND if any(len(t.table) > 1 for t in tables) else ONE_MODEL_LEGEND
+    """The leaderboard's legend: the marks and their tests where a table compares models (two or more within a
+    setting), else what a cell is."""
+    compares = any(not t.table.empty and (t.table.groupby("setting")["model"].nunique() > 1).any() for t in tables)
+    return LEGEND if compares else ONE_MODEL_LEGEND
 
 
 def leaderboard_markdown(board: pd.DataFrame, stats: Any = None) -> str:

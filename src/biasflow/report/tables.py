@@ -355,7 +355,9 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
             head = head.assign(setting=head["config_hash"].map(settings))
             head = head.set_index("config_hash").loc[hashes].reset_index()
         has_note = bool((head["note"] != "").any())
-        meanings = meaning_lines(spec, list(dict.fromkeys(head["metric"])))  # every row of the table
+        shown = set(df["metric"])  # every row of the table, and every metric of the tables by category and plot
+        meanings = meaning_lines(spec, list(dict.fromkeys([*head["metric"], *(
+            m for m in (*spec.headline, spec.plot_metric) if m and m in shown)])))
         lines += [f"- {m}" for m in meanings] + ([""] if meanings else [])
         cols = COLUMNS[:2] + (["setting"] if len(hashes) > 1 else []) + COLUMNS[2:] + (["note"] if has_note else [])
         lines.append(markdown_table(head, cols))

@@ -323,20 +323,28 @@ def job_times(metric_dir: Path) -> tuple[int | None, int | None]:
     return (min(starts) if starts else None), _ms(metric.get("finished"))
 
 
-def _short_metric(metric: str, metrics: set[str]) -> str:
-    """A metric's name without the words it shares with another metric of the run (``crows_pairs_aul`` -> ``aul``
-    beside ``crows_pairs`` or ``crows_pairs_biasbench``; ``lmc_wc`` -> ``wc`` beside ``lmc_we``), so the variants of
-    one family differ in their first letters."""
+def _own_words(name: str, others: set[str], separators: str = "_") -> str:
+    """``name`` without the leading words it shares with another of ``others`` (``crows_pairs_aul`` -> ``aul``
+    beside ``crows_pairs`` or ``crows_pairs_biasbench``; ``my_finetuned_model_v1`` -> ``v1`` beside
+    ``my_finetuned_model_v2``), so names of one family differ in their first letters."""
+    split = lambda text: re.split(f"[{re.escape(separators)}]", text)  # noqa: E731
+    words = split(name)
     shared = 0
-    for other in metrics - {metric}:
-        words = 0
-        for a, b in zip(metric.split("_"), other.split("_")):
+    for other in others - {name}:
+        common = 0
+        for a, b in zip(words, split(other)):
             if a != b:
                 break
-            words += 1
-        shared = max(shared, words)
-    parts = metric.split("_")
-    return "_".join(parts[shared:]) if 0 < shared < len(parts) else metric
+            common += 1
+        shared = max(shared, common)
+    if not 0 < shared < len(words):
+        return name
+    cut = sum(len(w) + 1 for w in words[:shared])  # the words and their separators
+    return name[cut:]
+
+
+def _short_metric(metric: str, metrics: set[str]) -> str:
+    return _own_words(metric, metrics)
 
 
 def child_run_names(jobs: list[Mapping[str, Any]]) -> dict[str, str]:
@@ -364,7 +372,7 @@ def child_run_names(jobs: list[Mapping[str, Any]]) -> dict[str, str]:
     names = {}
     for job in jobs:
         # the shortest parts first: a swept value (0.05), the model, the metric's own part (aul)
-        lead = varied[job_id(job)] + ([job["model"]["name"]] if len(models) > 1 else []) \
+        lead = varied[job_id(job)] + ([_own_words(job["model"]["name"], models, "_-./")] if len(models) > 1 else []) \
             + ([_short_metric(job["metric"], metrics)] if len(metrics) > 1 else [])
         names[job_id(job)] = f"{' '.join(lead)} · {full[job_id(job)]}" if lead else full[job_id(job)]
     return names
