@@ -71,6 +71,8 @@ def test_evaluate_equals_biasflow_run_on_the_same_responses(in_project, tmp_path
     run_dir = next(line.split("report:  ", 1)[1].split("/report.html")[0] for line in proc.stdout.splitlines()
                    if line.startswith("report:  "))
     aggregate = pd.read_parquet(in_project / run_dir / "aggregate.parquet")
+    assert set(aggregate["benchmark"]) == {"prompts_file"}  # the user's responses, not BOLD's or LangFair's prompts
+    assert "bold" not in proc.stdout + proc.stderr.lower()
     cols = ["metric", "category", "value", "ci_low", "ci_high", "n"]
     for metric, table in ours.items():
         theirs = aggregate[aggregate["metric_family"] == metric]
@@ -152,10 +154,20 @@ def test_evaluate_on_responses_fetches_nothing_and_names_the_users_data(in_proje
     why = cell_reason(get_metric("helm_representation"), "representation_race", race["value"], race["ci_low"],
                       race["ci_high"], race["n"], True)
     assert why == "undefined: no response has a word of any of the groups' lists (3 items)"
-    # a metric that needs its benchmark's rows (HONEST's templates) is left to them
-    from biasflow.api import _prompts_as_items
+    # the same on the command line's plan; a metric that needs its benchmark's rows (HONEST's templates) keeps them
+    from biasflow.plan import build_plan
 
-    assert _prompts_as_items("honest", in_project / "x.csv", in_project) == []
+    path = in_project / "mine.csv"
+    responses.to_csv(path, index=False)
+    plan = build_plan(["metric=[helm_representation,honest]", "+generator=responses_file", f"generator.path={path}"])
+    benchmarks = {job.metric: job.benchmark for job in plan.jobs}
+    assert benchmarks == {"helm_representation": "prompts_file", "honest": "honest"}
+    (helm,) = [job for job in plan.jobs if job.metric == "helm_representation"]
+    assert helm.benchmark_cfg["distinct"] and [s["url"] for s in helm.benchmark_cfg["files"]["responses"]["sources"]] \
+        == [path.resolve().as_uri()]
+    chosen = build_plan(["metric=[helm_representation]", "+generator=responses_file", f"generator.path={path}",
+                         "metric.helm_representation.benchmark=bold"])
+    assert chosen.jobs[0].benchmark == "bold"  # the user's choice wins
 
 
 def test_evaluate_takes_any_name_as_text(in_project):

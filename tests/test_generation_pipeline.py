@@ -35,7 +35,11 @@ def run_job(job, tmp_path):
 
     spec = get_metric(job.metric)
     items_path = tmp_path / "items.parquet"
-    stages.prepare(job.benchmark, job.benchmark_cfg, {}, str(items_path))
+    files = {}  # the benchmark's files (a responses file that is its own items), fetched as the download rule does
+    for key, file in (job.benchmark_cfg.get("files") or {}).items():
+        files[key] = str(tmp_path / "datasets" / file["filename"])
+        stages.download_file(file["sources"], files[key], str(tmp_path / "wheels"))
+    stages.prepare(job.benchmark, job.benchmark_cfg, files, str(items_path))
     scores_path = tmp_path / "scores.parquet"
     stages.score(job.score_params(spec.score_keys), str(items_path), str(scores_path), str(tmp_path / "cache"))
     params = job.params()

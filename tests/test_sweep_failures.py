@@ -340,7 +340,7 @@ def test_a_partial_run_never_replaces_the_last_complete_report(project, tiny_ber
     assert (run_dir / "partial" / "report.md").exists(), out[-3000:]
     partial = (run_dir / "partial" / "report.md").read_text()
     assert "PARTIAL RESULTS: 1 job(s) did not finish" in partial and "tiny_broken" in partial
-    assert f"{run_dir}/partial/report.md" in out and "The last complete report" in out
+    assert f"{run_dir}/partial/report.html" in out and "The last complete report" in out
     assert not (run_dir / ".last-complete").exists()
     # a second failure in a row (before: 'SameFileError' from the restore, no summary, no partial report)
     again = biasflow(project, "run", *SWEEP, "--cores", "2", "--", "--directory", str(project))

@@ -16,7 +16,6 @@ Overrides are Hydra's, exactly as on the command line (``docs/python_api.md``).
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -196,29 +195,6 @@ def _quoted(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'").replace("${", "\\${") + "'"  # no interpolation
 
 
-def _prompts_as_items(metric: str, responses: Path, folder: Path) -> list[str]:
-    """Overrides that make the responses' own prompts the items of a metric that reads only the responses
-    (``MetricSpec.items_are_prompts``): the ``prompts_file`` benchmark on a file of the distinct prompts (with the
-    responses' other columns, e.g. a group), named by its content and pinned by its sha256, so nothing is fetched
-    and the tables name the user's data, not a benchmark's. [] for a metric that needs its benchmark's rows."""
-    from biasflow.data.prompts import read_prompts_file
-    from biasflow.io import sha256_file, write_parquet
-    from biasflow.registry import get_metric
-
-    if not get_metric(metric).items_are_prompts:
-        return []
-    table = read_prompts_file(responses)
-    prompts = table.drop(columns=[c for c in ("response", "item_id") if c in table]).drop_duplicates("prompt")
-    blob = prompts.to_json(orient="split", force_ascii=False).encode()
-    out = folder / f"prompts-{hashlib.sha256(blob).hexdigest()[:16]}.parquet"
-    if not out.exists():
-        write_parquet(prompts.reset_index(drop=True), out)
-    url = json.dumps(out.resolve().as_uri())  # quoted for Hydra's grammar
-    return [f"metric.{metric}.benchmark=prompts_file",
-            f"+benchmark.prompts_file.files.prompts={{filename: {out.name}, sources: [{{url: {url}, "
-            f"sha256: {sha256_file(out)}}}]}}"]
-
-
 def evaluate(metric: str, responses: pd.DataFrame | str | Path, *overrides: str,
              name: str = "responses") -> Results:
     """Compute a generated-text metric (``langfair_stereotype``, ``counterfactual``, ``helm_representation``,
@@ -237,10 +213,9 @@ def evaluate(metric: str, responses: pd.DataFrame | str | Path, *overrides: str,
     overrides = _overrides(overrides)
     results_dir = Path(compose([f"metric=[{metric}]", *overrides])["paths"]["results"])  # its own options too
     path = _responses_file(responses, results_dir / "api")
-    own_benchmark = any(o.split("=", 1)[0].lstrip("+~") == f"metric.{metric}.benchmark" for o in overrides)
-    items = [] if own_benchmark else _prompts_as_items(metric, path, results_dir / "api")
+    # a metric that reads the responses alone takes their prompts as its items (plan.responses_as_items)
     the_plan = build_plan([f"metric=[{metric}]", "+generator=responses_file", f"generator.path={_quoted(str(path))}",
-                           f"generator.name={_quoted(name)}", *items, *overrides])
+                           f"generator.name={_quoted(name)}", *overrides])
     from biasflow.workflow import Lookups
 
     lookups = Lookups(the_plan, the_plan.path)

@@ -460,7 +460,7 @@ def partial_results(outcome: RunOutcome, plan_path: str) -> None:
         outcome.partial_report = True
         if kept:  # MLflow keeps the complete run's results too
             print(f"biasflow: MLflow keeps the last complete results of this plan; the partial report is in "
-                  f"{kept.partial_dir}/report.md", file=sys.stderr)
+                  f"{kept.partial_dir}/report.html", file=sys.stderr)
         elif _tracking_enabled(plan):
             try:
                 stages.log_mlflow(plan_path, plan.run_dir, None, partial=True)
@@ -485,7 +485,7 @@ def failure_text(outcome: RunOutcome) -> str:
                 f"redone. Resume with:\n  {outcome.resume}")
     results = plan.paths["results"]
     if outcome.run_level_failure == "mlflow":
-        return (f"Every job finished: results in {plan.run_dir}/report.md. Logging to MLflow failed (the error is "
+        return (f"Every job finished: results in {plan.run_dir}/report.html. Logging to MLflow failed (the error is "
                 f"above; log: {results}/logs/mlflow/{plan.plan_hash}.log). When the store is reachable, log the run "
                 f"with:\n  biasflow log {plan.run_dir}")
     if outcome.run_level_failure == "report":
@@ -494,7 +494,7 @@ def failure_text(outcome: RunOutcome) -> str:
     if outcome.partial_report:
         done = len(plan.jobs) - len(outcome.unfinished)
         kept = outcome.kept_complete
-        where = f"{plan.run_dir}/partial/report.md" if kept else f"{plan.run_dir}/report.md"
+        where = f"{plan.run_dir}/partial/report.html" if kept else f"{plan.run_dir}/report.html"  # the one to open
         lines = [f"partial results ({done} of {len(plan.jobs)} jobs finished): {where} (the unfinished jobs are "
                  f"listed at its top, with their state and cause)."]
         if kept:

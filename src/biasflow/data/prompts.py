@@ -113,7 +113,15 @@ def check_prompts_file(cfg: Mapping[str, Any]) -> None:
             "\"file:///abs/path/my_prompts.csv\", sha256: <sha256sum of it>}]}' (conf/benchmark/prompts_file.yaml)")
 
 
-@register_loader("prompts_file", check_use=check_prompts_file)
+class PromptsFileOptions(BenchmarkConfig):
+    # one item per distinct prompt (the first row of each): a responses file holds several responses to a prompt,
+    # and a metric that reads the responses alone takes its prompts as its items (plan.responses_as_items)
+    distinct: bool = False
+
+
+@register_loader("prompts_file", check_use=check_prompts_file, options=PromptsFileOptions)
 def load_prompts_file(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     df = pd.concat([read_prompts_file(p) for p in files.values()], ignore_index=True)
+    if cfg.get("distinct"):
+        df = df.drop(columns=[c for c in ("response",) if c in df]).drop_duplicates("prompt").reset_index(drop=True)
     return _finish(df, "prompts_file", cfg)

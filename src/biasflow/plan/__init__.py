@@ -19,7 +19,8 @@ out), ``names`` (display names), ``user_files`` (the user's files and their dige
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 from biasflow.errors import ConfigError
 from biasflow.generation.config import job_model as generation_job_model
@@ -38,6 +39,31 @@ from biasflow.plan.user_files import content_digest, user_file_options, user_fil
 from biasflow.schema import validate_model_config
 
 log = logging.getLogger(__name__)
+
+
+def responses_as_items(metric: str, spec: Any, generated_by: Mapping[str, Any] | None, job_overrides: Sequence[str],
+                       cfg: Mapping[str, Any], digests: dict[str, str]) -> tuple[str, dict[str, Any]] | None:
+    """(benchmark, its config) where a metric that reads the responses alone (``MetricSpec.items_are_prompts``) is
+    given a responses file: the ``prompts_file`` benchmark on that file, one item per distinct prompt, pinned by
+    the file's sha256 and named by it, so the tables name the user's data and nothing else is fetched (before: BOLD's
+    prompts downloaded and listed as the data read). None otherwise, or where the user chose the metric's benchmark
+    (``metric.<name>.benchmark=...``)."""
+    from biasflow.io import sha256_file
+
+    if not (generated_by and generated_by.get("generator") == "responses_file" and spec.items_are_prompts):
+        return None
+    if any(o.split("=", 1)[0].lstrip("+~") == f"metric.{metric}.benchmark" for o in job_overrides):
+        return None
+    path = Path(str(generated_by["path"])).expanduser().resolve()
+    if not path.is_file():
+        raise ConfigError(f"generator.path={generated_by['path']!r}: no such file (the responses, CSV / JSONL / "
+                          "Parquet with prompt, response)")
+    key = f"sha256:{path}"  # beside user_files' content digests of the same cache
+    digest = digests.get(key) or digests.setdefault(key, sha256_file(path))
+    base = dict((cfg.get("benchmark") or {}).get("prompts_file") or {"loader": "prompts_file", "split": "all"})
+    return "prompts_file", {**base, "distinct": True, "files": {"responses": {
+        "filename": f"responses-{digest[:16]}{path.suffix.lower()}",  # two files of one name never meet
+        "sources": [{"url": path.as_uri(), "sha256": digest}]}}}
 
 
 def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
@@ -97,7 +123,10 @@ def build_plan(overrides: Sequence[str] = (), multirun: bool = False) -> Plan:
             model = with_generation_options(model, mcfg)  # hf_generate's chat template / generate kwargs
             bench = mcfg.get("benchmark", spec.benchmark)
             bcfg = None
-            if bench:
+            own = responses_as_items(name, spec, generated_by, job_overrides, cfg, digests)
+            if own is not None:  # the user's responses are the items: nothing of the benchmark is read or fetched
+                bench, bcfg = own
+            elif bench:
                 if bench not in (cfg.get("benchmark") or {}):
                     raise ConfigError(f"metric.{name}.benchmark={bench!r} has no config conf/benchmark/{bench}.yaml")
                 bcfg = cfg["benchmark"][bench]
