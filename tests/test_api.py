@@ -181,3 +181,18 @@ def test_evaluate_takes_any_name_as_text(in_project):
                         ("${oc.env:HOME}", "oc.env_HOME")):
         res = bf.evaluate("langfair_stereotype", responses, "stats.n_boot=0", name=name)
         assert set(res.aggregate["model"]) == {label}, name
+
+
+def test_a_responses_file_without_the_metrics_prompts_fails_saying_so(in_project):
+    """counterfactual asks LangFair's prompts and their variants; a file holding other prompts gave a
+    non-completion rate of 1.0 and no other number, without a word (an independent check). Now the score stage fails
+    naming how many prompts the file lacks and how to accept them."""
+    import biasflow.api as bf
+    from biasflow.errors import GenerationError
+
+    responses = pd.DataFrame({"prompt": ["Write a letter for my son.", "Write a letter for my daughter."],
+                              "response": ["He is kind.", "She is kind."]})
+    with pytest.raises(GenerationError, match=r"requests have no response in the responses file, more than "
+                                              r"generator.max_failed_fraction=0; first error: no response 1 to this "
+                                              r"prompt"):
+        bf.evaluate("counterfactual", responses, "stats.n_boot=0", "benchmark.langfair_prompts.limit=2")

@@ -131,3 +131,17 @@ def test_the_report_names_the_code_checkout_when_the_run_folder_is_no_git_checko
     assert git_commit() == f"{head} (biasflow checkout)"
     monkeypatch.chdir(root)
     assert git_commit() == head
+
+
+def test_captions_name_the_runs_interval_or_none():
+    """The CI level is the run's (stats.level), and a run without a bootstrap promises no CI in its legend, plot
+    labels or table titles (an independent check found '(95% bootstrap CI)' with stats.n_boot=0)."""
+    from biasflow.report.explain import ci_label
+    from biasflow.report.leaderboard import FamilyTable, legend
+
+    assert ci_label(StatsConfig(n_boot=200, level=0.9)) == "90% bootstrap CI"
+    assert ci_label(StatsConfig(n_boot=0)) == ""
+    one = FamilyTable(family="cbs", title="cbs", table=pd.DataFrame({"model": ["a"], "setting": [""], "cells": [{}]}),
+                      goals={}, notes=[], meanings=[], ci_note="")
+    assert legend([one], StatsConfig(n_boot=0)).startswith("Each cell: value (no CI: stats.n_boot=0) of the overall")
+    assert legend([one], StatsConfig(n_boot=100, level=0.9)).startswith("Each cell: value [90% bootstrap CI] of")

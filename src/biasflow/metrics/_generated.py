@@ -74,19 +74,30 @@ def with_responses(grid: pd.DataFrame, requests: list[Generation], answers: pd.D
     return out
 
 
+MISSING_FROM_FILE = r"no response \d+ to this prompt in "  # the responses file backend's words for a lacking prompt
+
+
 def check_generations(metric: str) -> Callable[[pd.DataFrame, Mapping[str, Any]], None]:
     """``MetricSpec.check_answers`` of a generated-text metric: more failed generations than
     ``max_failed_fraction`` fail the score stage (GenerationError naming the count and the first error). A
-    responses file's empty responses are its non-completions, never an error."""
+    responses file's empty responses are its non-completions, never an error; a prompt the file has no response to
+    at all is a failure (before: counterfactual on a file without LangFair's prompts gave a non-completion rate of
+    1.0 and no other number, without a word)."""
 
     def check(answers: pd.DataFrame, cfg: Mapping[str, Any]) -> None:
         gen_cfg, option = generator_settings(cfg, metric)
-        if responses_path(gen_cfg, option) is not None or "kind" not in answers:
+        if "kind" not in answers:
             return
         rows = answers[answers["kind"] == Generation.kind]
-        if len(rows):
+        if not len(rows):
+            return
+        if responses_path(gen_cfg, option) is not None:
+            missing = rows["error"].fillna("").astype(str).str.match(MISSING_FROM_FILE)
+            rows = rows.assign(status=rows["status"].where(missing, "ok"))  # only what the file lacks counts
+            source = f"responses file {responses_path(gen_cfg, option)}"
+        else:
             source = f"{gen_cfg['kind']} {gen_cfg.get('model') or 'the job model'}"
-            check_failures(rows, max_failed_fraction(gen_cfg, option), option, source)
+        check_failures(rows, max_failed_fraction(gen_cfg, option), option, source)
 
     return check
 

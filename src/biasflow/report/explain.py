@@ -30,6 +30,14 @@ def ci_expected(spec: Any, stats: StatsConfig) -> bool:
     return bool(spec.bootstrap) and stats.n_boot > 0
 
 
+def ci_label(stats: StatsConfig | None) -> str:
+    """What the run's intervals are, as plots and captions name them ("95% bootstrap CI"); '' without a bootstrap
+    (stats.n_boot=0: no caption promises a CI)."""
+    if stats is None:
+        return "95% bootstrap CI"
+    return f"{100 * stats.level:g}% bootstrap CI" if stats.n_boot > 0 else ""
+
+
 def ci_note(spec: Any, stats: StatsConfig) -> str:
     """Why a whole table has no CI ('' when it has them)."""
     if not spec.bootstrap:

@@ -309,18 +309,22 @@ ONE_MODEL_LEGEND = ("Each cell: value [95% bootstrap CI] of the overall category
                     "them.")
 
 
-def legend(tables: Sequence["FamilyTable"]) -> str:
+def legend(tables: Sequence["FamilyTable"], stats: Any = None) -> str:
     """The leaderboard's legend: the marks and their tests where a table compares models (two or more within a
-    setting), else what a cell is."""
+    setting), else what a cell is; the run's CI level, or no CI without a bootstrap."""
+    from biasflow.report.explain import ci_label
+
     compares = any(not t.table.empty and (t.table.groupby("setting")["model"].nunique() > 1).any() for t in tables)
-    return LEGEND if compares else ONE_MODEL_LEGEND
+    label = ci_label(stats)
+    cell = f"value [{label}]" if label else "value (no CI: stats.n_boot=0)"
+    return (LEGEND if compares else ONE_MODEL_LEGEND).replace("value [95% bootstrap CI]", cell, 1)
 
 
 def leaderboard_markdown(board: pd.DataFrame, stats: Any = None) -> str:
     if board.empty:
         return ""
     tables = wide_tables(board, stats)
-    parts = [legend(tables) + "\n"]
+    parts = [legend(tables, stats) + "\n"]
     for t in tables:
         metrics = list(t.goals)
         with_setting = bool((t.table["setting"] != "").any())
@@ -390,7 +394,7 @@ def leaderboard_latex(board: pd.DataFrame, run: str = "") -> str:
     return "\n".join(out)
 
 
-def model_plot(board: pd.DataFrame, family: str, path: Path) -> bool:
+def model_plot(board: pd.DataFrame, family: str, path: Path, ci: str = "95% bootstrap CI") -> bool:
     """The models side by side: one panel per ranked headline metric of ``family``, a point per model (and
     setting) with its CI as a bar and the unbiased value as a line; a model without a value says "no data".
     Returns whether a plot was written (two or more rows to compare)."""
@@ -435,7 +439,7 @@ def model_plot(board: pd.DataFrame, family: str, path: Path) -> bool:
         ax.tick_params(axis="x", labelsize=8)
     axes[0][0].set_yticks(y, labels, fontsize=8)
     axes[0][0].invert_yaxis()
-    fig.suptitle(f"{family}: models side by side (95% bootstrap CI)", fontsize=10)
+    fig.suptitle(f"{family}: models side by side" + (f" ({ci})" if ci else ""), fontsize=10)
     fig.tight_layout()
     with atomic_path(path, suffix=".png") as tmp:
         fig.savefig(tmp, format="png", dpi=110)

@@ -11,8 +11,8 @@ import pandas as pd
 
 from biasflow.io import atomic_path, markdown_safe, write_parquet, write_text
 from biasflow.report.categories import category_labels, label, natural_sorted, sort_by_category
-from biasflow.report.explain import (cell_reason, ci_expected, ci_note, heading_note, is_p_value, meaning_lines,
-                                     missing_headline, missing_note, no_ci_note, stats_of, value_text)
+from biasflow.report.explain import (cell_reason, ci_expected, ci_label, ci_note, heading_note, is_p_value,
+                                     meaning_lines, missing_headline, missing_note, no_ci_note, stats_of, value_text)
 from biasflow.report.published import compare, job_splits
 from biasflow.report.sweep import alike_models, job_table, model_labels, summary_line
 from biasflow.report.unfinished import UNFINISHED_HEAD, unfinished_rows
@@ -59,7 +59,7 @@ def comparison_markdown(df: pd.DataFrame) -> str:
 
 
 def bar_plot(agg: pd.DataFrame, metric: str, title: str, path: Path, reference: float | None = 50.0,
-             labels: dict[str, str] | None = None) -> None:
+             labels: dict[str, str] | None = None, ci: str = "95% bootstrap CI") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -89,7 +89,7 @@ def bar_plot(agg: pd.DataFrame, metric: str, title: str, path: Path, reference: 
         ax.axvline(reference, color="red", lw=1, ls="--", label=f"no bias = {reference:g}")
         ax.legend(loc="lower right", fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel(f"{metric} (95% bootstrap CI)")
+    ax.set_xlabel(f"{metric} ({ci})" if ci else metric)
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
     with atomic_path(path, suffix=".png") as tmp:
@@ -173,7 +173,8 @@ def section_title(family: str, model: str, note: str = "") -> str:
 
 
 def category_tables(one: pd.DataFrame, metrics: list[str], labels: dict[str, str], with_ci: bool, spec: Any = None,
-                    cfg: Mapping[str, Any] | None = None) -> list[tuple[str, list[str], list[list[str]]]]:
+                    cfg: Mapping[str, Any] | None = None, ci: str = "95% CI"
+                    ) -> list[tuple[str, list[str], list[list[str]]]]:
     """Categories x metrics of one job: each cell value [CI] (a blank one with its reason), n of the first metric.
     Metrics computed on different categories (SEAT's effect size per test, its average per bias type) get a table
     each, so no cell is blank for want of a category. Empty when no metric of ``metrics`` has categories besides
@@ -200,7 +201,8 @@ def category_tables(one: pd.DataFrame, metrics: list[str], labels: dict[str, str
                 cells.append(cell_text(v, lo, hi, why, text=value_text(m, v)))
             n0 = r.at[present[0], "n"]
             rows.append([label(category, labels), *cells, "" if pd.isna(n0) else f"{int(n0):,}"])
-        tables.append((f"By category: {', '.join(present)} (value [95% CI])", head, rows))
+        tables.append((f"By category: {', '.join(present)} " + (f"(value [{ci}])" if ci else "(value; no CIs in this "
+                                                                 "run)"), head, rows))
     return tables
 
 
@@ -269,11 +271,13 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
         lines.append("\n## Leaderboard\n")
         lines.append(lb.leaderboard_markdown(board, stats))
         report.leaderboard = lb.wide_tables(board, stats)
-        report.leaderboard_legend = lb.legend(report.leaderboard).replace("**", "").replace("_italic_", "italic")
+        report.leaderboard_legend = lb.legend(report.leaderboard, stats).replace("**", "").replace("_italic_",
+                                                                                                    "italic")
+        ci = ci_label(stats)
         for family in pd.unique(board["family"]):  # the models side by side, with their CIs
             png = out / "plots" / f"models__{family}.png"
-            if lb.model_plot(board, family, png):
-                title = f"{family}: models side by side (95% bootstrap CI)"
+            if lb.model_plot(board, family, png, ci):
+                title = f"{family}: models side by side" + (f" ({ci})" if ci else "")
                 lines.append(f"\n![{title}](plots/{png.name})\n")
                 report.model_plots[str(family)] = html.Figure(title, png, wide=True)
 
@@ -388,8 +392,9 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
                 lines.append(f"\n### {part.title}\n")
                 section.parts.append(part)
             one = df[df.config_hash == h]
+            cat_ci = f"{100 * stats.level:g}% CI" if with_ci else ""
             for title, cat_head, cat_rows in category_tables(one, by_category_metrics, labels, with_ci, spec,
-                                                             jobs.at[h, "cfg"] if h in jobs.index else None):
+                                                             jobs.at[h, "cfg"] if h in jobs.index else None, cat_ci):
                 lines.append(f"\n{title}:\n")
                 lines.append(plain_table(cat_head, cat_rows))
                 part.by_category.append((title, cat_head, cat_rows))
@@ -398,7 +403,8 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
                 png = out / "plots" / f"{model}__{family}__{spec.plot_metric}{suffix}.png"
                 caption = (f"{family}: {spec.plot_metric} by category ({model}" + (f", {setting}" if setting else "")
                            + ")")
-                bar_plot(one, spec.plot_metric, caption, png, reference=spec.plot_reference, labels=labels)
+                bar_plot(one, spec.plot_metric, caption, png, reference=spec.plot_reference, labels=labels,
+                         ci=ci_label(stats) if with_ci else "")
                 if png.exists():
                     lines.append(f"\n![{caption}](plots/{png.name})\n")
                     part.figure = html.Figure(caption, png)
