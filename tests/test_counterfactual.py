@@ -195,14 +195,21 @@ def test_pipeline_and_api_on_a_responses_file_equal_the_library(tmp_path, minilm
     pd.testing.assert_frame_equal(ours[cols].sort_values(cols[:2]).reset_index(drop=True),
                                   agg[cols].sort_values(cols[:2]).reset_index(drop=True))
 
-    # a response without its counterfactual partner: one line naming the file and the row
+    # a response the file lacks fails the score stage, naming it; accepted as a non-completion, the response left
+    # without its counterfactual partner is named by file and row
+    from biasflow.errors import GenerationError
+
     pd.DataFrame(rows[:-1]).to_csv(tmp_path / "short.csv", index=False)
-    plan = build_plan(["metric=[counterfactual]", "benchmark.langfair_prompts.limit=2",
-                       "metric.counterfactual.generation.count=2", "metric.counterfactual.encoder=false",
-                       "+generator=responses_file", f"generator.path={tmp_path / 'short.csv'}"])
+    short = ["metric=[counterfactual]", "benchmark.langfair_prompts.limit=2", "metric.counterfactual.generation.count=2",
+             "metric.counterfactual.encoder=false", "+generator=responses_file",
+             f"generator.path={tmp_path / 'short.csv'}"]
+    with pytest.raises(GenerationError, match=r"1 of 8 requests have no response in the responses file, more than "
+                                              r"generator.max_failed_fraction=0; first error: no response 2 to"):
+        run_job(build_plan(short).jobs[0], tmp_path / "short")
+    plan = build_plan([*short, "generator.max_failed_fraction=0.2"])
     with pytest.raises(DataFormatError, match=r"short\.csv: row 6 .* has no counterfactual partner: no response 2 "
                                               r"to .* \(its male variant\)"):
-        run_job(plan.jobs[0], tmp_path / "short")
+        run_job(plan.jobs[0], tmp_path / "short2")
 
 
 def test_the_pipelines_encoder_gives_langfairs_cosine():
