@@ -111,8 +111,7 @@ def cell_reason(spec: Any, metric: str, value: Any, ci_low: Any, ci_high: Any, n
         why = kept_reason(spec, metric, rows, cfg) or why
     elif why.startswith("undefined on its"):
         undefined = getattr(spec, "undefined", None) or {}
-        cause = undefined.get(metric) or next((text for pattern, text in undefined.items() if any(
-            ch in pattern for ch in "*?[") and fnmatch.fnmatchcase(metric, pattern)), None)
+        cause = by_metric_name(undefined, metric)
         if cause:
             why = f"undefined: {cause} ({why.split(' its ', 1)[1]})"
     return why
@@ -137,16 +136,21 @@ def no_ci_note(metrics: Sequence[str]) -> str:
             "an estimate to resample.") if metrics else ""
 
 
-def meaning_of(spec: Any, metric: str) -> str | None:
-    """What ``metric`` (a row of the family's tables) measures, from ``MetricSpec.meanings``: its exact name first,
-    then a pattern (``fnmatch``, as the goals); None when the family does not say."""
-    meanings = getattr(spec, "meanings", None) or {}
-    if metric in meanings:
-        return meanings[metric]
-    for pattern, text in meanings.items():
+def by_metric_name(mapping: Mapping[str, Any], metric: str) -> Any:
+    """``mapping``'s entry for ``metric``: its exact name first, then a pattern (``fnmatch``: ``honest_*@*``); None
+    when neither matches. The one lookup of the metrics' goals, meanings and undefined causes."""
+    if metric in mapping:
+        return mapping[metric]
+    for pattern, value in mapping.items():
         if any(ch in pattern for ch in "*?[") and fnmatch.fnmatchcase(metric, pattern):
-            return text
+            return value
     return None
+
+
+def meaning_of(spec: Any, metric: str) -> str | None:
+    """What ``metric`` (a row of the family's tables) measures, from ``MetricSpec.meanings``; None when the family
+    does not say."""
+    return by_metric_name(getattr(spec, "meanings", None) or {}, metric)
 
 
 def meaning_lines(spec: Any, metrics: Sequence[str]) -> list[str]:

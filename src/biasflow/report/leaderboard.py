@@ -10,7 +10,6 @@ number to be close to, ``max`` or ``min``, or None (shown but not ranked, e.g. p
 """
 from __future__ import annotations
 
-import fnmatch
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,13 +45,9 @@ COLUMNS = ["family", "definition", "benchmark", "model", "model_key", "setting",
 
 def goal(metric: str) -> float | str | None:
     """The goal of ``metric`` (exact names first, then patterns, matched with fnmatch); None: not ranked."""
-    known = goals()
-    if metric in known:
-        return known[metric]
-    for pattern, g in known.items():
-        if any(ch in pattern for ch in "*?[") and fnmatch.fnmatchcase(metric, pattern):
-            return g
-    return None
+    from biasflow.report.explain import by_metric_name
+
+    return by_metric_name(goals(), metric)
 
 
 def distance(value: float, g: float | str | None) -> float:
