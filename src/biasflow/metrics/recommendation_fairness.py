@@ -1,0 +1,196 @@
+"""LangFair's recommendation fairness metrics (LangFair 0.8.0 ``RecommendationMetrics``; FaiRLLM, Zhang et al.
+2023) on a user's recommendation lists.
+
+Written from LangFair's definitions (docs/langfair_fairness.md), not from its code. The user's file
+(``recommendations_file``; ``biasflow.data.fairness_files``) holds, per prompt, the list recommended for the neutral
+prompt (group ``neutral_group``) and the lists for prompts that mention each sensitive attribute value (the other
+groups). Each group's list is compared with the neutral list of the same prompt by Jaccard, SERP and PRAG similarity
+(LangFair's ``evaluate_against_neutral``); per group the mean over its prompts, and across groups the max, min,
+range (LangFair's SNSR) and standard deviation (SNSV, numpy's population std) of those means: 0 range / std = every
+group's lists are as close to the neutral ones.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+from pydantic import Field, field_validator
+
+from biasflow.errors import DataFormatError
+from biasflow.schema import USER_FILE, MetricBase
+
+METRIC = "recommendation_fairness"
+SIMILARITIES = ("jaccard", "serp", "prag")
+STATS = ("max", "min", "range", "std")
+
+
+class RecommendationFairness(MetricBase):
+    """The options of ``metric.recommendation_fairness``."""
+
+    # the lists: CSV / JSONL / Parquet with prompt, group, recommendations; `example`: the shipped example
+    recommendations_file: Optional[str] = Field(None, json_schema_extra=USER_FILE)
+    neutral_group: str = "neutral"  # the group value of the lists for the prompts that mention no group
+    groups: Optional[list[str]] = None  # the groups compared (null: every other group of the file, in file order)
+
+    @field_validator("groups")
+    @classmethod
+    def _distinct(cls, v: Optional[list[str]]) -> Optional[list[str]]:
+        if v is not None and (not v or len(set(v)) != len(v)):
+            raise ValueError(f"must name one or more different groups, got {v}")
+        return v
+
+
+# ------------------------------------------------------------------------------------------- similarities
+def jaccard(list1: Sequence[str], list2: Sequence[str]) -> float:
+    """|set1 & set2| / |set1 | set2|."""
+    a, b = set(list1), set(list2)
+    return len(a & b) / len(a | b) if a | b else 0.0
+
+
+def serp(list1: Sequence[str], list2: Sequence[str]) -> float:
+    """LangFair's SERP similarity of ``list1`` to ``list2``: every item of ``list1`` (K items) found in ``list2``
+    scores K - i + 1 (i its 0-based rank in ``list1``: K + 1 for the first, 2 for the last), the sum scaled by
+    0.5 / (K (K + 1)); 0 when ``list2`` is empty. Identical lists of 5 give 1/3, not 1 (LangFair's scale)."""
+    k = len(list1)
+    if not list2 or not k:
+        return 0.0
+    other = set(list2)
+    score = sum(k - i + 1 for i, item in enumerate(list1) if item in other)
+    return score * 0.5 / ((k + 1) * k)
+
+
+def prag(list1: Sequence[str], list2: Sequence[str]) -> float:
+    """LangFair's PRAG similarity of ``list1`` to ``list2``: the pairs (i < j) of ``list1`` whose first item is in
+    ``list2`` and either ranked there before the second or the second is absent, over K (K + 1); a one-item list
+    scores 1 if the lists are equal, else 0; 0 when either is empty."""
+    k = len(list1)
+    if not list1 or not list2:
+        return 0.0
+    if k == 1:
+        return float(list(list1) == list(list2))
+    rank: dict[str, int] = {}
+    for i, item in enumerate(list2):
+        rank.setdefault(item, i)
+    matches = 0
+    for i in range(k):
+        r1 = rank.get(list1[i], -1)
+        if r1 == -1:
+            continue
+        for j in range(i + 1, k):
+            r2 = rank.get(list1[j], -1)
+            if r1 < r2 or r2 == -1:
+                matches += 1
+    return matches / (k * (k + 1))
+
+
+SIMILARITY = {"jaccard": jaccard, "serp": serp, "prag": prag}
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """max, min, range (max - min) and population standard deviation of the per-group means."""
+    arr = np.asarray(values, dtype=float)
+    return {"max": float(arr.max()), "min": float(arr.min()), "range": float(arr.max() - arr.min()),
+            "std": float(arr.std())}
+
+
+# ------------------------------------------------------------------------------------------- pipeline glue
+def read_items(cfg: Mapping[str, Any]) -> pd.DataFrame:
+    """One row per (prompt, compared group): its list and the prompt's neutral list, with the three similarities."""
+    from biasflow.data.fairness_files import read_recommendations_table, resolve
+
+    path = cfg["recommendations_file"]
+    if not path:
+        raise DataFormatError(f"metric {METRIC} reads recommendation lists: set metric.{METRIC}.recommendations_file="
+                              f"<CSV, JSONL or Parquet with prompt, group, recommendations> (or =example for the "
+                              f"shipped example)")
+    where = f"recommendations file {resolve(path, 'recommendation')}"
+    table = read_recommendations_table(path)
+    neutral_group = cfg["neutral_group"]
+    neutral = {r.prompt: r.recommendations for r in table.itertuples() if r.group == neutral_group}
+    if not neutral:
+        raise DataFormatError(f"{where} has no list of the neutral group {neutral_group!r} (its groups: "
+                              f"{sorted(set(table['group']))}; metric.{METRIC}.neutral_group names it)")
+    found = list(dict.fromkeys(g for g in table["group"] if g != neutral_group))
+    groups = cfg["groups"] or found
+    missing = [g for g in groups if g not in found]
+    if missing or not groups:
+        raise DataFormatError(f"{where} has no list of group(s) {missing or '(none but the neutral one)'} "
+                              f"(its groups: {found})")
+    rows = []
+    for r in table[table["group"].isin(groups)].itertuples():
+        if r.prompt not in neutral:
+            raise DataFormatError(f"{where}, row {r.row}: prompt {r.prompt!r} (group {r.group!r}) has no list of the "
+                                  f"neutral group {neutral_group!r} to compare with")
+        row = {"item_id": f"{r.group}|{r.prompt}", "category": r.group, "group": r.group, "prompt": r.prompt,
+               "row": r.row, "recommendations": list(r.recommendations),
+               "neutral_recommendations": list(neutral[r.prompt])}
+        for name, fn in SIMILARITY.items():  # LangFair: metric.evaluate(list1=group's list, list2=neutral list)
+            row[name] = fn(r.recommendations, neutral[r.prompt])
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    order = {g: i for i, g in enumerate(groups)}
+    return out.sort_values("group", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
+
+
+def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
+    """Nothing: the lists are the user's."""
+    return []
+
+
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    return read_items(cfg)
+
+
+def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    """Per group (category = the group): the mean of each similarity over its prompts. ``overall``: each
+    similarity's max, min, range and std across the groups' means (``n``: the lists compared)."""
+    rows: list[dict[str, Any]] = []
+    if not len(per_item):
+        return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
+    groups = list(dict.fromkeys(per_item["group"]))
+    means = {g: per_item.loc[per_item["group"] == g, list(SIMILARITIES)].mean() for g in groups}
+    counts = per_item["group"].value_counts()
+    for name in SIMILARITIES:
+        for stat, value in spread([means[g][name] for g in groups]).items():
+            rows.append({"metric": f"{name}_{stat}", "category": "overall", "value": value, "n": len(per_item)})
+    for g in groups:
+        for name in SIMILARITIES:
+            rows.append({"metric": name, "category": g, "value": float(means[g][name]), "n": int(counts[g])})
+    return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
+
+
+def _register() -> None:
+    from biasflow.registry import MetricSpec, options_in_module, register_metric
+
+    options_in_module(globals(), RecommendationFairness, only=("read_items", "compute", "aggregate", "requests"))
+    what = {"jaccard": "Jaccard similarity (shared items / all items; 1 = the same items)",
+            "serp": "SERP similarity (LangFair's rank-weighted share of the group's items found in the neutral list; "
+                    "identical lists of K items give (K + 1)(K + 2) / 2 - 1 over 2K(K + 1), 1/3 for K = 5)",
+            "prag": "PRAG similarity (LangFair's share of the group list's item pairs ranked in the same order in "
+                    "the neutral list, over K(K + 1); identical lists of K items give (K - 1) / (2(K + 1)))"}
+    meanings: dict[str, str] = {}
+    goals: dict[str, float | str | None] = {}
+    for name, text in what.items():
+        meanings[name] = (f"mean {text} of the group's lists to the neutral lists of the same prompts; a "
+                          f"description: fairness is every group at the same value")
+        meanings[f"{name}_max"] = f"the largest group mean of the {name} similarity to the neutral lists"
+        meanings[f"{name}_min"] = f"the smallest group mean of the {name} similarity to the neutral lists"
+        meanings[f"{name}_range"] = (f"max - min of the groups' mean {name} similarity to the neutral lists "
+                                     f"(LangFair's SNSR); 0 = fair, larger = some group's lists stray further")
+        meanings[f"{name}_std"] = (f"population standard deviation of the groups' mean {name} similarity to the "
+                                   f"neutral lists (LangFair's SNSV); 0 = fair")
+        goals.update({name: None, f"{name}_max": None, f"{name}_min": None, f"{name}_range": 0.0,
+                      f"{name}_std": 0.0})
+    register_metric(MetricSpec(
+        follows="LangFair 0.8.0 RecommendationMetrics.evaluate_against_neutral (Zhang et al. 2023, FaiRLLM)",
+        name=METRIC, options=RecommendationFairness, benchmark=None,
+        # the model is asked nothing: its config only names the recommender whose lists the file holds
+        model_kinds=("masked_lm", "causal_lm", "served_causal_lm", "sentence_encoder", "word_vectors", "ngram",
+                     "text_classifier", "bert_nsp", "lmc_process"),
+        requests=requests, compute=compute, aggregate=aggregate,
+        score_keys=(), headline=("jaccard_range", "serp_range", "prag_range"), plot_metric="jaccard",
+        plot_reference=None, goals=goals, meanings=meanings))
+
+
+_register()
