@@ -92,6 +92,60 @@ def test_fast_composition_equals_hydra(overrides):
     assert compose(overrides) == want  # and again from the caches
 
 
+def _hydra_composition(overrides):
+    """Hydra's own composition of ``overrides`` with the options' defaults filled in: what compose() must equal."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf, open_dict
+
+    from biasflow.plan import conf_dir, with_every_benchmark
+    from biasflow.plan.composition import _config_groups, _fill_option_defaults, _is_group_override
+
+    cdir = conf_dir()
+    full = with_every_benchmark(overrides, sorted(p.stem for p in (cdir / "benchmark").glob("*.yaml")))
+    groups = _config_groups(cdir)
+    with initialize_config_dir(config_dir=str(cdir), version_base="1.3"):
+        cfg = hydra_compose("config", overrides=[o for o in full if _is_group_override(o, groups)])
+    with open_dict(cfg):
+        _fill_option_defaults(cfg)
+    values = [o for o in full if not _is_group_override(o, groups)]
+    ConfigLoaderImpl._apply_overrides_to_config(OverridesParser.create().parse_overrides(values), cfg)
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def test_every_model_config_swapped_in_equals_hydra():
+    """A model sweep resolves each model file on its own and swaps it into one composition (the fast path of a
+    1,000-model plan): for every shipped model config, with a value override and with an override of a path the
+    model reads, the result is Hydra's own composition. Reading the result twice gives the same config, and a
+    caller's change to compose()'s result never reaches the next composition."""
+    from biasflow.plan import compose, conf_dir
+
+    import yaml
+
+    for path in sorted((conf_dir() / "model").glob("*.yaml")):
+        # a mandatory value (???) the user sets: set here too
+        required = [f"model.{k}=x" for k, v in (yaml.safe_load(path.read_text()) or {}).items() if v == "???"]
+        for overrides in ([f"model={path.stem}", *required, "metric.crows_pairs.diff_threshold=0.2"],
+                          [f"model={path.stem}", *required, "paths.resources=/tmp/elsewhere"]):
+            want = _hydra_composition(overrides)
+            got = compose(overrides)
+            assert got == want, overrides
+            got["model"]["name"] = "changed"
+            got["benchmark"]["crows_pairs"]["limit"] = 3
+            assert compose(overrides) == want, overrides
+
+
+def test_a_plan_built_twice_is_the_same_plan():
+    """build_plan shares unchanged sections between its sweep jobs' configs instead of copying them: a second build in
+    the same process (the caches warm) gives the same plan file, byte for byte."""
+    overrides = ["model=bert_base_uncased,roberta_base,gpt2", "metric=[crows_pairs,stereoset,crows_pairs_causal]",
+                 "metric.crows_pairs.diff_threshold=0.05,0.1"]
+    first = build_plan(overrides, multirun=True).to_json()
+    assert build_plan(overrides, multirun=True).to_json() == first
+
+
 @pytest.mark.parametrize("overrides", [
     ["paths.results=/tmp/elsewhere", "model=bert_base_uncased"],
     ["metric=[langfair_stereotype]", "+generator=openai_compatible", "generator.model=m", "generator.count=3"],

@@ -11,6 +11,9 @@ with the kind, in ``biasflow.kinds`` (``biasflow.model_kinds``).
 """
 from __future__ import annotations
 
+import contextlib
+import functools
+import json
 import re
 import types
 from typing import Annotated, Any, Literal, Mapping, Optional, Union, get_args, get_origin
@@ -88,6 +91,11 @@ def _nested_models(annotation: Any) -> list[type[BaseModel]]:
 def marked_options(model: type[BaseModel], marker: str, prefix: str = "") -> dict[str, Any]:
     """Dotted option name -> marker value, for every field of ``model`` (and of the options models inside it) that
     carries ``marker``."""
+    return dict(_marked_options(model, marker, prefix))
+
+
+@functools.cache  # options models are classes: their fields do not change (read once per job of a sweep before)
+def _marked_options(model: type[BaseModel], marker: str, prefix: str) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for name, info in model.model_fields.items():
         extra = info.json_schema_extra if isinstance(info.json_schema_extra, dict) else {}
@@ -96,6 +104,8 @@ def marked_options(model: type[BaseModel], marker: str, prefix: str = "") -> dic
         for inner in _nested_models(info.annotation):
             found.update(marked_options(inner, marker, f"{prefix}{name}."))
     return found
+
+
 # how a multiple-choice metric has a causal LM score its options (``scoring.requests.CONTINUATION_REQUESTS``): the context
 # once for all options, or once per option (lm-evaluation-harness's requests)
 ContextPass = Literal["once", "per_option"]
@@ -169,9 +179,33 @@ class Open(_TypedScalars):
 
 # ------------------------------------------------------------------------------------------------ run-level
 class StatsConfig(Strict):
+    """The bootstrap of every CI and paired test (``n_boot``, ``seed``, ``level``), and which pairs of models the
+    run report's paired tests compare (docs/performance.md, "The report at 1,000 models"): ``paired=auto`` tests
+    every pair of models of a metric and setting up to ``all_pairs_up_to`` models and ``adjacent`` above;
+    ``all_pairs`` every pair whatever the number; ``adjacent`` each model against the next in the ranking of each
+    headline metric (the leaderboard's best vs runner-up and worst vs the one above included); ``reference`` each
+    model against ``paired_reference`` (a model name). Holm's correction runs over the tests run."""
     n_boot: NonNegativeInt = 1000
     seed: int = 0
     level: float = Field(0.95, gt=0.0, lt=1.0)
+    paired: Literal["auto", "all_pairs", "adjacent", "reference"] = "auto"
+    paired_reference: Optional[str] = None
+    all_pairs_up_to: PositiveInt = 20
+
+    @model_validator(mode="after")
+    def _reference_named(self) -> "StatsConfig":
+        if self.paired == "reference" and not self.paired_reference:
+            raise ValueError("stats.paired=reference needs stats.paired_reference=<model name>")
+        return self
+
+    def model_dump(self, **kwargs: Any) -> dict[str, Any]:
+        # the paired-test options at their defaults stay out of the dump, which is hashed into every job's folder
+        # (plan.Job.cfg_hash): a run that does not set them keeps the folders it always had
+        out = super().model_dump(**kwargs)
+        for name in ("paired", "paired_reference", "all_pairs_up_to"):
+            if name in out and getattr(self, name) == type(self).model_fields[name].default:
+                del out[name]
+        return out
 
 
 class RunConfig(Strict):
@@ -463,11 +497,16 @@ def filled_options(model: type[BaseModel], cfg: Mapping[str, Any]) -> dict[str, 
     """``cfg`` validated by ``model`` with every default filled in: the options a metric reads (``cfg["key"]``,
     never a fallback of its own). A ``generator`` section stays as written: its unset keys must not override the
     metric's own ``generation`` settings."""
-    keep_generator = "generator" in model.model_fields
-    out = model.model_validate(cfg).model_dump(exclude={"generator"} if keep_generator else None)
-    if keep_generator:
-        out["generator"] = cfg.get("generator")
-    return out
+    import copy
+
+    def filled() -> dict[str, Any]:
+        keep_generator = "generator" in model.model_fields
+        out = model.model_validate(cfg).model_dump(exclude={"generator"} if keep_generator else None)
+        if keep_generator:
+            out["generator"] = cfg.get("generator")
+        return out
+
+    return copy.deepcopy(_memoized("filled", model, "", cfg, filled))  # the caller's own copy
 
 
 # sections of the root config with an options model: their defaults are filled in like a metric's
@@ -500,13 +539,48 @@ def options_problems(model: type[BaseModel], prefix: str, err: ValidationError) 
     return lines
 
 
+# While a plan is built (``memoized_validation``): (options model, prefix, value) -> its problems. A sweep's jobs
+# repeat the same sections (every job of a 1,000-model sweep has the same benchmarks, stats and metric options):
+# each distinct one is validated once.
+_MEMO: dict[tuple, Any] | None = None
+
+
+@contextlib.contextmanager
+def memoized_validation():
+    """Validate each distinct section once inside the block (``build_plan``); outside it every call validates, as a
+    section's validators may read files that change between calls."""
+    global _MEMO
+    outer, _MEMO = _MEMO, ({} if _MEMO is None else _MEMO)
+    try:
+        yield
+    finally:
+        _MEMO = outer
+
+
+def _memoized(kind: str, model: type[BaseModel], prefix: str, value: Any, compute):
+    if _MEMO is None:
+        return compute()
+    try:
+        key = (kind, model, prefix, json.dumps(value, sort_keys=True))
+    except (TypeError, ValueError):  # not plain JSON: validated every time
+        return compute()
+    if key not in _MEMO:
+        _MEMO[key] = compute()
+    return _MEMO[key]
+
+
 def _check(model: type[BaseModel], prefix: str, value: Any, problems: list[str]) -> None:
     if value is None:
         return
-    try:
-        model.model_validate(value)
-    except ValidationError as err:
-        problems.extend(options_problems(model, prefix, err))
+
+    def found() -> list[str]:
+        try:
+            model.model_validate(value)
+        except ValidationError as err:
+            return options_problems(model, prefix, err)
+        return []
+
+    problems.extend(_memoized("check", model, prefix, value, found))
 
 
 def validate_job_config(cfg: Mapping[str, Any], metric_options, loader_splits, loader_options) -> None:

@@ -2,6 +2,7 @@
 value overrides to a cached composition of the config groups (equal to Hydra's parse: ``tests/test_plan.py``)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -35,12 +36,37 @@ def _is_group_override(override: str, groups: frozenset[str]) -> bool:
 _COMPOSED: dict[tuple[str, str, tuple[str, ...]], Any] = {}
 
 
+# While a plan is built (``conf_snapshot``): conf dir -> the state of its files, read once, not once per sweep job.
+_CONF_STATE: dict[str, str] | None = None
+
+
+@contextlib.contextmanager
+def conf_snapshot():
+    """Read the state of the config files once inside the block (one ``build_plan``); outside it every composition
+    checks them, so a config file edited between two calls is composed again."""
+    global _CONF_STATE
+    outer, _CONF_STATE = _CONF_STATE, ({} if _CONF_STATE is None else _CONF_STATE)
+    try:
+        yield
+    finally:
+        _CONF_STATE = outer
+
+
+def _conf_state(cdir: Path) -> str:
+    if _CONF_STATE is not None and str(cdir) in _CONF_STATE:
+        return _CONF_STATE[str(cdir)]
+    files = sorted((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in cdir.rglob("*.yaml"))
+    state = stable_hash(files, 16)
+    if _CONF_STATE is not None:
+        _CONF_STATE[str(cdir)] = state
+    return state
+
+
 def _composed(cdir: Path, group_overrides: tuple[str, ...]):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    files = sorted((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in cdir.rglob("*.yaml"))
-    key = (str(cdir), stable_hash(files, 16), group_overrides)  # an edited config file is composed again
+    key = (str(cdir), _conf_state(cdir), group_overrides)  # an edited config file is composed again
     if key not in _COMPOSED:
         with initialize_config_dir(config_dir=str(cdir), version_base="1.3"):
             _COMPOSED[key] = hydra_compose("config", overrides=list(group_overrides))
@@ -79,7 +105,16 @@ _HYDRA: dict[str, bool] = {}
 
 
 def compose(overrides: Sequence[str]) -> dict[str, Any]:
-    """The resolved config of one job, as plain containers.
+    """The resolved config of one job, as plain containers (the caller's own)."""
+    import copy
+
+    return copy.deepcopy(compose_shared(overrides))
+
+
+def compose_shared(overrides: Sequence[str]) -> dict[str, Any]:
+    """``compose``, for a caller that only reads the result (``build_plan``): on the fast path the sections no
+    override touched are shared with the cached composition (and with other jobs' configs), not copied: a
+    1,000-model sweep copied each job's whole config before, most of its benchmark descriptions. Never mutate it.
 
     The same as Hydra's compose with all ``overrides``, computed in two steps so sweeps plan fast: the defaults list
     (config groups) is composed once per distinct choice of groups, and value overrides are applied to a copy with
@@ -105,10 +140,10 @@ def compose(overrides: Sequence[str]) -> dict[str, Any]:
     base = None  # for the error message: the composed groups, once known
     try:
         base = _resolved_base(cdir, group_overrides, model_file)
-        values = _adding_known_options(values, base["config"])
+        values = _adding_known_options(values, base)
         fast = None
         if base["resolved"] is not None:
-            fast = _apply_values_fast(base, values) if values else copy.deepcopy(base["resolved"])
+            fast = _apply_values_fast(base, values) if values else dict(base["resolved"])
         if fast is not None:
             return fast
         if hydra_internals_changed():
@@ -123,7 +158,7 @@ def compose(overrides: Sequence[str]) -> dict[str, Any]:
             with open_dict(cfg):
                 _fill_option_defaults(cfg)
             return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-        cfg = copy.deepcopy(base["config"])
+        cfg = copy.deepcopy(base_config(base))
         ConfigLoaderImpl._apply_overrides_to_config(parse_overrides(values), cfg)
         return OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
     except (HydraException, OmegaConfBaseException) as exc:
@@ -159,16 +194,26 @@ def _section_options(parent: str) -> set[str]:
 
 def _adding_known_options(values: Sequence[str], config) -> list[str]:
     """``model.path=DIR`` on a config whose file does not list ``path``: an option the schema declares is added (as
-    ``+model.path=DIR``), so the user never needs Hydra's ``+`` for a documented option."""
+    ``+model.path=DIR``), so the user never needs Hydra's ``+`` for a documented option. ``config``: a composed
+    OmegaConf config, or a ``_resolved_base`` entry (read in its resolved form where there is one)."""
     from omegaconf import DictConfig, OmegaConf
+
+    def section(parent: str):
+        if isinstance(config, dict) and config.get("resolved") is not None:
+            node = config["resolved"]
+            for part in parent.split("."):
+                node = node.get(part) if isinstance(node, dict) else None
+            return node if isinstance(node, dict) else None
+        node = OmegaConf.select(base_config(config) if isinstance(config, dict) else config, parent)
+        return node if isinstance(node, DictConfig) else None
 
     out = []
     for o in values:
         key = o.split("=", 1)[0]
         if "=" in o and not key.startswith(("+", "~")) and "." in key:
             parent, _, name = key.rpartition(".")
-            node = OmegaConf.select(config, parent)
-            if isinstance(node, DictConfig) and name not in node and name in _section_options(parent):
+            node = section(parent)
+            if node is not None and name not in node and name in _section_options(parent):
                 o = "+" + o
         out.append(o)
     return out
@@ -185,7 +230,8 @@ def _override_error(exc: Exception, typed: Sequence[str], base: Mapping[str, Any
     if m and base is not None:
         path = m.group(1)
         parent, _, key = path.rpartition(".")
-        node = OmegaConf.select(base["config"], parent) if parent else base["config"]
+        config = base_config(base)
+        node = OmegaConf.select(config, parent) if parent else config
         known = sorted({str(k) for k in node.keys()} | _section_options(parent)) if node is not None and hasattr(
             node, "keys") else []
         if parent == "model" and node is not None:  # the options of this model's kind, not of every kind
@@ -206,11 +252,20 @@ _RESOLVED: dict[tuple, dict[str, Any]] = {}
 _ENV_NAMES: dict[int, list[str]] = {}  # composed config (by id; kept alive by _COMPOSED) -> variables it reads
 
 
+def base_config(base: dict[str, Any]):
+    """The composed OmegaConf config of ``base`` (model node swapped in), built on first use: a model sweep whose
+    jobs all take the fast path never needs it."""
+    if base["config"] is None:
+        base["config"] = base.pop("build_config")()
+    return base["config"]
+
+
 def _resolved_base(cdir: Path, group_overrides: tuple[str, ...], model_file: Path | None) -> dict[str, Any]:
     """The composed config (model node swapped in) and its resolved form, with the keys interpolations read."""
     import copy
 
     from omegaconf import open_dict
+    from omegaconf.errors import OmegaConfBaseException
 
     composed = _composed(cdir, group_overrides)
     # ${oc.env:VAR} resolves to the environment of the moment: a changed variable is resolved again
@@ -220,21 +275,57 @@ def _resolved_base(cdir: Path, group_overrides: tuple[str, ...], model_file: Pat
     env_names = _ENV_NAMES[id(composed)]
     key = (id(composed), str(model_file), model_file.stat().st_mtime_ns if model_file else 0,
            stable_hash([os.environ.get(n) for n in env_names], 16))
-    if key not in _RESOLVED:
+    if key in _RESOLVED:
+        return _RESOLVED[key]
+
+    def build_config():
         cfg = copy.deepcopy(composed)
         with open_dict(cfg):
             if model_file is not None:
                 cfg.model = OmegaConf.load(model_file)
             _fill_option_defaults(cfg)
-        from omegaconf.errors import OmegaConfBaseException
+        return cfg
 
-        try:
-            resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
-        except OmegaConfBaseException:  # e.g. a mandatory value (???) the value overrides will set
-            resolved = None
-        _RESOLVED[key] = {"config": cfg, "resolved": resolved,
-                          "referenced": _interpolated_keys(OmegaConf.to_container(cfg, resolve=False))}
+    swapped = _with_model_swapped(_resolved_base(cdir, group_overrides, None), model_file) if model_file else None
+    if swapped is not None:
+        _RESOLVED[key] = {**swapped, "config": None, "build_config": build_config}
+        return _RESOLVED[key]
+    cfg = build_config()
+    try:
+        resolved = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+    except OmegaConfBaseException:  # e.g. a mandatory value (???) the value overrides will set
+        resolved = None
+    _RESOLVED[key] = {"config": cfg, "resolved": resolved,
+                      "referenced": _interpolated_keys(OmegaConf.to_container(cfg, resolve=False))}
     return _RESOLVED[key]
+
+
+def _with_model_swapped(plain: dict[str, Any], model_file: Path) -> dict[str, Any] | None:
+    """``plain``'s resolved config with the ``model`` node of ``model_file``, resolved on its own against the root
+    sections (as ``load_model_config``): what composing with the model swapped in gives when nothing outside the model
+    reads a model value and the model reads only the root sections. A model sweep then resolves each model's few
+    lines instead of deep-copying and resolving the whole config per model (most of a 1,000-model plan's time).
+    None when that does not hold: the caller composes the whole config."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    resolved, referenced = plain["resolved"], plain["referenced"]
+    if resolved is None or referenced is None or any(r == "model" or r.startswith("model.") for r in referenced):
+        return None
+    raw = OmegaConf.to_container(OmegaConf.load(model_file), resolve=False)
+    if not isinstance(raw, dict):
+        return None
+    model_reads = _interpolated_keys(raw)
+    root_sections = {k for k in resolved if k not in ("model", "metric", "benchmark", "generator")}
+    if model_reads is None or any(r.split(".", 1)[0] not in root_sections for r in model_reads):
+        return None  # reads another section, or itself: the whole composition decides
+    try:
+        root = {k: resolved[k] for k in root_sections}
+        model = OmegaConf.to_container(OmegaConf.merge(OmegaConf.create(root), {"model": raw}),
+                                       resolve=True, throw_on_missing=True)["model"]
+    except OmegaConfBaseException:
+        return None
+    return {"resolved": {**resolved, "model": model},
+            "referenced": referenced | model_reads}
 
 
 def _fill_option_defaults(cfg) -> None:
@@ -311,11 +402,12 @@ def _apply_values_fast(base: dict[str, Any], values: Sequence[str]) -> dict[str,
         if not isinstance(node, dict) or parts[-1] not in node or isinstance(node[parts[-1]], dict):
             return None  # missing keys and dict values: Hydra's path gives its own error or merge
         if out is None:
-            out = copy.deepcopy(base["resolved"])
-            node = out
-            for p in parts[:-1]:
-                node = node[p]
-        node[parts[-1]] = value
+            out = dict(base["resolved"])
+        node = out
+        for p in parts[:-1]:  # copied along the key's path only; the rest is shared (compose_shared)
+            node[p] = dict(node[p])
+            node = node[p]
+        node[parts[-1]] = copy.deepcopy(value)
     return out
 
 

@@ -1,6 +1,7 @@
 """Secrets kept out of the plan: overrides that carry one are refused, and configs are written without them."""
 from __future__ import annotations
 
+import functools
 from typing import Any, Sequence
 
 from biasflow.errors import ConfigError
@@ -20,6 +21,10 @@ def reject_secret_overrides(overrides: Sequence[str]) -> None:
                               f"command line is written to the plan and logs; {hint}")
 
 
+# a sweep's jobs repeat the same strings (dataset URLs, paths) thousands of times: each is parsed once
+_has_secret = functools.lru_cache(maxsize=1 << 16)(uri_has_secret)
+
+
 def without_secrets(cfg: dict[str, Any]) -> dict[str, Any]:
     """The composed config with the tracking URI's credentials removed (the stages reconnect with the environment's
     URI, see biasflow.secrets.tracking_uri; user names stay out too, so a team's runs of one plan share its hash);
@@ -31,7 +36,8 @@ def without_secrets(cfg: dict[str, Any]) -> dict[str, Any]:
 
     env = environ_snapshot()
     # values of secret-named variables (API keys, tokens), e.g. resolved into the config by ${oc.env:OPENAI_API_KEY}
-    secrets = {v: k for k, v in sorted(env.items()) if v in secret_env_values(env)}
+    secret_values = set(secret_env_values(env))
+    secrets = {v: k for k, v in sorted(env.items()) if v in secret_values}
 
     def walk(obj: Any, where: str) -> None:
         if isinstance(obj, dict):
@@ -41,7 +47,7 @@ def without_secrets(cfg: dict[str, Any]) -> dict[str, Any]:
             for i, v in enumerate(obj):
                 walk(v, f"{where}.{i}")
         elif isinstance(obj, str):
-            if where != "tracking.uri" and uri_has_secret(obj):
+            if where != "tracking.uri" and _has_secret(obj):
                 raise ConfigError(f"{where}={redact_uri(obj)!r} holds a password: give credentials through the "
                                   f"environment instead")
             leaked = [name for value, name in secrets.items() if value in obj]

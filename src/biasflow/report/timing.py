@@ -73,7 +73,8 @@ def plan_jobs(plan: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
             seen.add((rule, key))
             yield rule, key
 
-    configs = [s.get("config", {}) for s in plan.get("sweep", [])]
+    # a sweep job's own dataset descriptions where it overrode one, else the plan's (written once)
+    configs = [{"benchmark": plan.get("benchmarks") or {}, **s.get("config", {})} for s in plan.get("sweep", [])]
     for doc in plan["jobs"]:
         for spec in ((doc.get("benchmark_cfg") or {}).get("files") or {}).values():
             yield from once("download", f"{doc['benchmark']}/{spec['filename']}")
