@@ -33,6 +33,9 @@ EXTRA = {
     # no encoder follow-ups here (the score stage answers only the metric's own requests in this check)
     "counterfactual": ["metric.counterfactual.generation.count=1", "metric.counterfactual.generation.max_tokens=6",
                        "metric.counterfactual.encoder=false"],
+    # GAP's snippets (up to 355 word pieces) exceed the tiny models' 128 positions: a window of words around them
+    "gap": ["metric.gap.context_words=40"],
+    "gap_mc": ["metric.gap_mc.context_words=30", "metric.gap_mc.generation.max_tokens=6"],
     "classification_fairness": ["metric.classification_fairness.predictions_file=example"],
     "recommendation_fairness": ["metric.recommendation_fairness.recommendations_file=example"],
 }
