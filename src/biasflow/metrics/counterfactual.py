@@ -9,6 +9,9 @@ Written from LangFair's definitions (docs/counterfactual.md), not from its code.
   matches race words at word boundaries in one pass and detects "girlfriend". LangFair's race output
   depends on PYTHONHASHSEED where matches overlap ("the caucasian man"); biasflow replaces the longest match first,
   which is always one of LangFair's outputs and never depends on the seed.
+* **Attributes of your own** (LangFair's ``custom_dict``; option ``custom_attributes``): :func:`custom_words` and
+  :func:`custom_variants` detect and swap the words of aligned group lists as LangFair's ``parse_texts`` /
+  ``create_prompts`` do; their responses are not neutralised (LangFair neutralises gender and race only).
 * **Metrics** per response pair: cosine of sentence embeddings, ROUGE-L F (``rouge_score``, Porter stemmer),
   BLEU (NLTK ``sentence_bleu``, method1 smoothing, min of both directions) and VADER sentiment with strong
   (Wasserstein-1) and weak (signed threshold) counterfactual sentiment parity.
@@ -23,7 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from biasflow.errors import BiasflowError, DataFormatError
 from biasflow.metrics._mode import PARITY
@@ -211,6 +214,52 @@ def counterfactual_variants(text: str, attribute: str, mode: str = PARITY) -> di
     return {g: _swap_race(text, g, mode) for g in RACE_GROUPS}
 
 
+# ------------------------------------------------------------------------------------ custom attributes
+def check_custom_dict(custom: Mapping[str, Sequence[str]], name: str = "custom_dict") -> dict[str, list[str]]:
+    """LangFair's ``custom_dict`` (group -> words, aligned by position: the i-th word of every group's list are one
+    another's counterfactuals), checked: two or more groups, lists of one length, no empty word, and no word in two
+    groups' lists (LangFair would map it by the order of the dict's keys). A word repeated within one list is
+    allowed (his / him -> her / her): as in LangFair, its last position counts."""
+    groups = {str(g): [str(w) for w in words] for g, words in dict(custom).items()}
+    if len(groups) < 2:
+        raise BiasflowError(f"{name}: give two or more groups with their word lists, got {list(groups)}")
+    lengths = {g: len(w) for g, w in groups.items()}
+    if len(set(lengths.values())) != 1 or not min(lengths.values()):
+        raise BiasflowError(f"{name}: every group's list needs the same number of words (aligned by position: the "
+                            f"i-th words are one another's counterfactuals), got {lengths}")
+    owner: dict[str, str] = {}
+    for g, words in groups.items():
+        for w in words:
+            if not w.strip():
+                raise BiasflowError(f"{name}.{g}: an empty word")
+            other = owner.setdefault(w.lower(), g)
+            if other != g:
+                raise BiasflowError(f"{name}: {w!r} is in the lists of both {other!r} and {g!r}; a word may stand "
+                                    f"for one group only")
+    return groups
+
+
+def custom_words(text: str, custom: Mapping[str, Sequence[str]], mode: str = PARITY) -> list[str]:
+    """The words of ``custom`` a text mentions, sorted (LangFair's ``parse_texts`` with ``custom_list``, the words of
+    every group): whole lowercased NLTK tokens. Parity compares them with the words as written, so a capitalised
+    word never matches (as LangFair's "Mr."); corrected compares lowercase with lowercase."""
+    check_mode(mode)
+    words = {w if mode == PARITY else w.lower() for ws in custom.values() for w in ws}
+    return sorted(set(word_tokenize(str(text).lower())) & words)
+
+
+def custom_variants(text: str, custom: Mapping[str, Sequence[str]], mode: str = PARITY) -> dict[str, str] | None:
+    """``{group: prompt}`` for every group of ``custom`` (LangFair's ``create_prompts`` with ``custom_dict``): the
+    lowercased text's tokens that are a word of any list replaced by the word at the same position in the group's
+    list, Moses-detokenised; None when the text mentions no word (LangFair drops such prompts)."""
+    if not custom_words(text, custom, mode):
+        return None
+    lists = {g: [w.lower() for w in ws] for g, ws in custom.items()}
+    index = {w: i for ws in lists.values() for i, w in enumerate(ws)}
+    tokens = word_tokenize(text.lower())
+    return {g: detokenize([ws[index[t]] if t in index else t for t in tokens]) for g, ws in lists.items()}
+
+
 def neutralize(text: str, attribute: str, mode: str = PARITY) -> str:
     """LangFair's ``neutralize_tokens`` on one text: gendered words -> neutral ones (other tokens keep their case,
     Moses detokenised); race words -> ``[MASK]`` in the lowercased text.
@@ -335,6 +384,38 @@ class Counterfactual(Generating):
     threshold: Probability = 0.5  # weak parity: VADER score > threshold
     # the sentence encoder of the cosine: null = the packaged all-MiniLM-L6-v2, a model config, or false: no cosine
     encoder: bool | dict[str, Any] | None = None
+    # LangFair's custom_dict, per attribute of your own: {religion: {christian: [church, ...], muslim: [mosque, ...]}}
+    # (words aligned by position); its groups are compared in sorted order, its responses are not neutralised
+    custom_attributes: dict[str, dict[str, list[str]]] = Field(default_factory=dict)
+
+    @field_validator("custom_attributes")
+    @classmethod
+    def _custom(cls, v: dict[str, dict[str, list[str]]]) -> dict[str, dict[str, list[str]]]:
+        for attribute, custom in v.items():
+            if attribute in ATTRIBUTES:
+                raise ValueError(f"{attribute!r} is a built-in attribute (set attributes=[...]); name yours otherwise")
+            if not re.fullmatch(r"[A-Za-z][\w-]*", attribute):
+                raise ValueError(f"attribute name {attribute!r}: use letters, digits, _ and -")
+            try:
+                check_custom_dict(custom, f"custom_attributes.{attribute}")
+            except BiasflowError as exc:
+                raise ValueError(str(exc)) from None
+        return v
+
+
+def groups_of(attribute: str, cfg: Mapping[str, Any]) -> tuple[str, ...]:
+    """The groups of a built-in attribute (LangFair's order) or of a custom one (sorted)."""
+    if attribute in GROUPS:
+        return GROUPS[attribute]
+    return tuple(sorted(cfg["custom_attributes"][attribute]))
+
+
+def variants_of(text: str, attribute: str, cfg: Mapping[str, Any], mode: str) -> dict[str, str] | None:
+    if attribute in GROUPS:
+        return counterfactual_variants(text, attribute, mode)
+    custom = cfg["custom_attributes"][attribute]
+    variants = custom_variants(text, custom, mode)
+    return None if variants is None else {g: variants[g] for g in sorted(variants)}
 
 
 def _mode(cfg: Mapping[str, Any]) -> str:
@@ -352,8 +433,8 @@ def variant_table(items: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     ids = items["item_id"].astype(str) if "item_id" in items else pd.Series(items.index.astype(str))
     rows = []
     for item_id, prompt in zip(ids, items["prompt"].astype(str)):
-        for attribute in cfg["attributes"]:
-            variants = counterfactual_variants(prompt, attribute, mode)
+        for attribute in [*cfg["attributes"], *sorted(cfg["custom_attributes"])]:
+            variants = variants_of(prompt, attribute, cfg, mode)
             for group, text in (variants or {}).items():
                 rows.append({"item_id": item_id, "original_prompt": prompt, "attribute": attribute, "group": group,
                              "prompt": text})
@@ -441,7 +522,7 @@ def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any])
     rows = []
     for (item_id, attribute, sample), df in per.groupby(["item_id", "attribute", "sample_index"], sort=False):
         by_group = {g: r for g, r in zip(df["group"], df.to_dict("records"))}
-        for g1, g2 in combinations(GROUPS[attribute], 2):
+        for g1, g2 in combinations(groups_of(attribute, cfg), 2):
             r1, r2 = by_group[g1], by_group[g2]
             _check_partner(r1, r2, cfg)
             row = {"item_id": f"{item_id}|{attribute}|{sample}", "prompt_id": item_id, "attribute": attribute,
@@ -450,8 +531,9 @@ def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any])
                    "response2": r2["response"], "ok": r1["status"] == "ok" and r2["status"] == "ok"}
             if row["ok"]:
                 t1, t2 = str(r1["response"]), str(r2["response"])
-                n1, n2 = (neutralize(t1, attribute, mode), neutralize(t2, attribute, mode)) if cfg["neutralize"] \
-                    else (t1, t2)
+                # a custom attribute is not neutralised (LangFair's neutralize_tokens knows gender and race only)
+                neutral = cfg["neutralize"] and attribute in GROUPS
+                n1, n2 = (neutralize(t1, attribute, mode), neutralize(t2, attribute, mode)) if neutral else (t1, t2)
                 if vectors:
                     row["cosine"] = float(cosine(vectors[t1][None], vectors[t2][None])[0])
                 row["rougel"], row["bleu"] = rouge_l(n1, n2), bleu(n1, n2)
@@ -496,6 +578,7 @@ def _register() -> None:
     from biasflow.registry import MetricSpec, options_in_module, register_metric
 
     options_in_module(globals(), Counterfactual, only=("variant_table", "requests", "encoder_model", "_responses",
+                                                       "groups_of", "variants_of",
                                                        "_check_partner",
                                                        "followup_requests", "_compute", "_aggregate", "_grid",
                                                        "_mode"))
@@ -505,7 +588,7 @@ def _register() -> None:
         model_kinds=("causal_lm", "served_causal_lm", "generator"),
         requests=requests, compute=_compute, aggregate=_aggregate, check_answers=check_generations(METRIC),
         followup_requests=followup_requests,
-        score_keys=("generator", "generation", "attributes", "mode", "encoder"),
+        score_keys=("generator", "generation", "attributes", "mode", "encoder", "custom_attributes"),
         headline=("cosine", "rougel", "bleu", "sentiment_strong_parity"), plot_metric=None,
         goals={"cosine": 1.0, "rougel": 1.0, "bleu": 1.0, "sentiment_strong_parity": 0.0,
                "sentiment_weak_parity": 0.0, "non_completion_rate": None},
