@@ -59,6 +59,8 @@ SUBSTITUTIONS = {
     "bbq.predictions_file=/path/predictions.json": "bbq.predictions_file={tmp}/bbq_predictions.json",
     "predictions_file=/path/predictions.json": "predictions_file={tmp}/predictions.json",
     "model=<a sentence_encoder config>": "model=all_minilm_l6_v2",
+    # a file shipped in the checkout, named relative to its root (the scratch project has no src/)
+    "generator.path=src/biasflow/resources/examples/": f"generator.path={ROOT}/src/biasflow/resources/examples/",
 }
 
 # Commands in the docs that the test does not run, and why.
