@@ -23,7 +23,8 @@ from biasflow.snakemake_fixes import install as install_snakemake_fixes
 install_slurm_fixes()
 install_snakemake_fixes()  # --list-changes params lists only files whose params changed
 
-PLAN, W = load_plan(config)
+# a cluster job's parse (remote mode) reads only its own jobs from the staged plan's job store
+PLAN, W = load_plan(config, remote=workflow.remote_exec)
 RESULTS = PLAN.paths["results"]
 RESOURCES = PLAN.paths["resources"]
 

@@ -497,8 +497,6 @@ def filled_options(model: type[BaseModel], cfg: Mapping[str, Any]) -> dict[str, 
     """``cfg`` validated by ``model`` with every default filled in: the options a metric reads (``cfg["key"]``,
     never a fallback of its own). A ``generator`` section stays as written: its unset keys must not override the
     metric's own ``generation`` settings."""
-    import copy
-
     def filled() -> dict[str, Any]:
         keep_generator = "generator" in model.model_fields
         out = model.model_validate(cfg).model_dump(exclude={"generator"} if keep_generator else None)
@@ -506,7 +504,8 @@ def filled_options(model: type[BaseModel], cfg: Mapping[str, Any]) -> dict[str, 
             out["generator"] = cfg.get("generator")
         return out
 
-    return copy.deepcopy(_memoized("filled", model, "", cfg, filled))  # the caller's own copy
+    # inside memoized_validation (build_plan, which only reads it) one dict serves every equal section
+    return _memoized("filled", model, "", cfg, filled)
 
 
 # sections of the root config with an options model: their defaults are filled in like a metric's
@@ -558,14 +557,21 @@ def memoized_validation():
 
 
 def _memoized(kind: str, model: type[BaseModel], prefix: str, value: Any, compute):
+    """``compute()``, once per distinct ``value`` inside ``memoized_validation``. The plan's jobs share unchanged
+    sections (``compose_shared``): the same object is recognised by identity (kept alive here, so its id is not
+    reused), an equal one by its JSON."""
     if _MEMO is None:
         return compute()
+    same = (kind, model, prefix, id(value))
+    if same in _MEMO and _MEMO[same][0] is value:
+        return _MEMO[same][1]
     try:
         key = (kind, model, prefix, json.dumps(value, sort_keys=True))
     except (TypeError, ValueError):  # not plain JSON: validated every time
         return compute()
     if key not in _MEMO:
         _MEMO[key] = compute()
+    _MEMO[same] = (value, _MEMO[key])
     return _MEMO[key]
 
 

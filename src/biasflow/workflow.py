@@ -23,14 +23,21 @@ def _overrides(config: Mapping[str, Any]) -> list[str]:
     return [str(x) for x in raw]
 
 
-def load_plan(config: Mapping[str, Any]) -> tuple[Plan, "Lookups"]:
+def load_plan(config: Mapping[str, Any], remote: bool = False) -> tuple["Plan | PlanHead", "Lookups"]:
     """The plan of this Snakemake invocation: the staged plan named by ``--config plan=PATH`` (what ``biasflow run``
     passes, and what every cluster job's re-parse reads), else composed from ``overrides`` once and staged for later
     parses while nothing it was made from has changed. Parsing writes nothing under ``results/``: the run folder's
-    ``plan.json`` is the output of the ``plan`` rule, copied from the staged file."""
+    ``plan.json`` is the output of the ``plan`` rule, copied from the staged file.
+
+    ``remote``: this parse runs one cluster job (Snakemake's remote mode, ``workflow.remote_exec``). It reads the
+    staged plan's job store (``JobStore``: the summary and the files of the jobs it looks up), not the whole plan, so
+    a job's cost does not grow with the sweep; without a store (a plan staged by an older biasflow) the whole plan."""
     if config.get("plan"):
-        plan = Plan.read(config["plan"])
         given = Path(str(config["plan"]))
+        store = JobStore.beside(given) if remote else None
+        if store is not None:
+            return PlanHead.of(store.summary), Lookups(None, str(given), store)
+        plan = Plan.read(given)
         # a run folder's plan.json is the plan rule's output, never also its input: stage a copy
         staged = stage_plan(plan) if given.resolve() == Path(plan.path).resolve() else str(given)
         return plan, Lookups(plan, staged)
@@ -44,10 +51,118 @@ STAGE_DIR = Path(".snakemake") / "biasflow" / "plans"
 
 def stage_plan(plan: Plan, workdir: str | os.PathLike = ".") -> str:
     """Write ``plan`` where Snakemake's parses read it (``.snakemake/biasflow/plans/<plan hash>.json`` under the
-    working directory, rewritten only when it changed); return the absolute path."""
+    working directory, rewritten only when it changed) with its job store beside it; return the absolute path."""
     path = (Path(workdir) / STAGE_DIR / f"{plan.plan_hash}.json").resolve()
     plan.write(str(path))
+    JobStore.write(plan, path)
     return str(path)
+
+
+JOB_STORE_FORMAT = "biasflow-job-store/1"
+
+
+class JobStore:
+    """A staged plan split for cluster jobs: ``<plan>.jobs/summary.json`` (what the rules' definitions read of the
+    whole plan: paths, dataset descriptions, built models, metrics with extra files, exports) and one file per job,
+    named by the hash of the path it is looked up by (its metric folder, its scores file, its items table). A cluster
+    job's parse reads the summary and the few jobs its target needs: at 1,000 models the whole plan took seconds to
+    read and check, per job."""
+
+    def __init__(self, folder: Path, summary: dict[str, Any]):
+        self.folder = folder
+        self.summary = summary
+        self._jobs: dict[str, Job] = {}
+
+    @staticmethod
+    def folder_of(staged_plan: str | os.PathLike) -> Path:
+        return Path(staged_plan).with_suffix(".jobs")
+
+    @staticmethod
+    def _name(path: str) -> str:
+        from biasflow.io import stable_hash
+
+        return f"{stable_hash(path, 20)}.json"
+
+    @classmethod
+    def beside(cls, staged_plan: str | os.PathLike) -> "JobStore | None":
+        """The store of ``staged_plan`` if it was written for this plan file as it is now, else None."""
+        folder = cls.folder_of(staged_plan)
+        try:
+            summary = json.loads((folder / "summary.json").read_text())
+            plan_stat = os.stat(staged_plan)
+        except (OSError, json.JSONDecodeError):
+            return None
+        if summary.get("format") != JOB_STORE_FORMAT or summary.get("plan_file") != [plan_stat.st_size,
+                                                                                      plan_stat.st_mtime_ns]:
+            return None  # another format, or the plan file was rewritten after the store
+        return cls(folder, summary)
+
+    @classmethod
+    def write(cls, plan: Plan, staged_plan: str | os.PathLike) -> None:
+        """Write the store of ``plan`` (staged at ``staged_plan``) unless it is there for this plan file already;
+        written into a new folder and renamed into place, so a reader sees the old store or the new one."""
+        import shutil
+        import tempfile
+
+        if cls.beside(staged_plan) is not None:
+            return
+        folder = cls.folder_of(staged_plan)
+        tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+        written: set[str] = set()
+        for job in plan.jobs:
+            doc = json.dumps(job.to_doc(), sort_keys=True, default=str)
+            for key in (job.metric_dir, job.scores_path(), job.items_path):
+                if key and key not in written:  # the first job with that scores file / items table, as Lookups
+                    written.add(key)
+                    (tmp / cls._name(key)).write_text(doc)
+        stat = os.stat(staged_plan)
+        summary = dict(plan_summary(plan), format=JOB_STORE_FORMAT, plan_file=[stat.st_size, stat.st_mtime_ns])
+        (tmp / "summary.json").write_text(json.dumps(summary, sort_keys=True, default=str))
+        old = folder.with_name(tmp.name + ".old")
+        if folder.exists():
+            folder.rename(old)
+        tmp.rename(folder)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def job(self, path: str) -> Job:
+        """The job looked up by ``path`` (a metric folder, scores file or items table); KeyError if none."""
+        if path not in self._jobs:
+            file = self.folder / self._name(path)
+            try:
+                doc = json.loads(file.read_text())
+            except FileNotFoundError:
+                raise KeyError(path) from None
+            self._jobs[path] = Job.from_doc(doc, file)
+        return self._jobs[path]
+
+
+def plan_summary(plan: Plan) -> dict[str, Any]:
+    """What the workflow's rule definitions read of the whole plan, small whatever the sweep's size."""
+    job_benchmarks = dict(plan.benchmarks)
+    built: dict[str, dict[str, Any]] = {}
+    for job in plan.jobs:
+        if job.benchmark:
+            job_benchmarks[job.benchmark] = job.benchmark_cfg  # a job's own (possibly overridden) description wins
+        if job.model.get("build"):  # one recipe per folder (check_built_models): the first job's
+            built.setdefault(os.path.normpath(str(job.model["path"])), job.model)
+    return {"plan_hash": plan.plan_hash, "run_dir": plan.run_dir, "plan_path": plan.path, "paths": plan.paths,
+            "tracking": plan.tracking, "benchmarks": plan.benchmarks, "job_benchmarks": job_benchmarks,
+            "built_models": list(built.values()),
+            "families_with_extras": {j.metric: list(j.extra_outputs) for j in plan.jobs if j.extra_outputs},
+            "exports": [[job.metric_dir, option, path] for job in plan.jobs
+                        for option, path in sorted(job.exports.items())]}
+
+
+class PlanHead:
+    """The plan as a cluster job's parse sees it (``load_plan(remote=True)``): its hash, folders and tracking."""
+
+    def __init__(self, plan_hash: str, run_dir: str, path: str, paths: dict[str, Any], tracking: dict[str, Any]):
+        self.plan_hash, self.run_dir, self.path, self.paths, self.tracking = plan_hash, run_dir, path, paths, tracking
+
+    @classmethod
+    def of(cls, summary: Mapping[str, Any]) -> "PlanHead":
+        return cls(summary["plan_hash"], summary["run_dir"], summary["plan_path"], summary["paths"],
+                   summary["tracking"])
 
 
 def _inputs_state(paths) -> list:
@@ -122,33 +237,43 @@ def check_built_models(jobs) -> None:
 
 
 class Lookups:
-    def __init__(self, plan: Plan, staged_plan: str):
-        check_built_models(plan.jobs)  # when the workflow is parsed, before any job
+    """Wildcards -> jobs, inputs and params, for the rules. From the whole plan (``plan``), or on a cluster job
+    from its job store (``store``, plan None): then the run-level lists (``every_output``, ``run_inputs``,
+    ``mlflow_inputs``) hold only the plan file, as those rules run in the main process, never on a cluster node."""
+
+    def __init__(self, plan: Plan | None, staged_plan: str, store: JobStore | None = None):
         self.plan = plan
+        self.store = store
+        self.summary = store.summary if store is not None else plan_summary(plan)
+        if plan is not None:
+            check_built_models(plan.jobs)  # when the workflow is parsed, before any job
         self.staged_plan = staged_plan  # what the plan rule copies into the run folder
-        self.plan_path = plan.path  # the run folder's plan.json: the plan rule's output, every run-level stage's input
-        self.results = plan.paths["results"]
-        self.resources = plan.paths["resources"]
-        self.by_items: dict[str, Job] = {}
-        self.by_scores: dict[str, Job] = {}
-        self.by_metric_dir: dict[str, Job] = {}
-        for job in plan.jobs:
+        self.plan_path = self.summary["plan_path"]  # the run folder's plan.json: the plan rule's output
+        self.results = self.summary["paths"]["results"]
+        self.resources = self.summary["paths"]["resources"]
+        self.run_dir = self.summary["run_dir"]
+        # metric folder, scores file, items table -> the job (the first of a shared scores file / items table)
+        self.by_path: dict[str, Job] = {}
+        for job in plan.jobs if plan is not None else ():
+            self.by_path[job.metric_dir] = job
+            self.by_path.setdefault(job.scores_path(), job)
             if job.items_path:
-                self.by_items.setdefault(job.items_path, job)
-            self.by_scores.setdefault(job.scores_path(), job)
-            self.by_metric_dir[job.metric_dir] = job
+                self.by_path.setdefault(job.items_path, job)
+
+    def _job(self, path: str) -> Job:
+        if path in self.by_path or self.store is None:
+            return self.by_path[path]
+        return self.store.job(path)
 
     # ---- targets
     def final_target(self) -> str:
-        name = "mlflow.json" if config_value(TrackingConfig, self.plan.tracking, "enabled") else "aggregate.parquet"
-        return f"{self.plan.run_dir}/{name}"
+        name = "mlflow.json" if config_value(TrackingConfig, self.summary["tracking"], "enabled") \
+            else "aggregate.parquet"
+        return f"{self.run_dir}/{name}"
 
     # ---- data
     def file_spec(self, benchmark: str, filename: str) -> dict[str, Any]:
-        bcfg = self.plan.benchmarks.get(benchmark)
-        for job in self.plan.jobs:  # a job's own (possibly overridden) description wins
-            if job.benchmark == benchmark:
-                bcfg = job.benchmark_cfg
+        bcfg = self.summary["job_benchmarks"].get(benchmark)
         if not bcfg:
             raise ValueError(f"no benchmark config {benchmark!r}")
         for key, spec in bcfg["files"].items():
@@ -168,7 +293,7 @@ class Lookups:
         return {k: f"{self.resources}/datasets/{benchmark}/{spec['filename']}" for k, spec in bcfg["files"].items()}
 
     def items_job(self, benchmark: str, bhash: str) -> Job:
-        return self.by_items[f"{self.results}/items/{benchmark}-{bhash}.parquet"]
+        return self._job(f"{self.results}/items/{benchmark}-{bhash}.parquet")
 
     # ---- models
     def model_inputs(self, model: Mapping[str, Any]) -> list[str]:
@@ -176,9 +301,9 @@ class Lookups:
         return [model["path"]] if model.get("build") else []
 
     def built_model(self, path: str) -> Mapping[str, Any]:
-        for job in self.plan.jobs:  # one recipe per folder (check_built_models, when parsed)
-            if job.model.get("build") and os.path.normpath(job.model["path"]) == os.path.normpath(path):
-                return job.model
+        for model in self.built_models():  # one recipe per folder (check_built_models, when parsed)
+            if os.path.normpath(model["path"]) == os.path.normpath(path):
+                return model
         raise ValueError(f"no model of this plan is built at {path}")
 
     def build_params(self, path: str) -> dict[str, Any]:
@@ -204,19 +329,19 @@ class Lookups:
         return BUILD_PRIORITY if os.path.normpath(f"{self.resources}/datasets/{benchmark}/{filename}") in wanted else 0
 
     def built_models(self) -> list[Mapping[str, Any]]:
-        return [job.model for job in self.plan.jobs if job.model.get("build")]
+        return self.summary["built_models"]
 
     def demo_training_texts(self) -> list[str]:
         from biasflow.models.demo import TRAINING_BENCHMARK
 
-        return list(self.raw_files(TRAINING_BENCHMARK, self.plan.benchmarks[TRAINING_BENCHMARK]).values())
+        return list(self.raw_files(TRAINING_BENCHMARK, self.summary["benchmarks"][TRAINING_BENCHMARK]).values())
 
     # ---- scores and metrics
     def score_job(self, model_key: str, metric: str, shash: str) -> Job:
-        return self.by_scores[f"{self.results}/scores/{model_key}/{metric}-{shash}.parquet"]
+        return self._job(f"{self.results}/scores/{model_key}/{metric}-{shash}.parquet")
 
     def metric_job(self, model_key: str, metric: str, chash: str) -> Job:
-        return self.by_metric_dir[f"{self.results}/metrics/{model_key}/{metric}/{chash}"]
+        return self._job(f"{self.results}/metrics/{model_key}/{metric}/{chash}")
 
     def score_resources(self, wildcards) -> dict[str, int]:
         """The score rule's threads and resources, from its model's config (biasflow.scheduling)."""
@@ -255,19 +380,21 @@ class Lookups:
 
     def exports(self) -> list[tuple[Job, str, str]]:
         """(job, option, path) of every file a job exports where the user asked (one rule each)."""
-        return [(job, option, path) for job in self.plan.jobs for option, path in sorted(job.exports.items())]
+        return [(self._job(metric_dir), option, path) for metric_dir, option, path in self.summary["exports"]]
 
     def families_with_extras(self) -> dict[str, tuple[str, ...]]:
         """Metric -> the files it writes beside its tables, for the metrics of this plan that write any."""
-        return {job.metric: job.extra_outputs for job in self.plan.jobs if job.extra_outputs}
+        return {metric: tuple(extras) for metric, extras in self.summary["families_with_extras"].items()}
 
     def every_output(self) -> list[str]:
         """Every file of the plan's DAG except downloads: rule all's targets. Snakemake re-creates a missing file
         only when something asks for it, and a user who deletes a report or metadata file whose downstream files are
         up to date expects it back. (A download's record ``<file>.source.json`` is not asked for: a dataset file
         placed by hand has none, and re-running its download would replace the file.)"""
+        if self.plan is None:
+            return []
         jobs = self.plan.jobs
-        return sorted({self.plan_path, *self.run_files().values(), f"{self.plan.run_dir}/plots",
+        return sorted({self.plan_path, *self.run_files().values(), f"{self.run_dir}/plots",
                        *(f for j in jobs for f in self.metric_files(j)),
                        *(f"{j.scores_path()}.meta.json" for j in jobs),
                        *(f"{j.items_path}.meta.json" for j in jobs if j.items_path),
@@ -276,10 +403,12 @@ class Lookups:
     # ---- run level
     def run_files(self) -> dict[str, str]:
         """The run folder's tables and report (the aggregate rule's outputs), by name."""
-        return {name.replace(".", "_"): f"{self.plan.run_dir}/{name}" for name in RUN_FILES}
+        return {name.replace(".", "_"): f"{self.run_dir}/{name}" for name in RUN_FILES}
 
     def run_inputs(self) -> dict[str, Any]:
         """What the run report reads: the plan, every job's tables and score provenance, the items' descriptions."""
+        if self.plan is None:
+            return {"plan": self.plan_path}
         jobs = self.plan.jobs
         return {"plan": self.plan_path,
                 "aggregates": [f"{j.metric_dir}/aggregate.parquet" for j in jobs],
@@ -292,7 +421,9 @@ class Lookups:
 
     def mlflow_inputs(self) -> dict[str, Any]:
         """What logging a run reads: the plan, the run folder's report files and every job's folder."""
-        return {"plan": self.plan_path, **self.run_files(), "plots": f"{self.plan.run_dir}/plots",
+        if self.plan is None:
+            return {"plan": self.plan_path}
+        return {"plan": self.plan_path, **self.run_files(), "plots": f"{self.run_dir}/plots",
                 "metric_files": [f for j in self.plan.jobs for f in self.metric_files(j)],
                 "items_metas": self.run_inputs()["items_metas"]}
 
@@ -308,4 +439,4 @@ class Lookups:
         return sorted({f["path"] for f in job.user_files.values() if os.path.isfile(f["path"])})
 
 
-__all__ = ["load_plan", "Lookups"]
+__all__ = ["load_plan", "Lookups", "JobStore", "PlanHead", "plan_summary", "stage_plan"]

@@ -82,6 +82,7 @@ def _build_plan(overrides: Sequence[str], multirun: bool) -> Plan:
     jobs: dict[str, Job] = {}
     skipped: list[str] = []
     seen: set[str] = set()
+    clean: dict[int, Any] = {}  # config sections without secrets, shared by the sweep's jobs (without_secrets)
     tracking = paths = None
     benchmarks: dict[str, Any] = {}
     digests: dict[str, str] = {}  # path -> content digest, once per plan
@@ -100,7 +101,7 @@ def _build_plan(overrides: Sequence[str], multirun: bool) -> Plan:
     with_display_names([cfg["model"] for _, cfg in composed])
     for job_overrides, cfg in composed:
         cfg = with_option_dumps(cfg)
-        cfg = with_ordered_options(without_secrets(cfg))
+        cfg = with_ordered_options(without_secrets(cfg, clean))
         sweep.append({"overrides": job_overrides, "config": cfg})
         tracking = tracking or cfg.get("tracking", {})
         paths = paths or cfg["paths"]

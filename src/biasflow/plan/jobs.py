@@ -94,6 +94,25 @@ class Job:
                 "mode": self.mode, "model_key": self.model_key, "cfg_hash": self.cfg_hash,
                 "user_files": self.user_files}
 
+    def to_doc(self) -> dict[str, Any]:
+        """The job as the plan file stores it: its params and the paths they give (checked when read back)."""
+        return dict(self.params(), metric_dir=self.metric_dir, items_path=self.items_path,
+                    scores_path=self.scores_path(), score_keys=list(self.score_keys), results=self.results,
+                    sweep_overrides=self.sweep_overrides, extra_outputs=list(self.extra_outputs), exports=self.exports)
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any], where: str | os.PathLike) -> "Job":
+        """A job written by ``to_doc``; its paths are recomputed and must equal the saved ones, or the file ``where``
+        is not this code's."""
+        job = cls(metric=doc["metric"], model=doc["model"], metric_cfg=doc["metric_cfg"], benchmark=doc["benchmark"],
+                  benchmark_cfg=doc["benchmark_cfg"], stats=doc["stats"], mode=doc["mode"], results=doc["results"],
+                  sweep_overrides=doc["sweep_overrides"], user_files=doc.get("user_files") or {},
+                  score_keys=tuple(doc["score_keys"]), extra_outputs=tuple(doc.get("extra_outputs") or ()),
+                  exports=dict(doc.get("exports") or {}))
+        if job.metric_dir != doc["metric_dir"] or job.scores_path() != doc["scores_path"]:
+            raise ConfigError(f"{where}: job {doc['metric_dir']} does not match this biasflow version; plan again")
+        return job
+
 
 PLAN_FORMAT = "biasflow-plan/1"
 
@@ -131,10 +150,7 @@ class Plan:
     def to_json(self) -> str:
         doc = {"format": PLAN_FORMAT, "plan_hash": self.plan_hash, "tracking": self.tracking, "paths": self.paths,
                "sweep": self.sweep, "skipped": self.skipped, "benchmarks": self.benchmarks,
-               "jobs": [dict(j.params(), metric_dir=j.metric_dir, items_path=j.items_path,
-                             scores_path=j.scores_path(), score_keys=list(j.score_keys),
-                             results=j.results, sweep_overrides=j.sweep_overrides,
-                             extra_outputs=list(j.extra_outputs), exports=j.exports) for j in self.jobs]}
+               "jobs": [j.to_doc() for j in self.jobs]}
         return json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n"
 
     def write(self, path: str | None = None) -> str:
@@ -154,16 +170,7 @@ class Plan:
         if doc.get("format") != PLAN_FORMAT:
             raise ConfigError(f"{path} is not a plan of this biasflow version (format {doc.get('format')!r}); "
                               f"plan again with biasflow run / biasflow plan")
-        jobs = []
-        for j in doc["jobs"]:
-            job = Job(metric=j["metric"], model=j["model"], metric_cfg=j["metric_cfg"], benchmark=j["benchmark"],
-                      benchmark_cfg=j["benchmark_cfg"], stats=j["stats"], mode=j["mode"], results=j["results"],
-                      sweep_overrides=j["sweep_overrides"], user_files=j.get("user_files") or {},
-                      score_keys=tuple(j["score_keys"]), extra_outputs=tuple(j.get("extra_outputs") or ()),
-                      exports=dict(j.get("exports") or {}))
-            if job.metric_dir != j["metric_dir"] or job.scores_path() != j["scores_path"]:
-                raise ConfigError(f"{path}: job {j['metric_dir']} does not match this biasflow version; plan again")
-            jobs.append(job)
+        jobs = [Job.from_doc(j, path) for j in doc["jobs"]]
         plan = cls(jobs=jobs, sweep=doc["sweep"], tracking=doc["tracking"], paths=doc["paths"],
                    skipped=doc["skipped"], benchmarks=canonical(doc.get("benchmarks") or {}))
         if plan.plan_hash != doc["plan_hash"]:

@@ -25,10 +25,11 @@ def reject_secret_overrides(overrides: Sequence[str]) -> None:
 _has_secret = functools.lru_cache(maxsize=1 << 16)(uri_has_secret)
 
 
-def without_secrets(cfg: dict[str, Any]) -> dict[str, Any]:
+def without_secrets(cfg: dict[str, Any], checked: dict[int, Any] | None = None) -> dict[str, Any]:
     """The composed config with the tracking URI's credentials removed (the stages reconnect with the environment's
     URI, see biasflow.secrets.tracking_uri; user names stay out too, so a team's runs of one plan share its hash);
-    any other secret-bearing URI is an error naming the option."""
+    any other secret-bearing URI is an error naming the option. ``checked``: sections found clean by earlier calls
+    (id -> the section, kept alive): the jobs of a sweep share them (``compose_shared``), each is walked once."""
     tracking = dict(cfg.get("tracking") or {})
     if tracking.get("uri"):
         tracking["uri"] = public_uri(tracking["uri"])
@@ -41,8 +42,12 @@ def without_secrets(cfg: dict[str, Any]) -> dict[str, Any]:
 
     def walk(obj: Any, where: str) -> None:
         if isinstance(obj, dict):
+            if checked is not None and checked.get(id(obj)) is obj:
+                return
             for k, v in obj.items():
                 walk(v, f"{where}.{k}" if where else str(k))
+            if checked is not None:
+                checked[id(obj)] = obj
         elif isinstance(obj, list):
             for i, v in enumerate(obj):
                 walk(v, f"{where}.{i}")

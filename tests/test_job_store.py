@@ -1,0 +1,81 @@
+"""A cluster job's parse reads the staged plan's job store (its own jobs), never the whole plan."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from biasflow.plan import build_plan
+from biasflow.workflow import JobStore, Lookups, load_plan, stage_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEP = ["model=bert_base_uncased,roberta_base,gpt2", "metric=[crows_pairs,stereoset,crows_pairs_causal,weat]",
+         "metric.crows_pairs.diff_threshold=0.05,0.1"]
+
+
+@pytest.fixture()
+def staged(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plan = build_plan(SWEEP, multirun=True)
+    return plan, stage_plan(plan)
+
+
+def test_every_lookup_from_the_store_equals_the_whole_plans(staged):
+    """Every rule's params and inputs, the download specs, the exports and the metrics with extra files: the same from
+    the job store as from the whole plan."""
+    plan, path = staged
+    whole = Lookups(plan, path)
+    head, stored = load_plan({"plan": path}, remote=True)
+    assert stored.store is not None and stored.plan is None
+    assert (head.plan_hash, head.run_dir, head.paths) == (plan.plan_hash, plan.run_dir, plan.paths)
+    assert stored.final_target() == whole.final_target()
+    assert stored.families_with_extras() == whole.families_with_extras()
+    assert stored.built_models() == whole.built_models()
+    for job in plan.jobs:
+        m = stored.metric_job(job.model_key, job.metric, job.cfg_hash)
+        assert m.params() == job.params() and stored.metric_inputs(m) == whole.metric_inputs(job)
+        s = stored.score_job(job.model_key, job.metric, job.score_hash())
+        w = whole.score_job(job.model_key, job.metric, job.score_hash())
+        assert s.score_params() == w.score_params() and stored.score_inputs(s) == whole.score_inputs(w)
+        if job.items_path:
+            bhash = job.items_path.rsplit("-", 1)[1].removesuffix(".parquet")
+            assert stored.items_job(job.benchmark, bhash).benchmark_cfg == \
+                whole.items_job(job.benchmark, bhash).benchmark_cfg
+            for spec in job.benchmark_cfg["files"].values():
+                assert stored.file_spec(job.benchmark, spec["filename"]) == \
+                    whole.file_spec(job.benchmark, spec["filename"])
+    with pytest.raises(KeyError):
+        stored.metric_job("no_such_model-00000000", "crows_pairs", "0" * 12)
+
+
+def test_a_store_is_used_only_for_the_plan_file_it_was_written_for(staged):
+    """A plan file rewritten after its store (another plan staged under the same hash by an older biasflow, a file
+    edited by hand) is read whole; staging again writes a new store."""
+    plan, path = staged
+    assert JobStore.beside(path) is not None
+    Path(path).write_text(Path(path).read_text() + " ")
+    assert JobStore.beside(path) is None
+    _, lookups = load_plan({"plan": path}, remote=True)
+    assert lookups.store is None and lookups.plan.plan_hash == plan.plan_hash
+    stage_plan(plan)
+    assert JobStore.beside(path) is not None
+
+
+def test_a_cluster_job_parse_never_reads_the_whole_plan(staged):
+    """Snakemake's remote mode (what a SLURM job runs) with the plan file replaced by garbage of the same size and
+    time: the job still parses and plans its own work, from the store alone."""
+    plan, path = staged
+    job = next(j for j in plan.jobs if j.metric == "crows_pairs")
+    stat = os.stat(path)
+    Path(path).write_text("x" * stat.st_size)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    target = f"metric:model_key={job.model_key},metric={job.metric},chash={job.cfg_hash}"
+    out = subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile"), "--mode",
+                          "remote", "--target-jobs", target, "--config", f"plan={path}", "--dry-run", "--cores", "1"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"{job.metric_dir}/aggregate.parquet" in out.stdout  # the target job, with its score job upstream
+    assert job.scores_path() in out.stdout
