@@ -175,13 +175,11 @@ def _register() -> None:
     options_in_module(globals(), ClassificationFairness, only=("read_items", "compute", "aggregate", "requests"))
     meanings: dict[str, str] = {}
     for rate, (_, name, what) in RATES.items():
-        meanings[rate] = (f"{what}, among the group's rows (per group) or both groups' rows (overall); a "
-                          f"description, not a bias score: compare the groups")
-        meanings[f"{rate}_difference"] = (f"LangFair's {name} as a difference: |group 1's {rate.replace('_', ' ')} "
-                                          f"- group 2's|; 0 = fair, larger = a larger gap")
-        meanings[f"{rate}_ratio"] = (f"LangFair's {name} as a ratio (ratio=True): group 1's "
-                                     f"{rate.replace('_', ' ')} / group 2's; 1 = fair, away from 1 either way = "
-                                     f"a gap (group 1 = the first of metric.{METRIC}.groups, or the first sorted)")
+        meanings[rate] = f"{what}, in the group (overall: both groups); describes the group: compare the groups"
+        meanings[f"{rate}_difference"] = (f"LangFair's {name}: |group 1's {rate.replace('_', ' ')} - group 2's|; "
+                                          f"0 = fair, larger = a larger gap")
+        meanings[f"{rate}_ratio"] = (f"LangFair's {name} with ratio=True: group 1's rate / group 2's (group 1: "
+                                     f"first of groups, or sorted); 1 = fair, away from 1 = a gap")
     undefined = {rate: f"the group has no {DENOMINATORS[rate]}" for rate in RATES}
     undefined.update({f"{rate}_difference": f"a group has no {DENOMINATORS[rate]}" for rate in RATES})
     undefined.update({f"{rate}_ratio": f"a group has no {DENOMINATORS[rate]}, or group 2's rate is 0"

@@ -164,16 +164,13 @@ def _register() -> None:
     from biasflow.registry import MetricSpec, options_in_module, register_metric
 
     options_in_module(globals(), RecommendationFairness, only=("read_items", "compute", "aggregate", "requests"))
-    what = {"jaccard": "Jaccard similarity (shared items / all items; 1 = the same items)",
-            "serp": "SERP similarity (LangFair's rank-weighted share of the group's items found in the neutral list; "
-                    "identical lists of K items give (K + 1)(K + 2) / 2 - 1 over 2K(K + 1), 1/3 for K = 5)",
-            "prag": "PRAG similarity (LangFair's share of the group list's item pairs ranked in the same order in "
-                    "the neutral list, over K(K + 1); identical lists of K items give (K - 1) / (2(K + 1)))"}
+    what = {"jaccard": "Jaccard similarity (shared / all items; 1 = the same items)",
+            "serp": "SERP similarity (LangFair's rank-weighted overlap; identical lists of 5 give 1/3)",
+            "prag": "PRAG similarity (LangFair's pairs ranked alike; identical lists of 5 give 1/3)"}
     meanings: dict[str, str] = {}
     goals: dict[str, float | str | None] = {}
     for name, text in what.items():
-        meanings[name] = (f"mean {text} of the group's lists to the neutral lists of the same prompts; a "
-                          f"description: fairness is every group at the same value")
+        meanings[name] = f"mean {text} of the group's lists to the neutral ones; fair: every group the same"
         meanings[f"{name}_max"] = f"the largest group mean of the {name} similarity to the neutral lists"
         meanings[f"{name}_min"] = f"the smallest group mean of the {name} similarity to the neutral lists"
         meanings[f"{name}_range"] = (f"max - min of the groups' mean {name} similarity to the neutral lists "
