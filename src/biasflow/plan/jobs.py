@@ -42,29 +42,48 @@ class Job:
         for name in ("model", "metric_cfg", "benchmark_cfg", "stats", "user_files"):
             setattr(self, name, canonical(getattr(self, name)))
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # the hashes below are kept until a field is set again (build_plan sets user_files after making the job);
+        # the workflow's lookups read each job's paths many times, at 1,000 models seconds of hashing per parse
+        super().__setattr__(name, value)
+        super().__setattr__("_hashes", {})
+
+    def _hash(self, name: str, compute) -> str:
+        if name not in self._hashes:
+            self._hashes[name] = compute()
+        return self._hashes[name]
+
     @property
     def model_key(self) -> str:
-        return model_key(self.model)
+        return self._hash("model_key", lambda: model_key(self.model))
 
     @property
     def bench_hash(self) -> str:
-        return stable_hash(self.benchmark_cfg, 8)
+        return self._hash("bench_hash", lambda: stable_hash(self.benchmark_cfg, 8))
 
     def score_hash(self, score_keys: Sequence[str] | None = None) -> str:
-        score_keys = self.score_keys if score_keys is None else score_keys
-        key = {"model": config_fingerprint(self.model), "benchmark": self.benchmark_cfg,
-               "mode": self.mode, "score": {k: self.metric_cfg.get(k) for k in score_keys}}
-        if self.user_files:  # the content of every user file that feeds the job, not only its path
-            key["files"] = {k: v["digest"] for k, v in self.user_files.items()}
-        return stable_hash(key, 12)
+        score_keys = tuple(self.score_keys if score_keys is None else score_keys)
+
+        def compute() -> str:
+            key = {"model": config_fingerprint(self.model), "benchmark": self.benchmark_cfg,
+                   "mode": self.mode, "score": {k: self.metric_cfg.get(k) for k in score_keys}}
+            if self.user_files:  # the content of every user file that feeds the job, not only its path
+                key["files"] = {k: v["digest"] for k, v in self.user_files.items()}
+            return stable_hash(key, 12)
+
+        return self._hash(("score_hash", score_keys), compute)
 
     @property
     def cfg_hash(self) -> str:
-        key = {"model": config_fingerprint(self.model), "model_name": self.model["name"],
-               "benchmark": self.benchmark_cfg, "metric": self.metric_cfg, "stats": self.stats, "mode": self.mode}
-        if self.user_files:
-            key["files"] = {k: v["digest"] for k, v in self.user_files.items()}
-        return stable_hash(key, 12)
+        def compute() -> str:
+            key = {"model": config_fingerprint(self.model), "model_name": self.model["name"],
+                   "benchmark": self.benchmark_cfg, "metric": self.metric_cfg, "stats": self.stats,
+                   "mode": self.mode}
+            if self.user_files:
+                key["files"] = {k: v["digest"] for k, v in self.user_files.items()}
+            return stable_hash(key, 12)
+
+        return self._hash("cfg_hash", compute)
 
     @property
     def items_path(self) -> str | None:
