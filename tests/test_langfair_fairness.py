@@ -98,6 +98,15 @@ def test_recommendation_hand_computed(tmp_path):
     assert value(agg, "jaccard_std") == pytest.approx(0.25)  # population std of (1, 0.5)
     assert value(agg, "serp_max") == pytest.approx(0.375) and value(agg, "serp_min") == pytest.approx(0.25)
     assert value(agg, "prag_range") == pytest.approx(0.25 - 1 / 12)
+    pairs = spec.aggregate(spec.compute(pd.DataFrame(), pd.DataFrame(), {**cfg, "pairwise": True}),
+                           {**cfg, "pairwise": True})
+    # g1 [A, B, C] against g2 [C, D, A]: the g2 comparison above with the lists' roles swapped: Jaccard 0.5;
+    # SERP: A (i = 0) scores 4, C (i = 2) scores 2: 6 * 0.5 / 12 = 0.25; PRAG: (A, B) (B absent) and none other
+    # ((A, C): A ranks after C in g2): 1 / 12
+    assert value(pairs, "pairwise_jaccard", "g1-g2") == pytest.approx(0.5)
+    assert value(pairs, "pairwise_serp", "g1-g2") == pytest.approx(0.25)
+    assert value(pairs, "pairwise_prag", "g1-g2") == pytest.approx(1 / 12)
+    assert value(pairs, "jaccard_range") == value(agg, "jaccard_range")
 
 
 # ------------------------------------------------------------------------------------ parity with LangFair 0.8.0
@@ -142,7 +151,7 @@ def test_classification_parity_with_langfair(tmp_path):
     assert compared >= 400 and failures >= 50 and largest <= TOL, (compared, failures, largest)
 
 
-def _recommendation(tmp_path, rows, fmt="jsonl") -> pd.DataFrame:
+def _recommendation(tmp_path, rows, fmt="jsonl", **options) -> pd.DataFrame:
     path = tmp_path / f"lists.{fmt}"
     if fmt == "jsonl":
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -150,7 +159,7 @@ def _recommendation(tmp_path, rows, fmt="jsonl") -> pd.DataFrame:
         pd.DataFrame([{**r, "recommendations": json.dumps(r["recommendations"])} for r in rows]).to_csv(path,
                                                                                                        index=False)
     spec = get_metric("recommendation_fairness")
-    cfg = {"recommendations_file": str(path)}
+    cfg = {"recommendations_file": str(path), **options}
     return spec.aggregate(spec.compute(pd.DataFrame(), pd.DataFrame(), cfg), cfg)
 
 
@@ -165,6 +174,21 @@ def test_recommendation_parity_with_langfair(tmp_path):
                 assert ours == pytest.approx(v, abs=TOL), (case["name"], name, key)
                 largest, compared = max(largest, abs(ours - v)), compared + 1
     assert compared == 12 * len(REFERENCE["recommendation"]) and largest <= TOL
+
+
+def test_pairwise_parity_with_langfair(tmp_path):
+    compared, largest = 0, 0.0
+    for case in REFERENCE["recommendation"]:
+        agg = _recommendation(tmp_path, case["rows"], pairwise=True)
+        for pair, values in case["pairwise"].items():
+            for name, v in values.items():  # LangFair's evaluate_pairwise(lists of group 1, lists of group 2)
+                ours = value(agg, f"pairwise_{name.lower()}", pair)
+                assert ours == pytest.approx(v, abs=TOL), (case["name"], pair, name)
+                largest, compared = max(largest, abs(ours - v)), compared + 1
+        # the against-neutral numbers do not move with the pairwise rows beside them
+        for name, stats in case["against_neutral"].items():
+            assert value(agg, f"{name.lower()}_range") == pytest.approx(stats["SNSR"], abs=TOL)
+    assert compared == 3 * sum(len(c["pairwise"]) for c in REFERENCE["recommendation"]) >= 500 and largest <= TOL
 
 
 def test_similarities_equal_langfair_on_every_recorded_pair():

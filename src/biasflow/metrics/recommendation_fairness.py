@@ -32,6 +32,8 @@ class RecommendationFairness(MetricBase):
     recommendations_file: Optional[str] = Field(None, json_schema_extra=USER_FILE)
     neutral_group: str = "neutral"  # the group value of the lists for the prompts that mention no group
     groups: Optional[list[str]] = None  # the groups compared (null: every other group of the file, in file order)
+    # also LangFair's evaluate_pairwise: every pair of groups' lists for the same prompt, compared with each other
+    pairwise: bool = False
 
     @field_validator("groups")
     @classmethod
@@ -122,15 +124,38 @@ def read_items(cfg: Mapping[str, Any]) -> pd.DataFrame:
         if r.prompt not in neutral:
             raise DataFormatError(f"{where}, row {r.row}: prompt {r.prompt!r} (group {r.group!r}) has no list of the "
                                   f"neutral group {neutral_group!r} to compare with")
-        row = {"item_id": f"{r.group}|{r.prompt}", "category": r.group, "group": r.group, "prompt": r.prompt,
-               "row": r.row, "recommendations": list(r.recommendations),
-               "neutral_recommendations": list(neutral[r.prompt])}
+        row = {"item_id": f"{r.group}|{r.prompt}", "category": r.group, "comparison": "neutral", "group": r.group,
+               "prompt": r.prompt, "row": r.row, "recommendations": list(r.recommendations),
+               "other_recommendations": list(neutral[r.prompt])}
         for name, fn in SIMILARITY.items():  # LangFair: metric.evaluate(list1=group's list, list2=neutral list)
             row[name] = fn(r.recommendations, neutral[r.prompt])
         rows.append(row)
     out = pd.DataFrame(rows)
     order = {g: i for i, g in enumerate(groups)}
-    return out.sort_values("group", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
+    out = out.sort_values("group", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
+    return pd.concat([out, pairwise_items(table, groups)], ignore_index=True) if cfg["pairwise"] else out
+
+
+def pairwise_items(table: pd.DataFrame, groups: Sequence[str]) -> pd.DataFrame:
+    """LangFair's ``evaluate_pairwise`` for every pair of groups (category ``<group 1>-<group 2>``, in the order of
+    ``groups``): group 1's list against group 2's list for the same prompt (prompts only one of them has are left
+    out; LangFair pairs two lists of lists by position)."""
+    from itertools import combinations
+
+    lists = {(r.group, r.prompt): r for r in table.itertuples()}
+    rows = []
+    for g1, g2 in combinations(groups, 2):
+        for r in table[table["group"] == g1].itertuples():
+            other = lists.get((g2, r.prompt))
+            if other is None:
+                continue
+            row = {"item_id": f"{g1}-{g2}|{r.prompt}", "category": f"{g1}-{g2}", "comparison": "pairwise",
+                   "group": g1, "prompt": r.prompt, "row": r.row, "recommendations": list(r.recommendations),
+                   "other_recommendations": list(other.recommendations)}
+            for name, fn in SIMILARITY.items():  # LangFair: min(m(l1, l2), m(l1, l2)), i.e. m(l1, l2)
+                row[name] = fn(r.recommendations, other.recommendations)
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
@@ -144,8 +169,11 @@ def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) 
 
 def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     """Per group (category = the group): the mean of each similarity over its prompts. ``overall``: each
-    similarity's max, min, range and std across the groups' means (``n``: the lists compared)."""
+    similarity's max, min, range and std across the groups' means (``n``: the lists compared). With ``pairwise``,
+    per pair of groups (category ``<group 1>-<group 2>``): ``pairwise_<similarity>``, the mean over their prompts."""
     rows: list[dict[str, Any]] = []
+    pairs = per_item[per_item["comparison"] == "pairwise"] if len(per_item) else per_item
+    per_item = per_item[per_item["comparison"] == "neutral"] if len(per_item) else per_item
     if not len(per_item):
         return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
     groups = list(dict.fromkeys(per_item["group"]))
@@ -157,6 +185,10 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     for g in groups:
         for name in SIMILARITIES:
             rows.append({"metric": name, "category": g, "value": float(means[g][name]), "n": int(counts[g])})
+    for pair, df in (pairs.groupby("category", sort=False) if len(pairs) else []):
+        for name in SIMILARITIES:
+            rows.append({"metric": f"pairwise_{name}", "category": pair, "value": float(df[name].mean()),
+                         "n": len(df)})
     return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
 
 
@@ -177,8 +209,10 @@ def _register() -> None:
                                      f"(LangFair's SNSR); 0 = fair, larger = some group's lists stray further")
         meanings[f"{name}_std"] = (f"population standard deviation of the groups' mean {name} similarity to the "
                                    f"neutral lists (LangFair's SNSV); 0 = fair")
+        meanings[f"pairwise_{name}"] = (f"mean {what[name].split(' (')[0]} of group 1's lists to group 2's for the "
+                                        f"same prompts (LangFair's evaluate_pairwise); higher = more alike")
         goals.update({name: None, f"{name}_max": None, f"{name}_min": None, f"{name}_range": 0.0,
-                      f"{name}_std": 0.0})
+                      f"{name}_std": 0.0, f"pairwise_{name}": None})
     register_metric(MetricSpec(
         follows="LangFair 0.8.0 RecommendationMetrics.evaluate_against_neutral (Zhang et al. 2023, FaiRLLM)",
         name=METRIC, options=RecommendationFairness, benchmark=None,
