@@ -1,13 +1,18 @@
-"""Planning time vs number of jobs: composing a sweep (biasflow plan), and what a re-parse costs with the saved plan.
+"""Planning cost vs the size of a sweep: composing it, parsing its DAG, and what each cluster job pays to parse.
 
-Builds a scratch conf/ with N masked-LM model configs (hub ids that are never downloaded: planning reads configs
-only), plans `-m model=m0,...,mN-1 metric=[14 metrics] metric.crows_pairs.diff_threshold=0.05,0.1,0.2`, and times:
-  compose  build_plan() (Hydra composition of every sweep job, validation, job dedup)
-  read     Plan.read() of the saved plan.json (what a Snakemake re-parse / cluster job does)
-  parse    a full `snakemake --dry-run --config plan=...` of the saved plan in a fresh process
-Prints one row per N and the machine load; run from the project root:
+Builds a scratch conf/ with N model configs (hub ids that are never downloaded: planning reads configs only; every
+fifth a causal LM, as real sweeps mix), plans `-m model=m0,...,mN-1 metric=[14 metrics]
+metric.crows_pairs.diff_threshold=0.05,0.1,0.2` and stages it as `biasflow run` does, then times:
+  compose    build_plan() in a fresh process (Hydra composition of every sweep job, validation, job dedup), with
+             that process's peak memory
+  stage      writing the plan and its job store (stage_plan)
+  read       Plan.read() of the whole plan: what every cluster job paid before the job store
+  job parse  a cluster job's parse: `snakemake --mode remote --target-jobs metric:...` (Snakemake's remote mode, what
+             a SLURM job runs), dry run, one metric job, in a fresh process; Snakemake's own start-up included
+  dag parse  the main process's `snakemake --dry-run all` over the whole plan (every job of the DAG)
+Prints one row per N, the machine's load before and after, and the per-job cost of composing. From the project root:
 
-    python benchmarks/planning.py [--models 5 20 50] [--no-parse]
+    python benchmarks/planning.py [--models 10 100 1000] [--no-dag]
 """
 from __future__ import annotations
 
@@ -38,35 +43,59 @@ def scratch_conf(root: Path, n: int) -> Path:
     return conf
 
 
+COMPOSE = """
+import json, resource, sys, time
+from biasflow.plan import Plan, build_plan
+from biasflow.workflow import stage_plan
+n = int(sys.argv[1])
+t0 = time.perf_counter()
+p = build_plan([f"model={','.join(f'm{i}' for i in range(n))}", "metric=[%s]",
+                "metric.crows_pairs.diff_threshold=0.05,0.1,0.2"], multirun=True)
+t1 = time.perf_counter()
+path = stage_plan(p)
+t2 = time.perf_counter()
+Plan.read(path)
+t3 = time.perf_counter()
+job = next(j for j in p.jobs if j.metric == "crows_pairs")
+print(json.dumps({"sweep": len(p.sweep), "jobs": len(p.jobs), "compose": t1 - t0, "stage": t2 - t1, "read": t3 - t2,
+                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "path": path,
+                  "target": f"metric:model_key={job.model_key},metric=crows_pairs,chash={job.cfg_hash}"}))
+""" % METRICS
+
+
+def snakemake(args: list[str], root: Path, env: dict[str, str]) -> float:
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(Path("Snakefile").resolve()), "--cores",
+                    "1", "--dry-run", "--quiet", *args], env=env, capture_output=True, text=True, cwd=root,
+                   check=True)
+    return time.perf_counter() - t
+
+
 def main() -> int:
+    import json
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", type=int, nargs="+", default=[5, 20, 50])
-    ap.add_argument("--no-parse", action="store_true", help="skip the Snakemake dry-run parse")
+    ap.add_argument("--models", type=int, nargs="+", default=[10, 100])
+    ap.add_argument("--no-dag", action="store_true", help="skip the main process's dry-run parse of the whole DAG")
     a = ap.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(f"{'models':>6} {'sweep jobs':>10} {'jobs':>6} {'compose s':>9} {'read s':>7} {'parse s':>8}")
+    print(f"{'models':>6} {'sweep jobs':>10} {'jobs':>6} {'compose s':>9} {'ms/sweep job':>12} {'peak MB':>7} "
+          f"{'stage s':>7} {'read s':>7} {'job parse s':>11} {'dag parse s':>11}")
     for n in a.models:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
             conf = scratch_conf(root, n)
             env = dict(os.environ, BIASFLOW_CONF=str(conf))
-            code = ("import time, sys\nt=time.perf_counter()\nfrom biasflow.plan import build_plan, Plan\n"
-                    "t0=time.perf_counter()\n"
-                    f"p=build_plan(['model={','.join(f'm{i}' for i in range(n))}', 'metric=[{METRICS}]', "
-                    "'metric.crows_pairs.diff_threshold=0.05,0.1,0.2'], multirun=True)\n"
-                    "t1=time.perf_counter(); path=p.write(); t2=time.perf_counter(); Plan.read(path)\n"
-                    "t3=time.perf_counter()\n"
-                    "print(len(p.sweep), len(p.jobs), t1-t0, t3-t2, path)\n")
-            out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-            sweep, jobs, compose_s, read_s, path = out.stdout.split()
-            parse_s = float("nan")
-            if not a.no_parse:
-                t = time.perf_counter()
-                subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(Path("Snakefile").resolve()),
-                                "--cores", "1", "--dry-run", "--quiet", "all", "--config", f"plan={path}"],
-                               env=env, capture_output=True, text=True, cwd=root, check=True)
-                parse_s = time.perf_counter() - t
-            print(f"{n:>6} {sweep:>10} {jobs:>6} {float(compose_s):>9.1f} {float(read_s):>7.2f} {parse_s:>8.1f}")
+            out = subprocess.run([sys.executable, "-c", COMPOSE, str(n)], env=env, capture_output=True, text=True,
+                                 check=True, cwd=root)
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            job_parse = snakemake(["--mode", "remote", "--target-jobs", r["target"], "--config",
+                                   f"plan={r['path']}"], root, env)
+            dag = float("nan") if a.no_dag else snakemake(["all", "--config", f"plan={r['path']}"], root, env)
+            print(f"{n:>6} {r['sweep']:>10} {r['jobs']:>6} {r['compose']:>9.1f} "
+                  f"{1000 * r['compose'] / r['sweep']:>12.1f} {r['peak_mb']:>7.0f} {r['stage']:>7.1f} "
+                  f"{r['read']:>7.2f} {job_parse:>11.1f} {dag:>11.1f}", flush=True)
+    print(f"load average {os.getloadavg()[0]:.1f} at the end")
     return 0
 
 
