@@ -281,3 +281,19 @@ def test_a_changed_file_is_a_changed_job(tmp_path, monkeypatch):
     path.write_text("group,y_true,y_pred\na,1,0\nb,0,1\n")
     assert build_plan(["metric=[classification_fairness]", f"metric.classification_fairness.predictions_file={path}",
                        "model=glove_6b_50d"]).jobs[0].metric_dir != first
+
+
+@pytest.mark.parametrize("metric, option, name, content, message", [
+    ("classification_fairness", "predictions_file", "p.csv", "group,y_true,y_pred\na,1,yes\n", "row 1: y_pred='yes'"),
+    ("recommendation_fairness", "recommendations_file", "r.jsonl", '{"prompt": "p", "group": "g"}\n',
+     "has no column 'recommendations'"),
+])
+def test_a_bad_file_fails_the_plan_naming_the_option(metric, option, name, content, message, tmp_path, monkeypatch):
+    from biasflow.errors import ConfigError
+    from biasflow.plan import build_plan
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / name).write_text(content)
+    with pytest.raises(ConfigError) as err:
+        build_plan([f"metric=[{metric}]", f"metric.{metric}.{option}={tmp_path / name}", "model=glove_6b_50d"])
+    assert f"metric.{metric}.{option}" in str(err.value) and message in str(err.value)

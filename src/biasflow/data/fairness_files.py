@@ -13,6 +13,7 @@ is an error naming the file, and the row (counted from the first data row) or co
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -154,3 +155,13 @@ def read_recommendations_table(path: str | Path) -> pd.DataFrame:
         rows.append({"row": i, "prompt": prompt, "group": group,
                      "recommendations": _as_list(rec.recommendations, i, path, what)})
     return pd.DataFrame(rows, columns=["row", "prompt", "group", "recommendations"])
+
+
+@lru_cache(maxsize=16)
+def checked(what: str, path: str, mtime_ns: int, size: int) -> None:
+    """The file of ``what`` (``classification``: labels not required here, the metric's ``metric_type`` decides;
+    ``recommendation``) reads without error; once per file version (``mtime_ns``, ``size``) in a process."""
+    if what == "classification":
+        read_predictions_table(path, need_labels=False)
+    else:
+        read_recommendations_table(path)

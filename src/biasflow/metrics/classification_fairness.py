@@ -48,12 +48,25 @@ class ClassificationFairness(MetricBase):
     # the two groups compared, group 1 first (the ratio's numerator); null: the file's two groups, sorted as text
     groups: Optional[list[str]] = None
 
+    @classmethod
+    def check_user_file(cls, option: str, path: Path) -> None:
+        """Plan time (``plan.user_files``): the file reads (columns, 0/1 values, groups, ids), before any job runs."""
+        if option == "predictions_file":
+            from biasflow.data.fairness_files import checked
+
+            checked("classification", str(Path(path).resolve()), *_stat(path))
+
     @field_validator("groups")
     @classmethod
     def _two(cls, v: Optional[list[str]]) -> Optional[list[str]]:
         if v is not None and (len(v) != 2 or v[0] == v[1]):
             raise ValueError(f"must name two different groups (group 1, group 2), got {v}")
         return v
+
+
+def _stat(path: Path) -> tuple[int, int]:
+    stat = Path(path).stat()
+    return stat.st_mtime_ns, stat.st_size
 
 
 def rates_of(metric_type: str) -> list[str]:

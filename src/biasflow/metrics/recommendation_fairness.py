@@ -11,6 +11,7 @@ group's lists are as close to the neutral ones.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
@@ -34,6 +35,15 @@ class RecommendationFairness(MetricBase):
     groups: Optional[list[str]] = None  # the groups compared (null: every other group of the file, in file order)
     # also LangFair's evaluate_pairwise: every pair of groups' lists for the same prompt, compared with each other
     pairwise: bool = False
+
+    @classmethod
+    def check_user_file(cls, option: str, path: Path) -> None:
+        """Plan time (``plan.user_files``): the file reads (columns, lists, one list per prompt and group)."""
+        if option == "recommendations_file":
+            from biasflow.data.fairness_files import checked
+
+            stat = Path(path).stat()
+            checked("recommendation", str(Path(path).resolve()), stat.st_mtime_ns, stat.st_size)
 
     @field_validator("groups")
     @classmethod
