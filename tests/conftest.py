@@ -63,21 +63,12 @@ def project_copy(work: Path, datasets: dict[str, Path] | None = None) -> Path:
 
 
 def run_job_stages(job, project: Path) -> Path:
-    """Every stage of one job of a ``project_copy`` project, in process, as the Snakemake rules call them: its files
-    fetched (from the verified copies there), prepared, scored through the project's answer cache, and the metric
-    computed; returns the job's metric folder."""
-    from biasflow import stages
+    """Every stage of one job of a ``project_copy`` project, in process (``stages.run_job``): its files where the
+    download rule puts them (the verified copies there), prepared, scored through the answer cache at
+    ``results/cache/scores``, and the metric computed; returns the job's metric folder."""
+    from biasflow.stages import run_job
 
-    raw = {}
-    for key, spec in job.benchmark_cfg["files"].items():
-        dest = project / "resources" / "datasets" / job.benchmark / spec["filename"]
-        stages.download_file(spec["sources"], str(dest), str(project / "wheels"))
-        raw[key] = str(dest)
-    stages.prepare(job.benchmark, job.benchmark_cfg, raw, job.items_path)
-    scores = job.scores_path()
-    stages.score(job.score_params(), job.items_path, scores, str(project / "results" / "cache" / "scores"))
-    stages.metric(job.params(), job.items_path, scores, job.metric_dir)
-    return Path(job.metric_dir)
+    return run_job(job, project / "resources", project / "results" / "cache" / "scores").metric_dir
 
 
 def snakemake_job_stats(output: str) -> dict[str, int]:

@@ -216,25 +216,8 @@ def evaluate(metric: str, responses: pd.DataFrame | str | Path, *overrides: str,
     # a metric that reads the responses alone takes their prompts as its items (plan.responses_as_items)
     the_plan = build_plan([f"metric=[{metric}]", "+generator=responses_file", f"generator.path={_quoted(str(path))}",
                            f"generator.name={_quoted(name)}", *overrides])
-    from biasflow.workflow import Lookups
-
-    lookups = Lookups(the_plan, the_plan.path)
-    resources = the_plan.paths["resources"]
-    cache = the_plan.paths["cache"]
-    for job in the_plan.jobs:
-        if (Path(job.metric_dir) / "aggregate.parquet").exists():
-            continue  # computed before (by this call, another, or biasflow run): the same folder
-        if job.items_path and not Path(job.items_path).exists():
-            raw = lookups.raw_files(job.benchmark, job.benchmark_cfg)  # where the download rule puts them
-            for key, dest in raw.items():
-                if not Path(dest).exists():
-                    stages.download_file(job.benchmark_cfg["files"][key]["sources"], dest, f"{resources}/wheels")
-            stages.prepare(job.benchmark, job.benchmark_cfg, raw, job.items_path)
-        scores = job.scores_path()
-        if not Path(scores).exists():
-            stages.score(job.score_params(), job.items_path, scores, cache)
-        stages.metric(job.params(), job.items_path, scores, job.metric_dir)
-    return Results(run_dir=None, jobs=[Path(j.metric_dir) for j in the_plan.jobs])
+    resources, cache = the_plan.paths["resources"], the_plan.paths["cache"]
+    return Results(run_dir=None, jobs=[stages.run_job(job, resources, cache).metric_dir for job in the_plan.jobs])
 
 
 __all__ = ["plan", "run", "evaluate", "Results", "RunFailed", "generated_text_metrics"]

@@ -1,4 +1,5 @@
-"""The work of each Snakemake stage, as plain functions of paths and configs (scripts/ only unpack arguments)."""
+"""The work of each Snakemake stage, as plain functions of paths and configs (scripts/ only unpack arguments), and
+``run_job``: one plan job's stages through them in one process."""
 from __future__ import annotations
 
 import json
@@ -7,6 +8,7 @@ import math
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -17,6 +19,7 @@ import yaml
 from biasflow.errors import DataFormatError
 from biasflow.io import write_json, write_parquet, write_text
 from biasflow.registry import get_loader, get_metric
+from biasflow.report import metric_output_paths, raw_file_paths
 from biasflow.stats.bootstrap import bootstrap_ci
 
 log = logging.getLogger(__name__)
@@ -34,8 +37,6 @@ class RedactingFormatter(logging.Formatter):
 def setup_logging(log_file: str | None = None) -> None:
     """Log to stderr and the rule's log file; an uncaught exception's traceback goes to both, so the log Snakemake
     points to after a failure says what failed."""
-    import sys
-
     handlers: list[logging.Handler] = [logging.StreamHandler()]
     if log_file:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
@@ -273,20 +274,52 @@ def metric(params: Mapping[str, Any], items_path: str | None, scores_path: str, 
     for k, v in reversed(list(labels.items())):
         agg.insert(0, k, v)
         per_item.insert(0, k, v)
-    out = Path(out_dir)
     if spec.write_extras is not None:
-        spec.write_extras(per_item, cfg, out)
-    write_parquet(per_item, out / "per_item.parquet")
-    write_parquet(agg, out / "aggregate.parquet")
-    write_text(yaml.safe_dump(json.loads(json.dumps(dict(params), default=str)), sort_keys=False),
-               out / "config.yaml")
+        spec.write_extras(per_item, cfg, Path(out_dir))
+    out = metric_output_paths(out_dir)
+    write_parquet(per_item, out["per_item"])
+    write_parquet(agg, out["aggregate"])
+    write_text(yaml.safe_dump(json.loads(json.dumps(dict(params), default=str)), sort_keys=False), out["config"])
     # the score job's provenance and times (its .meta.json, an input of the metric rule), for the report and the
     # MLflow run; written even when scores were made elsewhere (the API, a test), as the rule declares it
     meta_path = Path(f"{scores_path}.meta.json")
-    write_json(json.loads(meta_path.read_text()) if meta_path.exists() else {}, out / "score_meta.json")
+    write_json(json.loads(meta_path.read_text()) if meta_path.exists() else {}, out["score_meta"])
     # when this job's work ran (scoring: score_meta.json), for its MLflow run's start and end
-    write_json({"started": started, "finished": time.time()}, out / "metric_meta.json")
+    write_json({"started": started, "finished": time.time()}, out["metric_meta"])
     return agg
+
+
+@dataclass(frozen=True)
+class JobFiles:
+    """One job's files (``run_job``): raw dataset files by key and items (none without a benchmark), scores, and the
+    metric stage's outputs by the metric rule's names in ``metric_dir``."""
+
+    raw: dict[str, str]
+    items: str | None
+    scores: str
+    metric: dict[str, str]
+    metric_dir: Path
+
+
+def run_job(job, resources: str | os.PathLike, cache_dir: str | os.PathLike) -> JobFiles:
+    """One plan job in this process, through the stage functions the Snakemake rules run, into the same files: each
+    raw file missing where the download rule puts it (under ``resources``), the items, the scores (answered through
+    the cache at ``cache_dir``) and the metric, each only if missing. A job whose aggregate exists is done (by this
+    process, another or ``biasflow run``: the same folder) and nothing runs."""
+    files = JobFiles(raw=raw_file_paths(resources, job.benchmark, job.benchmark_cfg) if job.items_path else {},
+                     items=job.items_path, scores=job.scores_path(), metric_dir=Path(job.metric_dir),
+                     metric=metric_output_paths(job.metric_dir, job.extra_outputs))
+    if Path(files.metric["aggregate"]).exists():
+        return files
+    if files.items and not Path(files.items).exists():
+        for key, dest in files.raw.items():
+            if not Path(dest).exists():
+                download_file(job.benchmark_cfg["files"][key]["sources"], dest, f"{resources}/wheels")
+        prepare(job.benchmark, job.benchmark_cfg, files.raw, files.items)
+    if not Path(files.scores).exists():
+        score(job.score_params(), files.items, files.scores, str(cache_dir))
+    metric(job.params(), files.items, files.scores, job.metric_dir)
+    return files
 
 
 def write_plan(staged: str, out: str) -> None:
