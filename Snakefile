@@ -12,6 +12,7 @@ import re
 # it must be set before torch is imported, here and in every stage script this workflow starts.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from biasflow.report import metric_output_paths  # the metric stage's files, named once
 from biasflow.report.timing import benchmark_file  # every rule's benchmark: record (summed in the run report)
 from biasflow.workflow import BUILD_PRIORITY, load_plan
 from biasflow.scheduling import score_resources  # per attempt: a retry asks for more

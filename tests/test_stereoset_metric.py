@@ -1,6 +1,7 @@
 """StereoSet counting and aggregation: hand-computed examples, a naive re-implementation, predictions files."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter, defaultdict
 
@@ -238,7 +239,7 @@ def test_stages_export_predictions_with_the_params_the_pipeline_passes(tmp_path)
         assert not out.exists()
         stages.metric(job.params(), str(items_path), str(scores_path), str(tmp_path / "metric"))
         assert not out.exists()
-        assert job.exports == {} and Job(**{**vars(job), "exports": {"export_predictions": str(out)}}).exports
+        assert job.exports == {} and dataclasses.replace(job, exports={"export_predictions": str(out)}).exports
         stages.export(job.params(), "export_predictions", str(items_path), str(scores_path), str(out))
     finally:
         os.umask(old_mask)

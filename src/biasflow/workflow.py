@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from biasflow.plan import Job, Plan, build_plan
-from biasflow.report import METRIC_FILES, RUN_FILES
+from biasflow.report import METRIC_FILES, RUN_FILES, raw_file_paths
 from biasflow.scheduling import score_resources
 from biasflow.schema import TrackingConfig, config_value
 
@@ -290,7 +290,7 @@ class Lookups:
                 and os.path.isfile(unquote(urlparse(u).path))]
 
     def raw_files(self, benchmark: str, bcfg: Mapping[str, Any]) -> dict[str, str]:
-        return {k: f"{self.resources}/datasets/{benchmark}/{spec['filename']}" for k, spec in bcfg["files"].items()}
+        return raw_file_paths(self.resources, benchmark, bcfg)
 
     def items_job(self, benchmark: str, bhash: str) -> Job:
         return self._job(f"{self.results}/items/{benchmark}-{bhash}.parquet")

@@ -31,10 +31,7 @@ rule score:
 def _metric_rule_outputs(family: str, extras=()) -> dict:
     """Every file the metric stage writes into a job's folder (biasflow.report.METRIC_FILES and the metric's own
     MetricSpec.extra_outputs), so Snakemake rebuilds any that is deleted."""
-    folder = RESULTS + "/metrics/{model_key}/" + family + "/{chash}/"
-    named = {"per_item": "per_item.parquet", "aggregate": "aggregate.parquet", "config": "config.yaml",
-             "score_meta": "score_meta.json", "metric_meta": "metric_meta.json"}
-    return {**{k: folder + v for k, v in named.items()}, **{f"extra{i}": folder + n for i, n in enumerate(extras)}}
+    return metric_output_paths(RESULTS + "/metrics/{model_key}/" + family + "/{chash}", extras)
 
 
 # Metrics that write files beside their tables (LM Challenge's logs and pages, Winogender's occupations) each get a
