@@ -9,6 +9,7 @@ metric.crows_pairs.diff_threshold=0.05,0.1,0.2` and stages it as `biasflow run` 
   read       Plan.read() of the whole plan: what every cluster job paid before the job store
   job parse  a cluster job's parse: `snakemake --mode remote --target-jobs metric:...` (Snakemake's remote mode, what
              a SLURM job runs), dry run, one metric job, in a fresh process; Snakemake's own start-up included
+  whole plan the same parse with the job store removed: it reads the whole plan (what every cluster job did before)
   dag parse  the main process's `snakemake --dry-run all` over the whole plan (every job of the DAG)
 Prints one row per N, the machine's load before and after, and the per-job cost of composing. From the project root:
 
@@ -80,7 +81,7 @@ def main() -> int:
     a = ap.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"{'models':>6} {'sweep jobs':>10} {'jobs':>6} {'compose s':>9} {'ms/sweep job':>12} {'peak MB':>7} "
-          f"{'stage s':>7} {'read s':>7} {'job parse s':>11} {'dag parse s':>11}")
+          f"{'stage s':>7} {'read s':>7} {'job parse s':>11} {'whole plan s':>12} {'dag parse s':>11}")
     for n in a.models:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
@@ -89,12 +90,14 @@ def main() -> int:
             out = subprocess.run([sys.executable, "-c", COMPOSE, str(n)], env=env, capture_output=True, text=True,
                                  check=True, cwd=root)
             r = json.loads(out.stdout.strip().splitlines()[-1])
-            job_parse = snakemake(["--mode", "remote", "--target-jobs", r["target"], "--config",
-                                   f"plan={r['path']}"], root, env)
+            remote = ["--mode", "remote", "--target-jobs", r["target"], "--config", f"plan={r['path']}"]
+            job_parse = snakemake(remote, root, env)
+            shutil.rmtree(Path(r["path"]).with_suffix(".jobs"))  # the baseline: a parse that reads the whole plan
+            whole_parse = snakemake(remote, root, env)
             dag = float("nan") if a.no_dag else snakemake(["all", "--config", f"plan={r['path']}"], root, env)
             print(f"{n:>6} {r['sweep']:>10} {r['jobs']:>6} {r['compose']:>9.1f} "
                   f"{1000 * r['compose'] / r['sweep']:>12.1f} {r['peak_mb']:>7.0f} {r['stage']:>7.1f} "
-                  f"{r['read']:>7.2f} {job_parse:>11.1f} {dag:>11.1f}", flush=True)
+                  f"{r['read']:>7.2f} {job_parse:>11.1f} {whole_parse:>12.1f} {dag:>11.1f}", flush=True)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
     return 0
 
