@@ -564,3 +564,27 @@ def test_every_metric_asking_continuations_lets_the_user_choose_the_context_pass
     assert all(issubclass(k, ContinuationLogprobs) for k in CONTINUATION_REQUESTS.values())
     metrics_dir = Path(__file__).resolve().parents[1] / "src" / "biasflow" / "metrics"
     assert not [f.name for f in metrics_dir.glob("*.py") if "ContinuationLogprobs(" in f.read_text()]
+
+
+@pytest.mark.parametrize("which", ["bert", "roberta"])
+def test_a_text_longer_than_the_positions_fails_naming_model_limit_and_text(bert_tokenizer, roberta_tokenizer,
+                                                                          which):
+    """A masked LM takes as many tokens as its position table holds (RoBERTa: two fewer, its positions start after
+    the padding index): a text of exactly that many scores; one token more fails before the model runs, naming the
+    model, the limit and the text, not with torch's index error."""
+    from biasflow.models.masked_lm import position_table
+    from biasflow.scoring.masked import pseudo_log_likelihoods
+
+    adapter = _tiny_bert(bert_tokenizer) if which == "bert" else _tiny_roberta(roberta_tokenizer)
+    _, limit = position_table(adapter.model)
+    assert limit == (128 if which == "bert" else 160 - 2)
+    tok = adapter.tokenizer
+    body = tok("word " * 400, add_special_tokens=False)["input_ids"]
+    first, *_, last = tok("word")["input_ids"]  # the special tokens around a text
+    fits = [first, *body[:limit - 2], last]
+    assert len(fits) == limit
+    assert np.isfinite(np.nansum(pseudo_log_likelihoods(adapter, [fits], progress=False)[0]))
+    over = [first, *body[:limit - 1], last]
+    with pytest.raises(ValueError, match=rf"'{adapter.name}' takes at most {limit} tokens per text; a text of "
+                                         rf"{limit + 1} tokens .* starts '.*word word"):
+        pseudo_log_likelihoods(adapter, [fits, over], progress=False)

@@ -47,6 +47,18 @@ def _mlm_head(model) -> tuple[torch.nn.Module, torch.nn.Module] | None:
     return None
 
 
+def position_table(model) -> tuple[torch.nn.Module, int] | None:
+    """The module that embeds a text (the owner of the learned position table) and the most tokens one text may
+    have: the table's size, less RoBERTa's offset (its positions start after the padding index: 514 entries, 512
+    tokens); None when the model has no learned position table."""
+    modules = dict(model.named_modules())
+    for name, module in modules.items():
+        if name.endswith("position_embeddings") and isinstance(module, torch.nn.Embedding):
+            offset = module.padding_idx + 1 if module.padding_idx is not None else 0
+            return modules[name.rpartition(".")[0]], module.num_embeddings - offset
+    return None
+
+
 class MaskedLM(HFAdapter):
     auto_class = AutoModelForMaskedLM
     kind = "masked_lm"
@@ -88,6 +100,7 @@ class MaskedLM(HFAdapter):
     def _setup(self) -> None:
         if self.tokenizer.mask_token_id is None:
             raise ValueError(f"model {self.name!r}: tokenizer has no mask token; is it a masked LM?")
+        self._refuse_texts_too_long()
         threads = self.cfg.get("threads")
         if threads and self.device.type == "cpu":  # a CPU setting: a model on a GPU leaves torch's threads alone
             torch.set_num_threads(int(threads))
@@ -104,6 +117,31 @@ class MaskedLM(HFAdapter):
             else:
                 parts = [self.split[0], self.head_fp32 if self.head_fp32 is not None else self.split[1]]
             self.onednn_linears = sum(use_onednn_linears(part) for part in parts)
+
+    def _refuse_texts_too_long(self) -> None:
+        """A text longer than the model's position table fails every masked scorer with a plain error naming the
+        model, the limit and the text, instead of a tensor-size error deep in torch (GAP's passages reach 355 word
+        pieces; a small model takes 128). Checked where every forward pass starts: the embeddings."""
+        found = position_table(self.model)
+        if found is None:
+            return
+        embeddings, limit = found
+
+        def check(_module, args, kwargs) -> None:
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.shape[-1] <= limit:
+                return
+            pad = self.tokenizer.pad_token_id
+            lengths = (ids != pad).sum(-1) if pad is not None else torch.full(ids.shape[:1], ids.shape[-1])
+            if int(lengths.max()) <= limit:
+                return  # padding beyond the table: the model's own business (RoBERTa gives pads no position)
+            row = int(lengths.argmax())
+            start = self.tokenizer.decode([int(t) for t in ids[row][:40] if pad is None or int(t) != pad])
+            raise ValueError(f"model {self.name!r} takes at most {limit} tokens per text; a text of "
+                             f"{int(lengths.max())} tokens (special tokens included) starts {start!r}: shorten the "
+                             f"items or use a model with more positions")
+
+        embeddings.register_forward_pre_hook(check, with_kwargs=True)
 
     @torch.inference_mode()
     def logits_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, rows: torch.Tensor,
