@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from transformers import AutoModelForCausalLM
 
-from biasflow.models.chunked_head import ChunkedHead, head_chunk_for
+from biasflow.models.chunked_head import ChunkedHead, head_chunk_for, head_on_real_tokens
 from biasflow.models.hf import HFAdapter
 from biasflow.models.onednn import use_onednn_linears, want_onednn
 
@@ -44,9 +44,7 @@ class CausalLM(HFAdapter):
 def chunked_head(model, value: Any, device) -> ChunkedHead | None:
     """``model.head_chunk`` as a ``ChunkedHead`` on ``model``'s plain vocabulary head (None: off, or a model whose
     logits are not a plain head); built before the CPU's linears become oneDNN's."""
-    from biasflow.scoring.causal import _head_on_real_tokens
-
     chunk = head_chunk_for(value, device)
-    if chunk is None or not _head_on_real_tokens(model):
+    if chunk is None or not head_on_real_tokens(model):
         return None
     return ChunkedHead.of(model, chunk)

@@ -23,6 +23,18 @@ from typing import Any
 
 import torch
 
+# model types whose logits are exactly ``lm_head(last hidden state)`` (no soft-capping or scaling after the head): for
+# them the vocabulary head runs on the real tokens only, not on the padding of the batch, and may be chunked
+PLAIN_HEAD_TYPES = {"gpt2", "llama", "mistral", "qwen2", "qwen3", "gpt_neox", "gpt_neo", "gptj", "opt", "phi3",
+                    "olmo", "olmo2", "falcon", "bloom", "mixtral", "qwen2_moe", "smollm3"}
+
+
+def head_on_real_tokens(model) -> bool:
+    """Whether ``model``'s logits are a plain head over its last hidden state (``PLAIN_HEAD_TYPES``)."""
+    return (getattr(model.config, "model_type", None) in PLAIN_HEAD_TYPES
+            and model.get_output_embeddings() is not None and getattr(model, "base_model", None) is not model)
+
+
 AUTO_CHUNK = 8192  # ``head_chunk: auto`` on CUDA: 2,048 rows x 8,192 columns of bf16 = 32 MB per chunk
 
 

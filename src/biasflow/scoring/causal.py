@@ -30,7 +30,7 @@ import torch
 from biasflow.bars import progress_bar as tqdm
 
 from biasflow.models.batch_invariant import batch_invariant, gpu_tile_rows, row_logsumexp
-from biasflow.models.chunked_head import ChunkedHead
+from biasflow.models.chunked_head import ChunkedHead, head_on_real_tokens
 from biasflow.models.packed import PackedLayout, SharedPrefixLayout, packable, packed
 from biasflow.scoring.answer import DEFAULT_BATCH_TOKENS, DEFAULT_MAX_LOGITS
 from biasflow.scoring.batching import packed_batches, pad_right, token_budget_batches, with_padding_column
@@ -81,17 +81,6 @@ def _check_mode(first_token: str) -> None:
         raise ValueError(f"first_token={first_token!r} is not one of {FIRST_TOKEN_MODES}")
 
 
-# model types whose logits are exactly ``lm_head(last hidden state)`` (no soft-capping or scaling after the head): for
-# them the vocabulary head runs on the real tokens only, not on the padding of the batch
-PLAIN_HEAD_TYPES = {"gpt2", "llama", "mistral", "qwen2", "qwen3", "gpt_neox", "gpt_neo", "gptj", "opt", "phi3",
-                    "olmo", "olmo2", "falcon", "bloom", "mixtral", "qwen2_moe", "smollm3"}
-
-
-def _head_on_real_tokens(model) -> bool:
-    return (getattr(model.config, "model_type", None) in PLAIN_HEAD_TYPES
-            and model.get_output_embeddings() is not None and getattr(model, "base_model", None) is not model)
-
-
 # vocabulary-head rows per slice on a CPU: a slice's logits (128 x 50,257 floats for GPT-2, 26 MB) are reduced while
 # still in cache; the whole batch's at once (1,335 rows, 268 MB) made the head and its log-softmax a quarter slower
 # here. Elsewhere (a GPU) a slice is as large as max_logits allows.
@@ -127,7 +116,7 @@ def _target_logprobs(model, ids: torch.Tensor, attn: torch.Tensor, targets: torc
     """log P(targets[r, j] | ids[r, :j+1]) for every position j (float32), whatever else shares the batch;
     padding positions are 0."""
     with batch_invariant(model):  # no key/value cache: one pass, nothing to continue from
-        if not _head_on_real_tokens(model):
+        if not head_on_real_tokens(model):
             logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits.float()
             if logits.device.type == "cuda":  # fixed-shape reductions (``row_logsumexp``)
                 lse = row_logsumexp(logits.reshape(-1, logits.shape[-1])).reshape(logits.shape[:-1])
@@ -228,9 +217,9 @@ def _head_rows(device, vocab: int, max_logits: int, chunked: ChunkedHead | None 
 
 def _chunked_head(adapter) -> ChunkedHead | None:
     """The adapter's ``ChunkedHead`` (``model.head_chunk``; ``models/causal_lm.py`` builds it), None for the plain
-    head; only a plain head (``_head_on_real_tokens``) is ever chunked."""
+    head; only a plain head (``head_on_real_tokens``) is ever chunked."""
     head = getattr(adapter, "chunked_head", None)
-    return head if isinstance(head, ChunkedHead) and _head_on_real_tokens(adapter.model) else None
+    return head if isinstance(head, ChunkedHead) and head_on_real_tokens(adapter.model) else None
 
 
 def next_token_logprobs(adapter, seqs: Sequence[Sequence[int]], batch_tokens: int = DEFAULT_BATCH_TOKENS,
@@ -254,7 +243,7 @@ def next_token_logprobs(adapter, seqs: Sequence[Sequence[int]], batch_tokens: in
     lengths = [len(seqs[i]) for i in todo]
     bar = tqdm(total=len(seqs), desc=f"{desc} {adapter.name}", unit="text", disable=not progress, mininterval=1.0)
     bar.update(len(seqs) - len(todo))
-    if todo and _head_on_real_tokens(model) and packable(model, max(lengths)):
+    if todo and head_on_real_tokens(model) and packable(model, max(lengths)):
         tokens = min(int(batch_tokens), PACKED_CPU_TOKENS) if on_cpu else int(batch_tokens)
         for batch in packed_batches(todo, lengths, max(1, tokens)):
             for i, lp in zip(batch, _packed_target_logprobs(model, [seqs[i] for i in batch], device, head_rows,
@@ -262,7 +251,7 @@ def next_token_logprobs(adapter, seqs: Sequence[Sequence[int]], batch_tokens: in
                 out[i][:] = lp
             bar.update(len(batch))
     else:
-        plain_head = _head_on_real_tokens(model)
+        plain_head = head_on_real_tokens(model)
         budget = max(1, int(batch_tokens) if plain_head else min(int(batch_tokens), int(max_logits) // max(1, vocab)))
         pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
         for batch in token_budget_batches(todo, lengths, budget):
@@ -295,7 +284,7 @@ def shared_prefix_logprobs(adapter, prefixes: Sequence[Sequence[int]], branches:
     joined = [list(p) + list(b) for p, bs in zip(prefixes, branches) for b in bs]
     _check_lengths(adapter, joined)
     on_cpu = torch.device(device).type == "cpu"
-    if not (joined and _head_on_real_tokens(model) and packable(model, max(map(len, joined)))):
+    if not (joined and head_on_real_tokens(model) and packable(model, max(map(len, joined)))):
         found = iter(next_token_logprobs(adapter, joined, batch_tokens, max_logits, progress, desc))
         return [[next(found)[len(p) - 1:] for _ in bs] for p, bs in zip(prefixes, branches)]
     chunked = _chunked_head(adapter)
