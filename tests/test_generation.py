@@ -218,7 +218,7 @@ def test_api_key_from_a_file_wins_and_is_sent(tmp_path, monkeypatch):
 def langfair_score(tmp_path, generator, items, **metric):
     """The score stage of a LangFair job whose text comes from ``generator`` (a ``+generator=`` config)."""
     from biasflow import stages
-    from biasflow.generation.config import generator_model
+    from biasflow.generator_config import generator_model
 
     items_path = tmp_path / "items.parquet"
     items.assign(item_id=[str(i) for i in range(len(items))]).to_parquet(items_path)
@@ -283,8 +283,8 @@ def test_a_generator_kind_is_one_declaration_read_by_the_schema_the_plan_checks_
     a key it does not read (naming the kinds that do), writes the job's model config with it, and ``model.kind:
     generator`` builds its backend."""
     from biasflow.errors import ConfigError
-    from biasflow.generation.config import check_generator_keys, generator_model
-    from biasflow.generation.kinds import GENERATOR_KINDS, GeneratorKindSpec, register_generator_kind
+    from biasflow.generator_config import check_generator_keys, generator_model
+    from biasflow.generator_kinds import GENERATOR_KINDS, GeneratorKindSpec, register_generator_kind
     from biasflow.models.generator import Generator
     from biasflow.schema import GeneratorConfig
 

@@ -321,14 +321,14 @@ def test_an_installed_package_declares_its_kinds_by_an_entry_point(fresh_registr
 def test_a_generator_kind_declared_in_a_declaration_module_is_known_without_importing_it(fresh_registry, monkeypatch):
     """A generator kind of one's own, registered in a declaration module, is known wherever the generator registry is
     read (the plan, every score job), with nothing importing that module by hand."""
-    from biasflow.generation.kinds import GENERATOR_KINDS
+    from biasflow.generator_kinds import GENERATOR_KINDS
     from biasflow.schema import GeneratorConfig
 
     package = fresh_registry / "my_generators"
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "echo.py").write_text(
-        "from biasflow.generation.kinds import GeneratorKindSpec, register_generator_kind\n"
+        "from biasflow.generator_kinds import GeneratorKindSpec, register_generator_kind\n"
         "def echo_model(gen):\n"
         "    return {'name': gen.get('name') or 'echo', 'kind': 'generator', 'generator': 'my_echo'}\n"
         "register_generator_kind(GeneratorKindSpec(name='my_echo', reads=('kind', 'name'), job_model=echo_model))\n")

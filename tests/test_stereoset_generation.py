@@ -118,7 +118,7 @@ def test_a_prompt_answered_twice_in_a_responses_file_is_refused(tmp_path):
     """A single-reply metric given two different replies to one prompt would use the first without a word: the
     score stage refuses it, naming the prompt and the file's rows."""
     from biasflow.errors import DataFormatError
-    from biasflow.generation.config import generator_model
+    from biasflow.generator_config import generator_model
     from biasflow.scoring.answer import metric_answers
 
     items = hand_items()
@@ -136,7 +136,7 @@ def test_a_prompt_answered_twice_in_a_responses_file_is_refused(tmp_path):
 def test_a_prompt_missing_from_a_responses_file_is_named_and_no_retry_is_promised(tmp_path):
     """A re-run reads the same file, so the message asks for the missing response (and shows its prompt) instead of
     promising that running again retries it."""
-    from biasflow.generation.config import generator_model
+    from biasflow.generator_config import generator_model
     from biasflow.scoring.answer import metric_answers
 
     items = hand_items()
@@ -164,7 +164,7 @@ def values(agg: pd.DataFrame) -> dict[tuple[str, str], float]:
 
 
 def test_hand_computed_metrics_from_a_responses_file(tmp_path):
-    from biasflow.generation.config import generator_model
+    from biasflow.generator_config import generator_model
     from biasflow.scoring.answer import metric_answers
 
     items = hand_items()
@@ -211,7 +211,7 @@ def test_hand_computed_metrics_from_a_responses_file(tmp_path):
 
 
 def test_failed_requests_beyond_the_allowed_fraction_fail_the_score_stage(tmp_path):
-    from biasflow.generation.config import generator_model
+    from biasflow.generator_config import generator_model
     from biasflow.scoring.answer import metric_answers
 
     items = hand_items()

@@ -372,7 +372,7 @@ def test_winobias_mc_failures_and_missing_responses_follow_bbqs_rules(tmp_path):
     """More failed requests than generation.max_failed_fraction fail the score stage (before: 7 of 20 HTTP 500s
     exited 0 with a warning), and a responses file missing prompts names every one by item id (before: exit 0)."""
     from biasflow.errors import GenerationError
-    from biasflow.generation.config import generator_model
+    from biasflow.generator_config import generator_model
     from biasflow.scoring.answer import metric_answers
 
     items = _items([("pro", 1, "he", "he", "she"), ("anti", 1, "she", "he", "she"), ("pro", 2, "his", "his", "her"),

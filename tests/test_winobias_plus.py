@@ -113,7 +113,7 @@ def test_a_responses_file_answers_it(tmp_path):
     numbers as the hand-computed example."""
     import json
 
-    from biasflow.generation.config import generator_model
+    from biasflow.generator_config import generator_model
     from biasflow.plan import compose
     from biasflow.scoring.answer import metric_answers
 

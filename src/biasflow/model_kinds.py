@@ -187,7 +187,7 @@ def load_declarations() -> None:
 class DeclaredRegistry(dict):
     """name -> declaration. Reading it imports the declaration modules first (``load_declarations``); registering
     writes to it without reading, so a declaration module can register while they are imported. The registries of
-    model kinds and of generator kinds (``generation.kinds``) are two of these: a declaration module may add to
+    model kinds and of generator kinds (``generator_kinds``) are two of these: a declaration module may add to
     both."""
 
     def __getitem__(self, key):
@@ -339,7 +339,7 @@ KIND_DEFAULTS = View(_resources, "model kind -> its scheduling defaults (mem_mb,
 
 # the config options of an HTTP client (``openai_http.OpenAIHTTPClient``; ``schema.http_client_options`` declares
 # their types and defaults): a served model's ``model.*`` and an OpenAI-compatible generator's ``generator.*``
-# (``generation.kinds``): where its key is, how it paces, bounds and retries its requests
+# (``generator_kinds``): where its key is, how it paces, bounds and retries its requests
 HTTP_CLIENT_OPTIONS = ("api_key_env", "api_key_file", "timeout_s", "max_retries", "backoff_s", "max_backoff_s",
                        "concurrency", "requests_per_second")
 

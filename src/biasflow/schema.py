@@ -391,14 +391,14 @@ class BenchmarkConfig(Strict):
 
 # ------------------------------------------------------------------------------------------------ generators
 def _known_generator_kind(value: str) -> str:
-    from biasflow.generation.kinds import GENERATOR_KINDS, known
+    from biasflow.generator_kinds import GENERATOR_KINDS, known
 
     if value not in GENERATOR_KINDS:
         raise ValueError(f"not a known generator kind; known: {', '.join(known())}")
     return value
 
 
-# a declared generator kind (biasflow.generation.kinds: every kind registered there, checked when validating)
+# a declared generator kind (biasflow.generator_kinds: every kind registered there, checked when validating)
 GeneratorKind = Annotated[str, AfterValidator(_known_generator_kind)]
 
 
@@ -424,7 +424,7 @@ class GeneratorConfig(http_client_options(default_concurrency=4, default_timeout
 
 class GenerationJobModel(Strict):
     """What the plan adds to the model config of a generation job beside its kind's options
-    (``generation.config.generator_model``, ``with_generation_options``): which generator answers, the server's
+    (``generator_config.generator_model``, ``with_generation_options``): which generator answers, the server's
     model name, and the settings that change the text. Declared here for their identity markers."""
 
     generator: Optional[GeneratorKind] = Field(None, json_schema_extra=IDENTITY_WHEN_SET)
@@ -600,7 +600,7 @@ def validate_job_config(cfg: Mapping[str, Any], metric_options, loader_splits, l
     _check(PathsConfig, "paths", cfg.get("paths"), problems)
     _check(TrackingConfig, "tracking", cfg.get("tracking"), problems)
     _check_model(cfg.get("model"), "model", problems)
-    from biasflow.generation.config import check_generator_config
+    from biasflow.generator_config import check_generator_config
 
     check_generator_config(cfg.get("model"), "model")  # a served model's key: the same message as a generator's
     generator = cfg.get("generator")

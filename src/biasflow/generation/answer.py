@@ -242,7 +242,7 @@ def max_failed_fraction(gen_cfg: Mapping[str, Any], option: str = "generator") -
 
 
 def responses_file_backend(cfg: Mapping[str, Any]) -> ResponsesFileBackend:
-    """The backend of a generation job's model config of generator kind ``responses_file`` (``generation.kinds``)."""
+    """The backend of a generation job's model config of generator kind ``responses_file`` (``generator_kinds``)."""
     if not cfg.get("path"):
         raise ConfigError("model.kind=generator with generator=responses_file needs model.path")
     return ResponsesFileBackend(cfg["path"])

@@ -339,7 +339,7 @@ class OpenAICompletionsBackend(OpenAIChatBackend):
 
 
 def openai_chat_backend(cfg: Mapping[str, Any]) -> OpenAIChatBackend:
-    """The backend of a generation job's model config of generator kind ``openai_compatible`` (``generation.kinds``)."""
+    """The backend of a generation job's model config of generator kind ``openai_compatible`` (``generator_kinds``)."""
     from biasflow.model_kinds import HTTP_CLIENT_OPTIONS
 
     options = {k: cfg[k] for k in HTTP_CLIENT_OPTIONS if k in cfg}

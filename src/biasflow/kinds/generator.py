@@ -1,5 +1,5 @@
 """Generated text from an OpenAI-compatible chat endpoint or a responses file. Its model configs are written by the
-plan from a metric's ``generator`` section (``generation.config.generator_model``), which ``schema.GeneratorConfig``
+plan from a metric's ``generator`` section (``generator_config.generator_model``), which ``schema.GeneratorConfig``
 validates; so the kind declares no config model of its own."""
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """What the generated-text metrics (LangFair, HELM, HONEST) share: their ``Generation`` requests and the failure rule.
 
 The text comes from the job's model: the generator chosen with ``+generator=...`` (the plan makes its model config
-the job's: ``generation.config.job_model``) or, without one, the job's causal LM with the metric's ``generation``
+the job's: ``generator_config.job_model``) or, without one, the job's causal LM with the metric's ``generation``
 settings. A metric asks for ``Generation`` requests and reads the answers by request key; it never builds a backend.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pandas as pd
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.generation.answer import check_failures, max_failed_fraction, read_responses_file
 from biasflow.generation.backends import GenerationSettings
-from biasflow.generation.config import check_generator_config
+from biasflow.generator_config import check_generator_config
 from biasflow.scoring.answer import lookup
 from biasflow.scoring.requests import Generation
 

@@ -6,7 +6,7 @@
 
 They answer only ``Generation`` requests (``biasflow.generation.answer.answer_generation``). A local causal LM that
 generates (``hf_generate``) is a ``causal_lm`` model: loaded once by ``models.hf.load_pretrained`` and answering
-``Generation`` with its ``generate``. ``generation.config.generator_model`` writes these configs from
+``Generation`` with its ``generate``. ``generator_config.generator_model`` writes these configs from
 ``+generator=...``.
 """
 from __future__ import annotations
@@ -22,7 +22,7 @@ class Generator:
     kind = "generator"
 
     def __init__(self, cfg: Mapping[str, Any]):
-        from biasflow.generation.kinds import GENERATOR_KINDS
+        from biasflow.generator_kinds import GENERATOR_KINDS
         from biasflow.model_kinds import resolve
 
         self.cfg = dict(cfg)

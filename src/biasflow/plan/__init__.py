@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from biasflow.errors import ConfigError
-from biasflow.generation.config import job_model as generation_job_model
-from biasflow.generation.config import with_generation_options
+from biasflow.generator_config import job_model as generation_job_model
+from biasflow.generator_config import with_generation_options
 from biasflow.io import write_json
 from biasflow.model_kinds import accepts as accepts_kind
 from biasflow.plan.checks import check_exports, check_generator_settings

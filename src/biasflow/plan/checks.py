@@ -49,7 +49,7 @@ def check_exports(jobs: Sequence[Job], paths: dict[str, Any], benchmarks: dict[s
 def check_generator_settings(gen_cfg: Mapping[str, Any] | None, metric: str, spec, metric_cfg: Mapping[str, Any]):
     """Generator keys that would be ignored are refused: keys its kind never reads, and sampling settings a metric
     with its own generation settings overrides (the defaults: conf/generator/<kind>.yaml)."""
-    from biasflow.generation.config import check_generator_keys, check_metric_overrides
+    from biasflow.generator_config import check_generator_keys, check_metric_overrides
 
     if not gen_cfg:
         return

@@ -4,7 +4,7 @@ A kind declares the keys of a ``generator`` section it reads (any other key set 
 refuses it naming the kinds that read it), how the generation job's model config is written from that section (the
 model its jobs are filed under and its score stage loads; None: the run's own causal LM generates), and, for a kind
 answered by ``model.kind: generator``, the backend that model builds. Everything else reads these declarations:
-``schema.GeneratorConfig`` (which kinds exist), ``generation.config`` (the keys each reads, the job's model),
+``schema.GeneratorConfig`` (which kinds exist), ``generator_config`` (the keys each reads, the job's model),
 ``models.generator`` (the backends). A new kind is one ``register_generator_kind`` call in a declaration module
 (``src/biasflow/kinds/<name>.py``, or a module of one's own package named under the ``biasflow.kinds`` entry-point
 group: ``model_kinds.load_declarations``), which every process reads before it reads this registry.

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from biasflow.errors import ConfigError
-from biasflow.generation.kinds import (GENERATOR_KINDS, HF_GENERATE_OPTIONS, SAMPLING_KEYS, generator_kind,
+from biasflow.generator_kinds import (GENERATOR_KINDS, HF_GENERATE_OPTIONS, SAMPLING_KEYS, generator_kind,
                                        name_slug)
 
 # Config keys that would hold a secret; secrets come only from the environment or a file (api_key_env / _file).
@@ -67,7 +67,7 @@ def check_metric_overrides(gen_cfg: Mapping[str, Any] | None, defaults: Mapping[
 def generator_model(gen_cfg: Mapping[str, Any]) -> dict[str, Any] | None:
     """The model config of a generation job (what it is filed under and what its score stage loads), or None
     when the job's own causal LM generates (``hf_generate`` without ``generator.model``). ``generator.name`` names
-    it explicitly. Written by the generator kind's declaration (``generation.kinds``)."""
+    it explicitly. Written by the generator kind's declaration (``generator_kinds``)."""
     return generator_kind(gen_cfg.get("kind")).job_model(gen_cfg)
 
 
