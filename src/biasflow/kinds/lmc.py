@@ -1,5 +1,5 @@
 """LM Challenge protocol models: biasflow's n-gram model, or any program speaking the line protocol
-(models/lmc_process.py)."""
+(lmchallenge/protocol_model.py)."""
 from __future__ import annotations
 
 from typing import Literal, Optional
@@ -30,9 +30,9 @@ class LmcProcessConfig(ProtocolModelOptions):
 
 
 register_model_kind(ModelKindSpec(
-    name="ngram", factory="biasflow.models.lmc_process:ProtocolModel", answers={"lmc_line": LMC}, config=NgramConfig,
+    name="ngram", factory="biasflow.lmchallenge.protocol_model:ProtocolModel", answers={"lmc_line": LMC}, config=NgramConfig,
     resources=Resources(mem_mb=4000, cpus=1, runtime_min=60, gpu_capable=False)))
 register_model_kind(ModelKindSpec(
-    name="lmc_process", factory="biasflow.models.lmc_process:ProtocolModel", answers={"lmc_line": LMC},
+    name="lmc_process", factory="biasflow.lmchallenge.protocol_model:ProtocolModel", answers={"lmc_line": LMC},
     config=LmcProcessConfig,
     resources=Resources(mem_mb=4000, cpus=1, runtime_min=120, gpu_capable=False)))
