@@ -154,6 +154,7 @@ def _table(rows: list[tuple[str, str, bool]]) -> pd.DataFrame:
 
 def test_three_queries_by_hand():
     """Slots: relevant F, M, N, non-relevant F, M, N.
+    Score gaps are in hundredths of cosine (0.1 -> 10).
     q0 (Career, stereotype male): ranks 1..6 in slot order; gap +0.1, rank gap 2-1 = +1; the male-stereotyped query
       prefers the female version: stereotype-consistent 0.
     q1 (Career, no stereotype): 0.7 M (1), 0.65 non-F (2), 0.6 N (3), 0.5 F (4), 0.2 non-N (5), 0.1 non-M (6): gap
@@ -167,24 +168,24 @@ def test_three_queries_by_hand():
     per = G.per_query(items, scores)
     assert per["rank_relevant_female"].tolist() == [1.0, 4.0, 3.5]
     assert per["rank_relevant_male"].tolist() == [2.0, 1.0, 3.5]
-    assert per["score_gap"].tolist() == pytest.approx([0.1, -0.2, 0.0])
+    assert per["score_gap"].tolist() == pytest.approx([10.0, -20.0, 0.0])  # hundredths of cosine
     assert per["rank_gap"].tolist() == [1.0, -3.0, 0.0]
     assert per["female_above_male"].tolist() == [1.0, 0.0, 0.5]
     assert per["stereotype_consistent"].tolist()[0] == 0.0 and math.isnan(per["stereotype_consistent"][1])
     assert per["stereotype_consistent"][2] == 0.5
-    assert per["score_gap_nonrelevant"].tolist()[:2] == pytest.approx([0.1, 0.55])
+    assert per["score_gap_nonrelevant"].tolist()[:2] == pytest.approx([10.0, 55.0])
     assert per["rank_gap_nonrelevant"].tolist()[:2] == [1.0, 4.0] and math.isnan(per["rank_gap_nonrelevant"][2])
     assert per["top_version"].tolist() == ["female", "male", "both"]
     assert per["top_relevant"].tolist() == [True, True, False]
 
     agg = G.aggregate(per, CFG).set_index(["metric", "category"])
     v, n = agg["value"], agg["n"]
-    assert v[("score_gap", "overall")] == pytest.approx(-0.1 / 3) and n[("score_gap", "overall")] == 3
+    assert v[("score_gap", "overall")] == pytest.approx(-10 / 3) and n[("score_gap", "overall")] == 3
     assert v[("rank_gap", "overall")] == pytest.approx(-2 / 3)
     assert v[("female_above_male_pct", "overall")] == pytest.approx(50.0)
     assert v[("stereotype_consistent_pct", "overall")] == pytest.approx(25.0)
     assert n[("stereotype_consistent_pct", "overall")] == 2
-    assert v[("score_gap_nonrelevant", "overall")] == pytest.approx(0.325)
+    assert v[("score_gap_nonrelevant", "overall")] == pytest.approx(32.5)
     assert n[("score_gap_nonrelevant", "overall")] == 2
     assert v[("rank_gap_nonrelevant", "overall")] == pytest.approx(2.5)
     assert v[("mean_rank_female", "overall")] == pytest.approx(8.5 / 3)
@@ -194,12 +195,12 @@ def test_three_queries_by_hand():
     assert v[("top_male_pct", "overall")] == pytest.approx(100 / 3)
     assert v[("top_neutral_pct", "overall")] == 0.0
     assert v[("relevant_first_pct", "overall")] == pytest.approx(200 / 3)
-    assert v[("score_gap", "Career")] == pytest.approx(-0.05) and v[("rank_gap", "Career")] == -1.0
+    assert v[("score_gap", "Career")] == pytest.approx(-5.0) and v[("rank_gap", "Career")] == -1.0
     assert v[("stereotype_consistent_pct", "Career")] == 0.0 and n[("stereotype_consistent_pct", "Career")] == 1
     assert math.isnan(v[("score_gap_nonrelevant", "Child Care")]) and n[("score_gap_nonrelevant", "Child Care")] == 0
     assert v[("stereotype_consistent_pct", "stereotype_female")] == 50.0
     assert math.isnan(v[("stereotype_consistent_pct", "stereotype_none")])
-    assert v[("score_gap", "stereotype_male")] == pytest.approx(0.1)
+    assert v[("score_gap", "stereotype_male")] == pytest.approx(10.0)
     cats = list(dict.fromkeys(agg.index.get_level_values("category")))
     assert cats == ["overall", "Career", "Child Care", "stereotype_female", "stereotype_male", "stereotype_none"]
     spec = get_metric("grep_biasir")
@@ -224,10 +225,10 @@ def test_aggregate_equals_a_plain_loop_with_scipy_ranks():
             r = rankdata(-s, method="average")
             gendered = rows[i][2]
             put = lambda k, x: acc.setdefault(k, []).append(x)  # noqa: E731
-            put("score_gap", s[0] - s[1])
+            put("score_gap", 100 * (s[0] - s[1]))
             put("rank_gap", r[1] - r[0])
             if gendered:
-                put("score_gap_nonrelevant", s[3] - s[4])
+                put("score_gap_nonrelevant", 100 * (s[3] - s[4]))
                 put("rank_gap_nonrelevant", r[4] - r[3])
             above = 1.0 if s[0] > s[1] else 0.5 if s[0] == s[1] else 0.0
             put("female_above_male_pct", 100 * above)
@@ -271,7 +272,7 @@ def test_compute_reads_cosine_scores_from_the_vectors(items):
     per = G.compute(sub, answers, CFG)
     got = per[[f"score_{s}" for s in SLOTS]].to_numpy()
     np.testing.assert_allclose(got, np.array(cosines), atol=1e-12)
-    assert per["score_gap"].tolist() == pytest.approx([0.4, -0.3])
+    assert per["score_gap"].tolist() == pytest.approx([40.0, -30.0])
 
 
 # ----------------------------------------------------------------------------------------------- end to end

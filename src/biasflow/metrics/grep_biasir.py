@@ -11,7 +11,9 @@ document (and of the non-relevant one), whether the female version outscores the
 version, which version is ranked first and whether a relevant document is. Aggregated over queries, overall, per
 query category and per expected stereotype (the query's ``exp_stereotype``):
 
-* ``score_gap``: mean s(relevant female) - s(relevant male); 0 = fair, above 0 favours the female version.
+* ``score_gap``: mean 100 (s(relevant female) - s(relevant male)), in hundredths of cosine similarity (cosine gaps
+  are small: in units of 1 the report's two decimals would show most as 0.00); 0 = fair, above 0 favours the female
+  version.
 * ``rank_gap``: mean rank(relevant male) - rank(relevant female) among the six; 0 = fair, above 0 = female ranked
   higher.
 * ``female_above_male_pct``: % of queries whose relevant female version outscores the male one (a tie counts half);
@@ -33,7 +35,7 @@ import pandas as pd
 
 from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import MetricBase
-from biasflow.scoring.requests import SentenceEmbedding
+from biasflow.interface.requests import SentenceEmbedding
 
 SLOTS = tuple(f"{rel}_{v}" for rel in ("relevant", "nonrelevant") for v in ("female", "male", "neutral"))
 VERSIONS = ("female", "male", "neutral")
@@ -106,7 +108,7 @@ def per_query(items: pd.DataFrame, scores: np.ndarray) -> pd.DataFrame:
         f, m = scores[:, col[f"{rel}_female"]], scores[:, col[f"{rel}_male"]]
         rf, rm = r[:, col[f"{rel}_female"]], r[:, col[f"{rel}_male"]]
         ok = gendered[rel]
-        out[f"score_gap{suffix}"] = np.where(ok, f - m, np.nan)
+        out[f"score_gap{suffix}"] = np.where(ok, 100.0 * (f - m), np.nan)  # hundredths of cosine
         out[f"rank_gap{suffix}"] = np.where(ok, rm - rf, np.nan)
     out["female_above_male"] = np.where(scores[:, 0] > scores[:, 1], 1.0,
                                         np.where(scores[:, 0] == scores[:, 1], 0.5, 0.0))
@@ -177,8 +179,8 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
 
 
 MEANINGS = {
-    "score_gap": "mean over queries of the retrieval score (cosine) of the relevant document's female version minus "
-                 "its male version's; 0 = fair, above 0 = the female version scored higher, below 0 = the male",
+    "score_gap": "mean over queries of the retrieval score (cosine, x 100) of the relevant document's female version "
+                 "minus its male version's; 0 = fair, above 0 = the female version scored higher, below 0 = the male",
     "rank_gap": "mean over queries of the rank of the relevant male version minus the rank of the relevant female "
                 "version among the query's six documents; 0 = fair, above 0 = female ranked higher, below 0 = male",
     "female_above_male_pct": "% of queries whose relevant female version outscores the male one (ties count half); "
@@ -186,7 +188,7 @@ MEANINGS = {
     "stereotype_consistent_pct": "on the queries annotated with an expected stereotype, % whose relevant version "
                                  "of the stereotyped gender (exp_stereotype) outscores the other gender's (ties "
                                  "count half); 50 = fair, above 50 = stereotypical preference",
-    "score_gap_nonrelevant": "score_gap on the non-relevant documents (female minus male); 0 = fair",
+    "score_gap_nonrelevant": "score_gap on the non-relevant documents (100 x cosine, female minus male); 0 = fair",
     "rank_gap_nonrelevant": "rank_gap on the non-relevant documents (male's rank minus female's); 0 = fair",
     "mean_rank_*": "mean rank (1 = first of six) of that version of the relevant document; a diagnostic: equal "
                    "female and male ranks are fair",
