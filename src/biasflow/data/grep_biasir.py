@@ -59,8 +59,10 @@ COLUMNS = ["item_id", "query_id", "query", "category", "exp_stereotype", "stereo
 
 def read_csv_rows(path: str | Path, what: str, header: list[str]) -> list[tuple[int, list[str]]]:
     """[(line number, fields)] of a UTF-8 CSV file (CRLF or LF, quoted fields) whose header is ``header``; the line
-    is where the record ends. A wrong header or field count is an error naming the file and line."""
-    text = read_text_utf8(path, what)
+    is where the record ends. Line breaks inside a field are read as LF whatever the file has (the PyPI mirror has
+    CRLF, the authors' copy LF: both give the same items). A wrong header or field count is an error naming the file
+    and line."""
+    text = read_text_utf8(path, what).replace("\r\n", "\n")
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         found = next(reader)
