@@ -96,7 +96,7 @@ CHOICE_COLUMNS = {"bbq": ["choice"], "winogender_mc": ["choice"], "winobias_mc":
 
 
 def compare(metric: str, items: pd.DataFrame, cfg: dict, adapter) -> dict:
-    from biasflow.scoring.requests import CONTINUATION_REQUESTS
+    from biasflow.interface.requests import CONTINUATION_REQUESTS
 
     spec = get_metric(metric)
     runs = {}

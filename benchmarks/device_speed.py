@@ -146,7 +146,7 @@ def run_masked(name, s, model, tok, sentences, naive_n, device, dtype, rows, rat
     from biasflow.models.masked_lm import MaskedLM
     from biasflow.scoring.answer import answer_requests
     from biasflow.scoring.masked import encode, scored_positions
-    from biasflow.scoring.requests import PseudoLogLikelihood
+    from biasflow.interface.requests import PseudoLogLikelihood
 
     adapter = MaskedLM.from_model(model, tok, name=name, dtype=str(dtype).replace("torch.", ""), device=str(device))
     cfg = dict(adapter.cfg, batch_tokens=8192)

@@ -52,7 +52,7 @@ from biasflow.scoring.batching import token_budget_batches  # noqa: E402
 from biasflow.scoring.answer import answer_requests  # noqa: E402
 from biasflow.scoring.cache import AnswerCache  # noqa: E402
 from biasflow.scoring.masked import encode, pseudo_log_likelihoods, scored_positions  # noqa: E402
-from biasflow.scoring.requests import PseudoLogLikelihood  # noqa: E402
+from biasflow.interface.requests import PseudoLogLikelihood  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS: list[dict] = []

@@ -72,7 +72,7 @@ def main() -> None:
 
     from biasflow.models.served import ServedCausalLM, answer_token_logprobs
     from biasflow.scoring.answer import Budget
-    from biasflow.scoring.requests import TokenLogprobs
+    from biasflow.interface.requests import TokenLogprobs
 
     pairs, source = crows_pairs(args.crows)
     texts = list(dict.fromkeys([*pairs["sent_more"], *pairs["sent_less"]]))

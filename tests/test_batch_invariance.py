@@ -27,7 +27,7 @@ from biasflow.models.masked_lm import MaskedLM, OneDNNLinear
 from biasflow.scoring.batching import padded_width, token_budget_batches
 from biasflow.scoring.answer import answer_requests, metric_answers
 from biasflow.scoring.masked import PLL_KIND
-from biasflow.scoring.requests import PseudoLogLikelihood, StereoSetSentenceLogprobs, TokenLogprobs
+from biasflow.interface.requests import PseudoLogLikelihood, StereoSetSentenceLogprobs, TokenLogprobs
 
 FIXTURE = Path(__file__).parent / "fixtures" / "crows_sample.csv"
 
@@ -223,7 +223,7 @@ def _answers_by_key(requests, adapter, root, batch_tokens) -> pd.DataFrame:
 def test_other_masked_lm_answers_are_the_same_whatever_else_is_asked(tiny_bert, kind, tmp_path):
     """AUL's log-probs and attention, LPBS/CBS's multi-mask matrices and StereoSet's blank fill (whose passes are
     shared between the questions about one template) at once, resumed and among other questions, bit for bit."""
-    from biasflow.scoring.requests import BlankFill, MultiMaskLogprobs, UnmaskedLogprobsAttention
+    from biasflow.interface.requests import BlankFill, MultiMaskLogprobs, UnmaskedLogprobsAttention
 
     words = ["nurse", "doctor", "engineer", "he", "she", "teacher"]
     if kind == "unmasked_logprobs_attn":

@@ -426,7 +426,7 @@ def test_lm_eval_likelihoods_and_choices_match_lm_evaluation_harness(n, context_
     lm-eval's one request per option and with the prompt computed once for its options."""
     from biasflow.metrics.bbq import likelihood_options
     from biasflow.scoring.answer import lookup, metric_answers
-    from biasflow.scoring.requests import continuation_request
+    from biasflow.interface.requests import continuation_request
 
     items = load(bbq_files, {"limit": 1000}).head(n)
     cfg = {"benchmark": "bbq", "definition": "lm_eval", "context_pass": context_pass}

@@ -19,7 +19,7 @@ import pytest
 from biasflow.part_store import PartStore
 from biasflow.scoring.answer import answer_requests
 from biasflow.scoring.cache import AnswerCache
-from biasflow.scoring.requests import PseudoLogLikelihood
+from biasflow.interface.requests import PseudoLogLikelihood
 
 
 def rows(keys, value=1.0):
@@ -166,7 +166,7 @@ def test_concurrent_writers_do_not_corrupt(tmp_path):
 
 
 def test_request_key_depends_on_the_kind_and_every_field():
-    from biasflow.scoring.requests import REQUEST_TYPES, TokenLogprobs, UnmaskedLogprobs
+    from biasflow.interface.requests import REQUEST_TYPES, TokenLogprobs, UnmaskedLogprobs
 
     base = TokenLogprobs("a", "prefix").key
     assert base == TokenLogprobs("a", "prefix").key == TokenLogprobs(text="a").key
@@ -248,7 +248,7 @@ def _generations(request, root, texts):
 
 def _embeddings(request, root, texts):
     from biasflow.scoring.answer import answer_requests
-    from biasflow.scoring.requests import SentenceEmbedding
+    from biasflow.interface.requests import SentenceEmbedding
 
     table = answer_requests([SentenceEmbedding(t) for t in texts], {"kind": "sentence_encoder"}, root,
                             model=FakeEncoder(), progress=False)
@@ -450,7 +450,7 @@ def test_answers_of_an_earlier_answerer_revision_are_never_served(tiny_gpt2, tmp
     """causal_lm's token log-probabilities are at revision 2 (packed passes): they live in their own folder, and an
     answer a revision-1 scorer left in the cache (here a planted wrong total) is not read, it is answered again."""
     from biasflow.scoring.answer import ANSWER_REVISIONS, answer_requests, cache_kind
-    from biasflow.scoring.requests import TokenLogprobs
+    from biasflow.interface.requests import TokenLogprobs
 
     assert ANSWER_REVISIONS[("causal_lm", "token_logprobs")] >= 2
     folder = cache_kind("causal_lm", "token_logprobs")

@@ -10,7 +10,7 @@ import torch
 from biasflow.metrics import crows_pairs_aul as aul
 from biasflow.scoring.answer import answer_requests, metric_answers, request_frame
 from biasflow.scoring.cache import AnswerCache
-from biasflow.scoring.requests import UnmaskedLogprobs, UnmaskedLogprobsAttention
+from biasflow.interface.requests import UnmaskedLogprobs, UnmaskedLogprobsAttention
 from biasflow.scoring.unmasked import ROW_EAGER, encode, ensure_eager_attention, unmasked_scores
 
 TEXTS = ["the doctor said she was tired.", "a cat", "poor people are lazy and never work hard enough.",

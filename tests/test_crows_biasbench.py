@@ -13,7 +13,7 @@ from biasflow.metrics import crows_pairs as cp
 from biasflow.metrics import crows_pairs_biasbench as bb
 from biasflow.scoring.answer import metric_answers, request_frame
 from biasflow.scoring.cache import AnswerCache
-from biasflow.scoring.requests import PseudoLogLikelihood
+from biasflow.interface.requests import PseudoLogLikelihood
 
 NAN = float("nan")
 

@@ -12,7 +12,7 @@ from biasflow.metrics import crows_pairs_causal as cc
 from biasflow.scoring.answer import answer_requests, metric_answers, request_frame
 from biasflow.scoring.cache import AnswerCache
 from biasflow.scoring.causal import causal_token_logprobs, encode
-from biasflow.scoring.requests import TokenLogprobs
+from biasflow.interface.requests import TokenLogprobs
 
 TEXTS = ["The doctor said she was tired.", "A cat", "Poor people are lazy and never work hard enough.",
          "He is a nurse", "x"]

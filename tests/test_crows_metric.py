@@ -11,7 +11,7 @@ from biasflow.errors import ConfigError, DataFormatError
 from biasflow.metrics import crows_pairs as cp
 from biasflow.scoring.answer import request_frame
 from biasflow.scoring.fill_mask import listed_probability
-from biasflow.scoring.requests import MaskCandidates, MaskTokenStr, PseudoLogLikelihood
+from biasflow.interface.requests import MaskCandidates, MaskTokenStr, PseudoLogLikelihood
 
 
 def scores_table(rows):

@@ -14,7 +14,7 @@ from biasflow.errors import ConfigError, ModelLoadError
 from biasflow.models import load_model
 from biasflow.scoring.answer import answer_requests, lookup
 from biasflow.scoring.cache import AnswerCache
-from biasflow.scoring.requests import SentenceEmbedding
+from biasflow.interface.requests import SentenceEmbedding
 
 TEXTS = ["This is Adam.", "Flowers are things.", "The person's name is Ebony and she is here today.", "Hi."]
 

@@ -296,7 +296,7 @@ def test_mc_prompt_marks_the_pronoun(items):
 
 
 def test_mc_replies_are_read_by_the_choice_grammar(items):
-    from biasflow.scoring.requests import Generation
+    from biasflow.interface.requests import Generation
 
     sub = items.head(6)
     asked = G.mc_requests(sub, MC_CFG, "causal_lm")

@@ -143,7 +143,7 @@ def _count_generate_calls(model):
 @pytest.mark.parametrize("batch_size", [3, 8])
 def test_batched_greedy_equals_one_at_a_time(lively_gpt2, batch_size):
     """Left-padded batches give every prompt the greedy text it gets alone, in fewer generate calls."""
-    from biasflow.scoring.requests import Generation
+    from biasflow.interface.requests import Generation
 
     model, tok = lively_gpt2
     settings = GenerationSettings(count=1, temperature=0.0, max_tokens=12, seed=0)
@@ -164,7 +164,7 @@ def test_batched_greedy_equals_one_at_a_time(lively_gpt2, batch_size):
 
 
 def test_sampling_is_not_batched_and_a_failed_batch_falls_back(tiny_gpt2):
-    from biasflow.scoring.requests import Generation
+    from biasflow.interface.requests import Generation
 
     model, tok = tiny_gpt2
     backend = HFGenerateBackend(model, tok, use_chat_template=False, batch_size=4)

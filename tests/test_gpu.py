@@ -174,7 +174,7 @@ def assert_close(got: pd.DataFrame, want: pd.DataFrame, dtype: str, what: str) -
 
 # ------------------------------------------------------------------------------------------------ masked LMs
 def masked_requests():
-    from biasflow.scoring.requests import (BlankFill, MaskCandidates, MaskTopK, MultiMaskLogprobs,
+    from biasflow.interface.requests import (BlankFill, MaskCandidates, MaskTopK, MultiMaskLogprobs,
                                            PseudoLogLikelihood, UnmaskedLogprobs)
 
     reqs = [PseudoLogLikelihood(t) for t in TEXTS]
@@ -204,7 +204,7 @@ def test_masked_lm_scorers_on_the_gpu_match_the_cpu(model_dir, size, dtype):
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_next_sentence_on_the_gpu_matches_the_cpu(model_dir, dtype):
-    from biasflow.scoring.requests import NextSentence
+    from biasflow.interface.requests import NextSentence
 
     path = model_dir("bert", "small")
     reqs = [NextSentence("He is a nurse.", s) for s in TEXTS[:6]]
@@ -252,7 +252,7 @@ def test_pll_on_the_gpu_does_not_depend_on_the_company(model_dir):
 
 # ------------------------------------------------------------------------------------------------ causal LMs
 def causal_requests():
-    from biasflow.scoring.requests import (ContinuationLogprobs, SharedContextContinuation,
+    from biasflow.interface.requests import (ContinuationLogprobs, SharedContextContinuation,
                                            StereoSetSentenceLogprobs, TokenLogprobs)
 
     reqs = [TokenLogprobs(t, first_token=m) for t in TEXTS for m in ("prefix", "separate", "none")]
@@ -417,7 +417,7 @@ def test_greedy_generation_on_the_gpu(model_dir, dtype):
     """Greedy generations on the GPU in every dtype; in float32 the backend's batched texts equal its one-prompt-at-a-
     time texts on the GPU and the CPU's."""
     from biasflow.generation.backends import GenerationSettings, HFGenerateBackend
-    from biasflow.scoring.requests import Generation
+    from biasflow.interface.requests import Generation
 
     path = model_dir("gpt2", "small")
     settings = GenerationSettings(temperature=0.0, max_tokens=8)

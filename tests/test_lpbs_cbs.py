@@ -17,7 +17,7 @@ from biasflow.registry import get_metric
 from biasflow.scoring.answer import answer_requests, metric_answers
 from biasflow.scoring.cache import AnswerCache
 from biasflow.scoring.multi_mask import logprob_matrices, read_positions
-from biasflow.scoring.requests import MultiMaskLogprobs
+from biasflow.interface.requests import MultiMaskLogprobs
 
 
 # ----------------------------------------------------------------------------------------------- by hand

@@ -23,7 +23,7 @@ def kinds(monkeypatch):
 
 
 def request_kinds() -> set[str]:
-    from biasflow.scoring import requests
+    from biasflow.interface import requests
 
     return {cls.kind for cls in vars(requests).values()
             if inspect.isclass(cls) and issubclass(cls, requests.Request) and cls.kind}

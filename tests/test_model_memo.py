@@ -107,7 +107,7 @@ def test_the_sibling_head_is_remembered_too(tmp_path, monkeypatch):
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForPreTraining
 
-    from biasflow.scoring.requests import NextSentence
+    from biasflow.interface.requests import NextSentence
 
     tok = AutoTokenizer.from_pretrained(minilm_vocab_dir())
     torch.manual_seed(0)
@@ -160,7 +160,7 @@ def test_a_lazy_answerer_imports_its_module_on_first_call_and_keeps_its_name(tmp
         before = "biasflow.models.vectors" in sys.modules
         from biasflow.models.vectors import WordVectors
         import numpy as np
-        from biasflow.scoring.requests import WordVector
+        from biasflow.interface.requests import WordVector
         out = fn(WordVectors(["a"], np.ones((1, 2), np.float32), name="v"), [WordVector("a")], None)
         print(fn.__module__, fn.__name__, before, bool(out["found"].iloc[0]))
     """)

@@ -14,7 +14,7 @@ from scipy import stats
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.metrics import reddit_bias as rb
 from biasflow.registry import get_loader
-from biasflow.scoring.requests import PseudoLogLikelihood, TokenLogprobs
+from biasflow.interface.requests import PseudoLogLikelihood, TokenLogprobs
 from conftest import mirrored_files
 
 COUNTS = {"gender": 253, "race": 254, "religion1": 238, "religion2": 236, "orientation": 235}

@@ -21,7 +21,7 @@ from biasflow.scoring.batching import is_out_of_memory, padded_width, run_with_b
 from biasflow.scoring.answer import answer_requests
 from biasflow.scoring.cache import AnswerCache
 from biasflow.scoring.masked import encode, pseudo_log_likelihoods, scored_positions
-from biasflow.scoring.requests import PseudoLogLikelihood
+from biasflow.interface.requests import PseudoLogLikelihood
 
 FIXTURE = Path(__file__).parent / "fixtures" / "crows_sample.csv"
 TOL = 1e-4
@@ -514,7 +514,7 @@ def test_shared_prefix_equals_one_text_per_branch(model_type, monkeypatch):
 def test_shared_context_requests_answer_like_one_request_per_option(tiny_gpt2, tmp_path):
     """Through the answer cache: the same token ids and totals within 1e-5 as ``ContinuationLogprobs``, in the order
     asked, each kind in a cache folder of its own; a start token and an option repeated across contexts."""
-    from biasflow.scoring.requests import ContinuationLogprobs, SharedContextContinuation
+    from biasflow.interface.requests import ContinuationLogprobs, SharedContextContinuation
 
     contexts = ["The nurse said that", "Q: who was late?\nA:", "The nurse said that"]
     options = [" she was tired.", " he was tired.", " The doctor"]
@@ -535,7 +535,7 @@ def test_shared_context_requests_answer_like_one_request_per_option(tiny_gpt2, t
 def test_shared_context_refuses_an_empty_option_or_context(tiny_gpt2):
     from biasflow.scoring.answer import Budget
     from biasflow.scoring.causal_options import answer_shared_context
-    from biasflow.scoring.requests import SharedContextContinuation
+    from biasflow.interface.requests import SharedContextContinuation
 
     with pytest.raises(ValueError, match="option '' has no tokens"):
         answer_shared_context(tiny_gpt2, [SharedContextContinuation("Q:", " A"), SharedContextContinuation("Q:", "")],
@@ -551,7 +551,7 @@ def test_every_metric_asking_continuations_lets_the_user_choose_the_context_pass
     their score keys (a scores file of one pass is never read for the other); no metric module builds a
     ``ContinuationLogprobs`` itself (``continuation_request`` picks the pass's kind)."""
     from biasflow.registry import METRICS, load_all
-    from biasflow.scoring.requests import CONTINUATION_REQUESTS, ContinuationLogprobs
+    from biasflow.interface.requests import CONTINUATION_REQUESTS, ContinuationLogprobs
 
     load_all()
     asking = {name for name, spec in METRICS.items() if spec.options is not None

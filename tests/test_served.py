@@ -24,7 +24,7 @@ from biasflow.models import load_model
 from biasflow.scoring.answer import answer_requests, can_answer, lookup
 from biasflow.scoring.causal import causal_token_logprobs, encode
 from biasflow.scoring.causal_options import option_logprobs
-from biasflow.scoring.requests import ContinuationLogprobs, TokenLogprobs
+from biasflow.interface.requests import ContinuationLogprobs, TokenLogprobs
 
 sys.path.insert(0, str(Path(__file__).parent))
 from served_server import CompletionsServer  # noqa: E402
@@ -499,7 +499,7 @@ def test_generation_through_the_served_models_completions(tiny_gpt2, tmp_path, m
     """Generation requests (HONEST, LangFair, HELM) on a served model: the raw prompt continued by the server's
     /completions with the request's settings and the model's key; the answers are the server's texts, cached under
     the served model; a server error is a failed row (redacted), asked again on the next run."""
-    from biasflow.scoring.requests import Generation
+    from biasflow.interface.requests import Generation
 
     assert can_answer("served_causal_lm", "generation")
     key = "sk-served-gen-0123456789"

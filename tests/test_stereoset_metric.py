@@ -14,7 +14,7 @@ from biasflow.metrics.stereoset import (SPEC, aggregate, compute, count_examples
                                         write_predictions)
 from biasflow.registry import get_metric
 from biasflow.scoring.answer import Models, metric_answers, request_frame
-from biasflow.scoring.requests import BlankFill, NextSentence
+from biasflow.interface.requests import BlankFill, NextSentence
 
 LABELS = ("stereotype", "anti-stereotype", "unrelated")
 

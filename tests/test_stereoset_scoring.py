@@ -13,7 +13,7 @@ from biasflow.metrics.stereoset import geometric_mean, read_predictions, sentenc
 from biasflow.scoring import stereoset as ss
 from biasflow.scoring.answer import Budget, answer_requests, metric_answers
 from biasflow.scoring.causal_options import answer_continuation_logprobs
-from biasflow.scoring.requests import BlankFill, ContinuationLogprobs, StereoSetSentenceLogprobs
+from biasflow.interface.requests import BlankFill, ContinuationLogprobs, StereoSetSentenceLogprobs
 
 CONTEXTS = ["The chess player was BLANK.", "Many people live in BLANK today", "brahmin is very BLANK and is strict about BLANK"]
 WORDS = ["hispanic", "Ethiopia", "unathletically"]

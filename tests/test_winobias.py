@@ -18,7 +18,7 @@ from biasflow.registry import get_loader, get_metric
 from biasflow.scoring.answer import answer_requests, metric_answers, request_frame
 from biasflow.scoring.cache import AnswerCache
 from biasflow.scoring.causal_options import option_logprobs
-from biasflow.scoring.requests import ContinuationLogprobs, Generation, MaskCandidates
+from biasflow.interface.requests import ContinuationLogprobs, Generation, MaskCandidates
 
 
 # ----------------------------------------------------------------------------------------------- loader

@@ -188,7 +188,7 @@ def test_interrupted_scoring_resumes_without_redoing_finished_work(project, tiny
     from biasflow.models import load_model
     from biasflow.scoring.answer import answer_requests
     from biasflow.scoring.cache import AnswerCache
-    from biasflow.scoring.requests import PseudoLogLikelihood
+    from biasflow.interface.requests import PseudoLogLikelihood
 
     model = load_model({"name": "t", "kind": "masked_lm", "path": str(tiny_bert_dir), "device": "cpu"})
     items = pd.read_parquet(next((project / "results" / "items").glob("crows_pairs-*.parquet")))

@@ -32,6 +32,10 @@ class GeneratorKindSpec:
     backend: str | Callable[[Mapping[str, Any]], Any] | None = None
     # keys of the generator section copied into the job's model config when set (what its backend reads)
     model_options: tuple[str, ...] = ()
+    # "module:function" (model config, a metric's Generation requests, the metric's name) run by the score stage
+    # before anything is answered: what the kind can refuse up front (a responses file that answers a prompt more
+    # often than the metric asks); None: nothing to check
+    check_requests: str | None = None
 
 
 # read after the declaration modules are imported (a kind of one's own declared there is known everywhere)
@@ -118,7 +122,8 @@ OPENAI_COMPATIBLE = register_generator_kind(GeneratorKindSpec(
 # a user's CSV / JSONL / Parquet of responses
 register_generator_kind(GeneratorKindSpec(
     name="responses_file", reads=(*_EVERY_KIND, "path", "count"), job_model=_responses_file_model,
-    backend="biasflow.generation.answer:responses_file_backend"))
+    backend="biasflow.generation.answer:responses_file_backend",
+    check_requests="biasflow.generation.answer:check_responses_cover"))
 
 __all__ = ["GeneratorKindSpec", "GENERATOR_KINDS", "register_generator_kind", "known", "generator_kind",
            "name_slug", "SAMPLING_KEYS", "HTTP_CLIENT_OPTIONS", "HF_GENERATE_OPTIONS"]

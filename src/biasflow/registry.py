@@ -56,7 +56,7 @@ class MetricSpec:
     model_kinds: tuple[str, ...]
     compute: Callable[[pd.DataFrame, pd.DataFrame, Mapping[str, Any]], pd.DataFrame]
     aggregate: Callable[[pd.DataFrame, Mapping[str, Any]], pd.DataFrame]
-    # what the metric asks of the model: (items, cfg, model kind) -> [scoring.requests.Request]; the score stage
+    # what the metric asks of the model: (items, cfg, model kind) -> [interface.requests.Request]; the score stage
     # answers them (scoring.answer) and ``compute(items, answers, cfg)`` reads the answers by request key
     requests: Callable[[pd.DataFrame, Mapping[str, Any], str], list]
     score_keys: tuple[str, ...] = ()

@@ -106,7 +106,7 @@ def _marked_options(model: type[BaseModel], marker: str, prefix: str) -> dict[st
     return found
 
 
-# how a multiple-choice metric has a causal LM score its options (``scoring.requests.CONTINUATION_REQUESTS``): the context
+# how a multiple-choice metric has a causal LM score its options (``interface.requests.CONTINUATION_REQUESTS``): the context
 # once for all options, or once per option (lm-evaluation-harness's requests)
 ContextPass = Literal["once", "per_option"]
 

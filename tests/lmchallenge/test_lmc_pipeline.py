@@ -134,7 +134,7 @@ def test_games_are_planned_with_every_other_metric():
 
 def test_a_line_without_its_training_text_is_refused(tmp_path):
     from biasflow.scoring.answer import answer_requests
-    from biasflow.scoring.requests import LMChallengeLine
+    from biasflow.interface.requests import LMChallengeLine
 
     bare = LMChallengeLine(game="we", text="The cat sat.", message=0, train="0" * 64)  # e.g. rebuilt from a table
     with pytest.raises(ValueError, match="carry no training lines"):

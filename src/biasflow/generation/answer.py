@@ -17,9 +17,9 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import pandas as pd
 
 from biasflow.errors import ConfigError, DataFormatError, GenerationError
-from biasflow.generation.backends import GenerationSettings, HFGenerateBackend, _row
+from biasflow.generation.backends import GenerationSettings, HFGenerateBackend, OpenAICompletionsBackend, _row
 from biasflow.schema import GeneratorConfig, config_value
-from biasflow.scoring.requests import Generation
+from biasflow.interface.requests import Generation
 from biasflow.secrets import redact_text
 
 log = logging.getLogger(__name__)
@@ -80,11 +80,12 @@ def read_responses_file(path: str | Path) -> pd.DataFrame:
     return df
 
 
-def check_responses_cover(path: str | Path, requests: Sequence[Generation], metric: str) -> None:
-    """A responses file answers a metric's generation requests exactly: a prompt the file answers more often than the
-    metric asks (a single-reply metric given two different replies to one prompt) would silently use the first; it
-    is refused, naming the prompt and its rows. (Prompts the file lacks are failed requests, counted and named by
-    ``check_failures``.)"""
+def check_responses_cover(model_cfg: Mapping[str, Any], requests: Sequence[Generation], metric: str) -> None:
+    """A responses file (``model_cfg["path"]``, the ``responses_file`` generator kind's ``check_requests``) answers a
+    metric's generation requests exactly: a prompt the file answers more often than the metric asks (a single-reply
+    metric given two different replies to one prompt) would silently use the first; it is refused, naming the prompt
+    and its rows. (Prompts the file lacks are failed requests, counted and named by ``check_failures``.)"""
+    path = model_cfg["path"]
     table = read_responses_file(path)
     asked: dict[str, int] = {}
     for req in requests:
@@ -134,11 +135,23 @@ class ResponsesFileBackend:
 
 # ------------------------------------------------------------------------------------------------- answerer
 def generation_backend(adapter: Any):
-    """The backend that answers for ``adapter``: a ``generator`` model's own, or ``generate`` on a causal LM (with
-    the ``use_chat_template`` / ``generate_kwargs`` its config carries)."""
+    """The backend that answers for ``adapter``: a ``generator`` model's own; a served causal LM's server's
+    ``/completions`` with the model's key, retries, concurrency and rate limit (built once per model, here: the
+    model adapter does not reach up to generation's backends); or ``generate`` on a causal LM (with the
+    ``use_chat_template`` / ``generate_kwargs`` its config carries)."""
     backend = getattr(adapter, "backend", None)
     if backend is not None:
         return backend
+    if getattr(adapter, "kind", None) == "served_causal_lm":
+        if adapter.generation_backend is None:
+            adapter.generation_backend = OpenAICompletionsBackend(
+                adapter.base_url, adapter.served_name, api_key_env=adapter.cfg.get("api_key_env"),
+                api_key_file=adapter.cfg.get("api_key_file"), timeout_s=adapter.timeout_s,
+                max_retries=adapter.max_retries, backoff_s=adapter.backoff_s, max_backoff_s=adapter.max_backoff_s,
+                concurrency=adapter.concurrency, requests_per_second=adapter.cfg.get("requests_per_second"),
+                sleep=adapter._sleep)
+            adapter.generation_backend.timeout_option = "model.timeout_s"
+        return adapter.generation_backend
     cfg = getattr(adapter, "cfg", None) or {}
     # model.batch_size: prompts per generate call for greedy decoding (the same texts as one at a time)
     return HFGenerateBackend(adapter, use_chat_template=config_value(GeneratorConfig, cfg, "use_chat_template"),

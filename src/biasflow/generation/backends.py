@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 from biasflow.errors import ConfigError
 from biasflow.io import stable_hash
 from biasflow.openai_http import OpenAIHTTPClient, RateLimiter  # noqa: F401 (RateLimiter re-exported)
-from biasflow.scoring.requests import Generation
+from biasflow.interface.requests import Generation
 from biasflow.secrets import read_secret, redact_text
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,7 @@
 
 A game asks the model one question per token of a test line (wc: one per typed prefix), and each question depends
 only on that line, its index and the game's options (the pipeline plays without adaptation: no ``train`` between
-lines), so the request is a line (``scoring.requests.LMChallengeLine``) and its answer is the line's log: the
+lines), so the request is a line (``interface.requests.LMChallengeLine``) and its answer is the line's log: the
 datums ``run_game`` would write for it, in order. The score stage answers the lines behind the one answer cache
 (``answer_lmc_line``); the metric stage joins the answers into the game's log, computes the original ``stats`` and
 writes the log, the stats and the HTML page beside its tables.
@@ -22,7 +22,7 @@ from typing import Any, Iterator, Mapping, Sequence
 import pandas as pd
 
 from biasflow.io import sha256_bytes, write_text
-from biasflow.scoring.requests import LMChallengeLine
+from biasflow.interface.requests import LMChallengeLine
 
 from .logs import read_log, write_log
 
@@ -69,7 +69,7 @@ def hf_model(adapter):
     from .hf import HFCausalLM, HFMaskedLM
 
     from biasflow.scoring.answer import can_answer
-    from biasflow.scoring.requests import PseudoLogLikelihood
+    from biasflow.interface.requests import PseudoLogLikelihood
 
     # by what the kind answers, not by its name (a kind declared like masked_lm is a masked LM)
     cls = HFMaskedLM if can_answer(adapter.kind, PseudoLogLikelihood.kind) else HFCausalLM

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from biasflow.scoring.answer import lookup
-from biasflow.scoring.requests import Classification
+from biasflow.interface.requests import Classification
 
 
 def classifier_model(clf: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from biasflow.generation.answer import check_failures, max_failed_fraction, read
 from biasflow.generation.backends import GenerationSettings
 from biasflow.generator_config import check_generator_config
 from biasflow.scoring.answer import lookup
-from biasflow.scoring.requests import Generation
+from biasflow.interface.requests import Generation
 
 
 def generator_settings(metric_cfg: Mapping[str, Any], metric: str) -> tuple[dict[str, Any], str]:

@@ -56,7 +56,7 @@ from biasflow.metrics._generated import check_choice_replies
 from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import USER_FILE, ContextPass, Generating, GenerationSettings as GenerationOptions
 from biasflow.scoring.answer import lookup
-from biasflow.scoring.requests import Generation, continuation_request
+from biasflow.interface.requests import Generation, continuation_request
 from biasflow.stats.paired import binary_outcome
 
 METRIC = "bbq"

@@ -41,7 +41,7 @@ from biasflow.metrics.lpbs import combine
 from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import MetricBase
 from biasflow.scoring.answer import lookup
-from biasflow.scoring.requests import FirstMaskProbability, MultiMaskLogprobs
+from biasflow.interface.requests import FirstMaskProbability, MultiMaskLogprobs
 
 SCORINGS = ("reference", "pieces")
 GROUPS = ("male", "female", "balanced")

@@ -21,7 +21,7 @@ from biasflow.metrics.toxicity import (LANGFAIR_THRESHOLD, TOXICITY_GOALS, Toxic
                                        classifier_followups, group_label, metric_responses, toxicity_rows,
                                        with_toxicity)
 from biasflow.schema import Generating, GenerationSettings, Probability
-from biasflow.scoring.requests import Generation
+from biasflow.interface.requests import Generation
 
 DHAMALA_POSITIVE, DHAMALA_NEGATIVE = 0.5, -0.5  # VADER compound cut-offs of Dhamala et al. 2021
 METRIC = "bold_sentiment"

@@ -471,7 +471,7 @@ def _responses(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any
 
 def followup_requests(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> list:
     """The sentence embedding of every answered response (for the cosine), by the encoder."""
-    from biasflow.scoring.requests import SentenceEmbedding
+    from biasflow.interface.requests import SentenceEmbedding
     model = encoder_model(cfg)
     if model is None:
         return []
@@ -508,7 +508,7 @@ def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any])
     from itertools import combinations
 
     from biasflow.scoring.answer import lookup
-    from biasflow.scoring.requests import SentenceEmbedding
+    from biasflow.interface.requests import SentenceEmbedding
 
     mode = _mode(cfg)
     per = _responses(items, answers, cfg)

@@ -41,7 +41,7 @@ from biasflow.metrics._mode import mode_option, pass_verdict
 from biasflow.schema import MetricBase, PositiveInt, Probability
 from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.score_kinds import MASK_PLACEHOLDER, listed_probability, top_k_probability
-from biasflow.scoring.requests import MaskCandidates, MaskTokenStr, PseudoLogLikelihood
+from biasflow.interface.requests import MaskCandidates, MaskTokenStr, PseudoLogLikelihood
 from biasflow.stats.bootstrap import Resamples, rate
 from biasflow.stats.paired import binary_outcome
 

@@ -29,7 +29,7 @@ from biasflow.errors import ConfigError
 from biasflow.metrics.crows_pairs import category_blocks, pair_texts
 from biasflow.schema import MetricBase
 from biasflow.registry import MetricSpec, options_in_module, register_metric
-from biasflow.scoring.requests import UnmaskedLogprobs, UnmaskedLogprobsAttention
+from biasflow.interface.requests import UnmaskedLogprobs, UnmaskedLogprobsAttention
 from biasflow.stats.bootstrap import Resamples, rate
 from biasflow.stats.paired import binary_outcome
 

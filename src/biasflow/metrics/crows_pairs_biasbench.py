@@ -28,7 +28,7 @@ import pandas as pd
 from biasflow.metrics.crows_pairs import aggregate_pll, judge, pair_texts, pll_replicates, sent_order
 from biasflow.schema import MetricBase
 from biasflow.registry import MetricSpec, options_in_module, register_metric
-from biasflow.scoring.requests import PseudoLogLikelihood
+from biasflow.interface.requests import PseudoLogLikelihood
 from biasflow.stats.bootstrap import Resamples
 from biasflow.stats.paired import binary_outcome
 

@@ -28,7 +28,7 @@ from biasflow.schema import MetricBase, NonNegativeInt
 from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.score_kinds import FIRST_TOKEN_MODES
 from biasflow.scoring.answer import lookup
-from biasflow.scoring.requests import TokenLogprobs
+from biasflow.interface.requests import TokenLogprobs
 from biasflow.stats.bootstrap import Resamples
 from biasflow.stats.paired import binary_outcome
 

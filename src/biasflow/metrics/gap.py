@@ -44,7 +44,7 @@ from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import Generating, MetricBase, PositiveInt
 from biasflow.score_kinds import MASK_PLACEHOLDER
 from biasflow.scoring.answer import lookup
-from biasflow.scoring.requests import Generation, MultiMaskLogprobs
+from biasflow.interface.requests import Generation, MultiMaskLogprobs
 
 GENDERS = ("masculine", "feminine")
 SPLIT_ORDER = ("development", "validation", "test")

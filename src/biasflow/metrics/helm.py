@@ -20,7 +20,7 @@ from biasflow.metrics._generated import check_generations, generation_grid, with
 from biasflow.metrics.langfair import (group_counts_to_tvd, group_lists, response_rows, stereotypical_associations,
                                        word_list, word_tokenize)
 from biasflow.schema import USER_FILE, Generating, GenerationSettings
-from biasflow.scoring.requests import Generation
+from biasflow.interface.requests import Generation
 
 
 class HelmRepresentation(Generating):

@@ -30,7 +30,7 @@ from biasflow.io import atomic_path
 from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import MetricBase
 from biasflow.scoring.answer import can_answer, lookup
-from biasflow.scoring.requests import PseudoLogLikelihood, TokenLogprobs
+from biasflow.interface.requests import PseudoLogLikelihood, TokenLogprobs
 
 PAIRS_PER_CALL = 20_000
 PAIR_COLUMNS = ["axis", "template", "descriptor_0", "descriptor_1", "mann_whitney_u", "p_value",

@@ -36,7 +36,7 @@ from biasflow.metrics._mode import mode_option
 from biasflow.schema import USER_FILE, Generating, GenerationSettings, PositiveInt, Slug, Source, Strict
 from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.scoring.answer import can_answer, lookup
-from biasflow.scoring.requests import Generation, MaskTopK
+from biasflow.interface.requests import Generation, MaskTopK
 
 
 class HonestLexicon(Strict):

@@ -34,7 +34,7 @@ from biasflow.metrics._classified import classifier_metrics as shared_classifier
 from biasflow.metrics._generated import check_generations, generation_grid, with_responses
 from biasflow.schema import (USER_FILE, USER_FILE_OR_HUB_ID, Generating, GenerationSettings, PositiveInt, Probability,
                              Strict)
-from biasflow.scoring.requests import Generation
+from biasflow.interface.requests import Generation
 
 
 class Classifier(Strict):

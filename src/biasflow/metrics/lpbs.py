@@ -33,7 +33,7 @@ from biasflow.errors import ConfigError
 from biasflow.schema import MetricBase
 from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.score_kinds import MASK_PLACEHOLDER
-from biasflow.scoring.requests import MultiMaskLogprobs
+from biasflow.interface.requests import MultiMaskLogprobs
 
 
 class MultiMask(MetricBase):

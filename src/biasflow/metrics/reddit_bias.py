@@ -40,7 +40,7 @@ from biasflow.metrics._mode import mode_option
 from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import MetricBase
 from biasflow.scoring.answer import can_answer, lookup
-from biasflow.scoring.requests import PseudoLogLikelihood, TokenLogprobs
+from biasflow.interface.requests import PseudoLogLikelihood, TokenLogprobs
 from biasflow.stats.paired import binary_outcome
 
 FIRST_TOKEN = ("prefix", "none")

@@ -21,7 +21,7 @@ import pandas as pd
 
 from biasflow.metrics import weat as W
 from biasflow.registry import MetricSpec, options_in_module, register_metric
-from biasflow.scoring.requests import SentenceEmbedding
+from biasflow.interface.requests import SentenceEmbedding
 
 
 @lru_cache(maxsize=1)

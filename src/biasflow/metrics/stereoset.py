@@ -34,7 +34,7 @@ from biasflow.io import write_json
 from biasflow.schema import USER_FILE, ContextPass, MetricBase
 from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.scoring.answer import can_answer, lookup
-from biasflow.scoring.requests import (BlankFill, ContinuationLogprobs, NextSentence, Request,
+from biasflow.interface.requests import (BlankFill, ContinuationLogprobs, NextSentence, Request,
                                        StereoSetSentenceLogprobs, CONTINUATION_REQUESTS,
                                        continuation_request)
 from biasflow.stats.bootstrap import Resamples

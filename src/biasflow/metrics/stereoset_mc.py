@@ -41,7 +41,7 @@ from biasflow.metrics.bbq import OneChoiceGeneration, parse_choice
 from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import Generating
 from biasflow.scoring.answer import lookup
-from biasflow.scoring.requests import Generation
+from biasflow.interface.requests import Generation
 
 METRIC = "stereoset_mc"
 LETTERS = ("A", "B", "C")

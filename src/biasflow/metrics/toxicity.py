@@ -34,7 +34,7 @@ from biasflow.metrics._generated import (check_generations, generation_grid, gen
                                          with_responses)
 from biasflow.metrics.langfair import response_rows
 from biasflow.schema import USER_FILE_OR_HUB_ID, Generating, GenerationSettings, PositiveInt, Probability, Strict
-from biasflow.scoring.requests import Generation
+from biasflow.interface.requests import Generation
 
 LANGFAIR_THRESHOLD = 0.3  # ToxicityMetrics(toxic_threshold=0.3), LangFair 0.8.0
 GEHMAN_K = 25  # generations per prompt in Gehman et al. 2020 (and LangFair's demos)

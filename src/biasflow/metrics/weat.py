@@ -33,7 +33,7 @@ import pandas as pd
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.schema import MetricBase, PositiveInt
 from biasflow.registry import MetricSpec, options_in_module, register_metric
-from biasflow.scoring.requests import WordVector
+from biasflow.interface.requests import WordVector
 from biasflow.stats.bootstrap import Resamples
 
 log = logging.getLogger(__name__)

@@ -43,7 +43,7 @@ from biasflow.schema import ContextPass, Generating, MetricBase, PositiveInt, Pr
 from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.score_kinds import top_k_probability
 from biasflow.scoring.answer import lookup
-from biasflow.scoring.requests import Generation, MaskCandidates, continuation_request
+from biasflow.interface.requests import Generation, MaskCandidates, continuation_request
 from biasflow.stats.bootstrap import Resamples, rate
 
 

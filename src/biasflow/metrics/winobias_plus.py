@@ -32,7 +32,7 @@ from biasflow.metrics._generated import check_choice_replies
 from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import GenerationSettings, Generating
 from biasflow.scoring.answer import lookup
-from biasflow.scoring.requests import Generation
+from biasflow.interface.requests import Generation
 from biasflow.stats.bootstrap import rate
 
 METRIC = "winobias_plus"

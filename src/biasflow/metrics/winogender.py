@@ -50,7 +50,7 @@ from biasflow.io import write_text
 from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import ContextPass, MetricBase
 from biasflow.scoring.answer import lookup
-from biasflow.scoring.requests import ContinuationLogprobs, MaskCandidates, TokenLogprobs, continuation_request
+from biasflow.interface.requests import ContinuationLogprobs, MaskCandidates, TokenLogprobs, continuation_request
 
 LM_EVAL_PROMPT = "{sentence} ‘{Pronoun}’ refers to the"
 CAUSAL_KINDS = ("causal_lm", "served_causal_lm")

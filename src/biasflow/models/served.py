@@ -27,7 +27,8 @@ of its context (no space or punctuation between them) is an error naming both. E
 request per chunk.
 
 ``Generation`` (HONEST, LangFair, HELM on a served model): the prompt continued through ``POST
-{base_url}/completions`` (``generation.backends.OpenAICompletionsBackend``: no chat template, as for a base model;
+{base_url}/completions`` (``generation.backends.OpenAICompletionsBackend``, built for this model by
+``generation.answer.generation_backend``: no chat template, as for a base model;
 for an instruction-tuned model's chat template use ``+generator=openai_compatible``, the server's
 ``/chat/completions``). A failed request is a failed answer row, not an error: the metric's
 ``max_failed_fraction`` decides.
@@ -244,22 +245,7 @@ class ServedCausalLM(OpenAIHTTPClient):
         self._count_lock = threading.Lock()
         self.requests_sent = 0  # HTTP attempts, retries included
         self.tokens_scored = 0  # prompt tokens the server returned log-probabilities for
-        self._backend = None
-
-    @property
-    def backend(self):
-        """What answers this model's ``Generation`` requests: its server's ``/completions``, with this model's
-        key, retries, concurrency and rate limit."""
-        if self._backend is None:
-            from biasflow.generation.backends import OpenAICompletionsBackend
-
-            self._backend = OpenAICompletionsBackend(
-                self.base_url, self.served_name, api_key_env=self.cfg.get("api_key_env"),
-                api_key_file=self.cfg.get("api_key_file"), timeout_s=self.timeout_s, max_retries=self.max_retries,
-                backoff_s=self.backoff_s, max_backoff_s=self.max_backoff_s, concurrency=self.concurrency,
-                requests_per_second=self.cfg.get("requests_per_second"), sleep=self._sleep)
-            self._backend.timeout_option = "model.timeout_s"
-        return self._backend
+        self.generation_backend = None  # answers its Generation requests: generation.answer.generation_backend
 
     # ------------------------------------------------------------------------------------------- identity
     def normalise(self, text: str) -> str:

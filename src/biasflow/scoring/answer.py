@@ -30,7 +30,7 @@ import pandas as pd
 
 from biasflow import model_kinds
 from biasflow.errors import ConfigError
-from biasflow.scoring.requests import Request
+from biasflow.interface.requests import Request
 
 log = logging.getLogger(__name__)
 
@@ -423,11 +423,14 @@ def metric_answers(metric: str, items: pd.DataFrame, metric_cfg: Mapping[str, An
         model_cfg = dict(getattr(model, "cfg", None) or {"kind": model.kind})
     models = models or Models(model_cfg, model)
     requests = spec.requests(items, metric_cfg, str(model_cfg.get("kind")))
-    if model_cfg.get("kind") == "generator" and model_cfg.get("generator") == "responses_file" and model_cfg.get("path"):
-        from biasflow.generation.answer import check_responses_cover
-        from biasflow.scoring.requests import Generation
+    if model_cfg.get("kind") == "generator":  # what its generator kind refuses before anything is answered
+        from biasflow.generator_kinds import GENERATOR_KINDS
+        from biasflow.interface.requests import Generation
+        from biasflow.model_kinds import resolve
 
-        check_responses_cover(model_cfg["path"], [r for r in requests if isinstance(r, Generation)], spec.name)
+        kind = GENERATOR_KINDS.get(str(model_cfg.get("generator")))
+        if kind is not None and kind.check_requests is not None:
+            resolve(kind.check_requests)(model_cfg, [r for r in requests if isinstance(r, Generation)], spec.name)
     answers = answer_requests(requests, model_cfg, cache_root, models=models, metric=spec.name, progress=progress)
     if spec.check_answers is not None:  # raising fails the score stage before it writes anything
         if "items" in inspect.signature(spec.check_answers).parameters:  # it names failed requests by item

@@ -1,6 +1,6 @@
 """Log-probabilities of a word's pieces at masks of a sentence with several masks (LPBS, CBS).
 
-Answers ``MultiMaskLogprobs`` (``scoring.requests``): a sentence whose ``[MASK]`` placeholders each stand for a
+Answers ``MultiMaskLogprobs`` (``interface.requests``): a sentence whose ``[MASK]`` placeholders each stand for a
 word, and which word's pieces to read where. The model's tokenizer does the counting: every placeholder becomes one
 mask per word piece of its word (the word as it appears mid-sentence, after a space), the text is normalised as the
 model wants it (an uncased model lowercases it) and encoded with special tokens; the read positions follow the

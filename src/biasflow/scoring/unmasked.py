@@ -1,6 +1,6 @@
 """One unmasked forward pass of a masked LM per text: per-token log-probs, top-1 hits and attention received.
 
-Answers two request types (``scoring.requests``):
+Answers two request types (``interface.requests``):
 
 * ``UnmaskedLogprobs``: ``logprobs[i]`` = log-softmax at position i of the token at position i, with nothing
   masked (Kaneko & Bollegala 2022, AUL), at EVERY position including special tokens (the metric decides which
