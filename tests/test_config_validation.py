@@ -287,3 +287,16 @@ def test_the_plans_options_are_what_validating_them_again_gives():
         spec = METRICS[job.metric]
         passed = metric_options(spec, job.params())
         assert filled(spec.options, dict(passed)) == passed, job.metric
+
+
+def test_a_password_in_a_refused_option_is_masked_in_the_error(tmp_path, monkeypatch):
+    """An option no model kind takes, in the user's own model file, holding a URI with a password: the error names
+    the option and masks the password (the console, logs and CI output keep no secret)."""
+    (tmp_path / "conf" / "model").mkdir(parents=True)
+    (tmp_path / "conf" / "model" / "mine.yaml").write_text(
+        "name: mine\nkind: masked_lm\nhub_id: org/mine\nnotes: postgresql://user:hunter2pw@db.example/mlflow\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        build_plan(["model=mine", "metric=[crows_pairs]"])
+    assert "model.notes=" in str(err.value) and "takes no option 'notes'" in str(err.value)
+    assert "hunter2pw" not in str(err.value)

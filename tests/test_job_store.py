@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from biasflow.errors import ConfigError
 from biasflow.plan import build_plan
 from biasflow.workflow import JobStore, Lookups, load_plan, stage_plan
 
@@ -79,3 +81,26 @@ def test_a_cluster_job_parse_never_reads_the_whole_plan(staged):
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"{job.metric_dir}/aggregate.parquet" in out.stdout  # the target job, with its score job upstream
     assert job.scores_path() in out.stdout
+
+
+def test_a_damaged_or_misplaced_store_file_is_an_error_naming_it(staged):
+    """A job file holding another job (copied over it) would give one job another's inputs; a garbled one a bare JSON
+    error. Both are errors naming the file and how to get a good store back."""
+    plan, path = staged
+    a, b = plan.jobs[0], next(j for j in plan.jobs if j.model_key != plan.jobs[0].model_key)
+    folder = JobStore.folder_of(path)
+    (folder / JobStore._name(b.metric_dir)).write_text((folder / JobStore._name(a.metric_dir)).read_text())
+    _, lookups = load_plan({"plan": path}, remote=True)
+    with pytest.raises(ConfigError, match=rf"holds another job \({re.escape(a.metric_dir)}\); delete "):
+        lookups.metric_job(b.model_key, b.metric, b.cfg_hash)
+    (folder / JobStore._name(b.metric_dir)).write_text("garbage{")
+    _, lookups = load_plan({"plan": path}, remote=True)
+    with pytest.raises(ConfigError, match=r"a damaged file of the plan's job store .*delete .*\.jobs and run again"):
+        lookups.metric_job(b.model_key, b.metric, b.cfg_hash)
+    assert oct(folder.stat().st_mode & 0o777) == oct(0o777 & ~_umask())  # readable like any folder made by mkdir
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -374,3 +375,58 @@ def test_a_declared_option_missing_from_the_yaml_needs_no_plus():
     (job,) = build_plan(["metric=[crows_pairs]", "model=bert_base_uncased", "model.path=/models/my-bert",
                          "metric.crows_pairs.fill_mask_top_k=7"]).jobs
     assert job.model["path"] == "/models/my-bert" and job.metric_cfg["fill_mask_top_k"] == 7
+
+
+def test_glob_sweeps_the_model_configs_it_matches():
+    """``-m model=glob(bert_*)`` (Hydra's sweep syntax, the way to name a thousand checkpoints) sweeps every matching
+    config file; a pattern that matches none is an error naming the group."""
+    plan = build_plan(["model=glob(bert_base_*)", "metric=[crows_pairs]"], multirun=True)
+    assert sorted(j.model["name"] for j in plan.jobs) == sorted(
+        p.stem for p in (Path(__file__).resolve().parents[1] / "conf" / "model").glob("bert_base_*.yaml"))
+    with pytest.raises(ConfigError, match=r"model=glob\(zzz\*\): matches no config in conf/model/"):
+        build_plan(["model=glob(zzz*)", "metric=[crows_pairs]"], multirun=True)
+
+
+@pytest.mark.parametrize("swept, named", [
+    ("paths.results=/tmp/ra,/tmp/rb", "paths.results"),
+    ("tracking.experiment=a,b", "tracking.experiment"),
+    ("model.device=cpu,cuda", "model.device"),
+    ("model.batch_tokens=4096,8192", "model.batch_tokens"),
+])
+def test_a_sweep_over_a_setting_one_plan_cannot_vary_is_refused(swept, named):
+    """A plan has one results folder and one experiment, and settings outside a model's identity do not make another
+    job: sweeping them would silently run the first value only. Refused, naming the setting."""
+    with pytest.raises(ConfigError, match=rf"{re.escape(named)} is swept .*run each value as its own plan"):
+        build_plan(["model=bert_base_uncased", "metric=[crows_pairs]", swept], multirun=True)
+
+
+def test_a_returned_plan_changed_by_its_caller_leaves_later_plans_alone():
+    """build_plan shares sections between its jobs' configs and its composition cache; a caller that edits the plan
+    it got (paths, tracking, sweep configs) does not change the next plan."""
+    overrides = ["model=bert_base_uncased,gpt2", "metric=[crows_pairs,crows_pairs_causal]"]
+    first = build_plan(overrides, multirun=True)
+    want = first.to_json()
+    first.paths["results"] = "EVIL"
+    first.tracking["experiment"] = "EVIL"
+    for entry in first.sweep:
+        entry["config"]["paths"]["results"] = "EVIL"
+        entry["config"]["metric"]["crows_pairs"]["diff_threshold"] = 9
+    assert build_plan(overrides, multirun=True).to_json() == want
+
+
+def test_an_environment_variable_a_model_file_reads_is_read_again(tmp_path, monkeypatch):
+    """A model config reading ${oc.env:VAR}: planning again after VAR changed gives the new value (the composition
+    cache is keyed by the variables the model file reads too)."""
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "conf", conf)
+    (conf / "model" / "env_model.yaml").write_text(
+        "name: env_model\nkind: masked_lm\nhub_id: org/env-model\nrevision: ${oc.env:BF_TEST_REVISION,main}\n")
+    monkeypatch.setenv("BIASFLOW_CONF", str(conf))
+    monkeypatch.setenv("BF_TEST_REVISION", "aaa111")
+    first = build_plan(["model=env_model,bert_base_uncased", "metric=[crows_pairs]"], multirun=True)
+    monkeypatch.setenv("BF_TEST_REVISION", "bbb222")
+    second = build_plan(["model=env_model,bert_base_uncased", "metric=[crows_pairs]"], multirun=True)
+    revisions = [next(j.model["revision"] for j in p.jobs if j.model["name"] == "env_model") for p in (first, second)]
+    assert revisions == ["aaa111", "bbb222"]

@@ -531,8 +531,11 @@ def _format(prefix: str, err: ValidationError, value: Any) -> list[str]:
 
 
 def options_problems(model: type[BaseModel], prefix: str, err: ValidationError) -> list[str]:
-    """One line per problem of a validation error, naming the option (``prefix.key=value: what is wrong``)."""
-    lines = _format(prefix, err, None)
+    """One line per problem of a validation error, naming the option (``prefix.key=value: what is wrong``); a value
+    that holds a password or key is shown masked, as everywhere else."""
+    from biasflow.secrets import redact_text
+
+    lines = [redact_text(line) for line in _format(prefix, err, None)]
     if any(e["type"] == "extra_forbidden" for e in err.errors(include_url=False)):
         lines.append(f"  (options of {prefix}: {', '.join(sorted(model.model_fields))})")
     return lines

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from biasflow.errors import ConfigError
 from biasflow.plan import Job, Plan, build_plan
 from biasflow.report import METRIC_FILES, RUN_FILES, raw_file_paths
 from biasflow.scheduling import score_resources
@@ -108,6 +109,9 @@ class JobStore:
             return
         folder = cls.folder_of(staged_plan)
         tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)  # as a folder made by mkdir: a group's shared project reads it (mkdtemp: 0700)
         written: set[str] = set()
         for job in plan.jobs:
             doc = json.dumps(job.to_doc(), sort_keys=True, default=str)
@@ -125,14 +129,22 @@ class JobStore:
         shutil.rmtree(old, ignore_errors=True)
 
     def job(self, path: str) -> Job:
-        """The job looked up by ``path`` (a metric folder, scores file or items table); KeyError if none."""
+        """The job looked up by ``path`` (a metric folder, scores file or items table); KeyError if the plan has
+        none. A damaged or misplaced file is an error naming it and the way out."""
         if path not in self._jobs:
             file = self.folder / self._name(path)
             try:
                 doc = json.loads(file.read_text())
+                job = Job.from_doc(doc, file)
             except FileNotFoundError:
                 raise KeyError(path) from None
-            self._jobs[path] = Job.from_doc(doc, file)
+            except (ValueError, KeyError, TypeError, ConfigError) as exc:
+                raise ConfigError(f"{file}: a damaged file of the plan's job store ({exc}); delete {self.folder} and "
+                                  f"run again (biasflow run writes it anew)") from None
+            if path not in (job.metric_dir, job.scores_path(), job.items_path):
+                raise ConfigError(f"{file}: the job store's file for {path} holds another job ({job.metric_dir}); "
+                                  f"delete {self.folder} and run again (biasflow run writes it anew)")
+            self._jobs[path] = job
         return self._jobs[path]
 
 
@@ -181,12 +193,15 @@ def plan_cache_key(overrides: list[str], multirun: bool) -> str:
     variables configs may read. Any change makes a new plan."""
     from biasflow.io import stable_hash
     from biasflow.plan import conf_dir
+    from biasflow.plan.composition import env_names_read
+    from biasflow.secrets import environ_snapshot
 
     code = Path(__file__).resolve().parent
     files = [*conf_dir().rglob("*.yaml"), *code.rglob("*.py")]
-    from biasflow.secrets import environ_snapshot
-
-    env = {k: v for k, v in environ_snapshot().items() if k.startswith(("BIASFLOW_", "MLFLOW_"))}
+    # the variables biasflow reads, and every one a config file reads (${oc.env:NAME})
+    read = set(env_names_read("\n".join(Path(f).read_text(errors="replace") for f in sorted(map(str, files))
+                                        if f.endswith(".yaml"))))
+    env = {k: v for k, v in environ_snapshot().items() if k.startswith(("BIASFLOW_", "MLFLOW_")) or k in read}
     return stable_hash({"overrides": overrides, "multirun": multirun, "files": _inputs_state(map(str, files)),
                         "env": env}, 16)
 
@@ -220,8 +235,6 @@ def check_built_models(jobs) -> None:
     """Every folder a plan builds a model into holds one recipe (``model.build`` and ``model.train``). Each training
     setting is its own model (its own key: ``train`` is in the fingerprint), but the build rule makes one model per
     folder: a second setting's jobs would score the first one's weights under their own key. Refused, naming both."""
-    from biasflow.errors import ConfigError
-
     recipes: dict[str, dict[str, Any]] = {}
     for job in jobs:
         model = job.model

@@ -18,6 +18,7 @@ out), ``names`` (display names), ``user_files`` (the user's files and their dige
 """
 from __future__ import annotations
 
+import copy
 import logging
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -152,18 +153,57 @@ def _build_plan(overrides: Sequence[str], multirun: bool) -> Plan:
                       extra_outputs=tuple(spec.extra_outputs),
                       exports={o: str(mcfg[o]) for o in spec.export_options if mcfg.get(o)})
             job.user_files = canonical(user_files(job, digests))
-            job = jobs.setdefault(job.metric_dir, job)
-            job.sweep_overrides.append(job_overrides)
+            same = jobs.setdefault(job.metric_dir, job)
+            if same.model != job.model:
+                _refuse_collapsed_settings(same.model, job.model)
+            same.sweep_overrides.append(job_overrides)
     if not jobs:
         raise ConfigError("the configuration selects no runnable job: " + "; ".join(skipped))
+    _refuse_swept_run_settings([entry["config"] for entry in sweep])
     check_exports(list(jobs.values()), paths or {}, benchmarks)
     # a sweep job's dataset descriptions are the plan's (``benchmarks``) unless it overrode one: written once, not
     # once per sweep job (four fifths of a 1,000-model plan's size before)
     for entry in sweep:
         if entry["config"].get("benchmark") == benchmarks:
             entry["config"] = {k: v for k, v in entry["config"].items() if k != "benchmark"}
-    return Plan(jobs=list(jobs.values()), sweep=sweep, tracking=tracking or {}, paths=paths or {},
-                skipped=skipped, benchmarks=canonical(benchmarks))
+    # the plan's own copies: its sweep jobs' configs share sections with the composition cache (compose_shared)
+    return Plan(jobs=list(jobs.values()), sweep=copy.deepcopy(sweep), tracking=copy.deepcopy(tracking or {}),
+                paths=copy.deepcopy(paths or {}), skipped=skipped, benchmarks=canonical(benchmarks))
+
+
+def _differences(a: Any, b: Any, where: str) -> list[str]:
+    """Dotted keys whose values differ between two configs."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b), key=str) for d in _differences(a.get(k), b.get(k), f"{where}.{k}")]
+    return [] if a == b else [where]
+
+
+def _refuse_swept_run_settings(configs: Sequence[Mapping[str, Any]]) -> None:
+    """One plan has one results folder, one resources folder and one MLflow experiment: a sweep over ``paths.*`` or
+    ``tracking.*`` would silently keep its first value (every job would write where the first says)."""
+    for section in ("paths", "tracking"):
+        for cfg in configs[1:]:
+            differ = _differences(configs[0].get(section), cfg.get(section), section)
+            if differ:
+                values = sorted({str(_lookup(c, differ[0])) for c in configs})
+                raise ConfigError(f"{differ[0]} is swept ({', '.join(values)}), but a plan writes to one place and "
+                                  f"logs to one experiment: run each value as its own plan")
+
+
+def _lookup(cfg: Mapping[str, Any], dotted: str) -> Any:
+    for part in dotted.split("."):
+        cfg = cfg.get(part) if isinstance(cfg, Mapping) else None
+    return cfg
+
+
+def _refuse_collapsed_settings(kept: Mapping[str, Any], other: Mapping[str, Any]) -> None:
+    """Two sweep jobs that differ only in model settings outside the model's identity (``model.device``,
+    ``model.batch_tokens``, ``model.resources``) are one job with one set of results: the plan would run one of them
+    and silently drop the other's setting. Refused, naming the setting."""
+    differ = _differences(dict(kept), dict(other), "model")
+    raise ConfigError(f"{differ[0]} is swept ({_lookup({'model': kept}, differ[0])}, "
+                      f"{_lookup({'model': other}, differ[0])}) but does not change the model's results: the sweep's "
+                      f"jobs would be one job run with one of the values; run each value as its own plan")
 
 
 __all__ = ["build_plan", "expand_sweep", "parse_overrides", "compose", "conf_dir", "layered_conf", "source_file",

@@ -270,9 +270,9 @@ def _resolved_base(cdir: Path, group_overrides: tuple[str, ...], model_file: Pat
     composed = _composed(cdir, group_overrides)
     # ${oc.env:VAR} resolves to the environment of the moment: a changed variable is resolved again
     if id(composed) not in _ENV_NAMES:
-        _ENV_NAMES[id(composed)] = sorted(set(re.findall(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)",
-                                                         OmegaConf.to_yaml(composed))))
-    env_names = _ENV_NAMES[id(composed)]
+        _ENV_NAMES[id(composed)] = env_names_read(OmegaConf.to_yaml(composed))
+    # the swapped-in model file's own ${oc.env:...} too: a changed variable gives another model config
+    env_names = _ENV_NAMES[id(composed)] + (env_names_read(model_file.read_text()) if model_file else [])
     key = (id(composed), str(model_file), model_file.stat().st_mtime_ns if model_file else 0,
            stable_hash([os.environ.get(n) for n in env_names], 16))
     if key in _RESOLVED:
@@ -298,6 +298,11 @@ def _resolved_base(cdir: Path, group_overrides: tuple[str, ...], model_file: Pat
     _RESOLVED[key] = {"config": cfg, "resolved": resolved,
                       "referenced": _interpolated_keys(OmegaConf.to_container(cfg, resolve=False))}
     return _RESOLVED[key]
+
+
+def env_names_read(text: str) -> list[str]:
+    """The environment variables a config text reads (``${oc.env:NAME}`` / ``${oc.env:NAME,default}``)."""
+    return sorted(set(re.findall(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)", text)))
 
 
 def _with_model_swapped(plain: dict[str, Any], model_file: Path) -> dict[str, Any] | None:

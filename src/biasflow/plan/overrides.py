@@ -84,7 +84,21 @@ def expand_sweep(overrides: Sequence[str], multirun: bool) -> list[list[str]]:
         if o.is_sweep_override():
             if not multirun:
                 raise ConfigError(f"override {o.input_line!r} is a sweep: add -m (multirun) to sweep it")
-            choices.append([f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()])
+            o.config_loader = _GroupOptions()  # glob(...) lists a config group's files, as Hydra's sweeper does
+            values = list(o.sweep_string_iterator())
+            if not values:
+                raise ConfigError(f"{o.input_line}: matches no config in conf/{o.key_or_group}/")
+            choices.append([f"{o.get_key_element()}={v}" for v in values])
         else:
             choices.append([o.input_line])
     return [list(c) for c in itertools.product(*choices)] if choices else [[]]
+
+
+class _GroupOptions:
+    """What Hydra's ``glob(...)`` sweep asks of a config loader: the config names of a group (``model=glob(ckpt_*)``
+    sweeps every ``conf/model/ckpt_*.yaml``, the user's conf folder included)."""
+
+    def get_group_options(self, group: str, results_filter=None) -> list[str]:
+        from biasflow.plan.conf import conf_dir
+
+        return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
