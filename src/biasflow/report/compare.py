@@ -1,11 +1,13 @@
 """Comparisons between the models of a run: paired tests on the same items and threshold curves.
 
 Paired tests: for every metric family, jobs with the same setting (all options equal but the model) are compared
-pairwise on each headline metric. The difference gets a paired bootstrap CI (``stats.paired.paired_bootstrap``,
+on each headline metric, in pairs the design chooses (``stats.paired``, ``paired_design``): every pair up to
+``stats.all_pairs_up_to`` models, above that each model against the next in the metric's ranking (linear in the
+models: 999 tests of a metric at 1,000 models instead of 499,500), or each against a reference model. The difference gets a paired bootstrap CI (``stats.paired.paired_bootstrap``,
 re-running the family's own ``aggregate`` on one item resample shared by both models, or, where the metric declares
 ``exact_replicates``, its ``bootstrap_statistic`` on every replicate at once: the same numbers, bit for bit). Where a metric is the rate of a
 per-item binary outcome (``MetricSpec.binary_outcomes``), the exact McNemar test gives the p-value; otherwise the bootstrap
-p-value does. Holm's correction runs over every comparison of the run. A metric that the swept options do not change
+p-value does. Holm's correction runs over every comparison the run made. A metric that the swept options do not change
 (CrowS-Pairs ``metric_score`` in a ``diff_threshold`` sweep) is compared once, not once per setting.
 
 Curves: when a family's jobs vary a numeric option, each headline metric that changes with it is drawn against it,
@@ -14,15 +16,17 @@ one line per model (and per value of any other varied option), with the CI as a 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from biasflow.io import atomic_path
-from biasflow.report.leaderboard import goal, goals, headline_metrics
-from biasflow.report.sweep import job_table, short_option
 from biasflow.report.explain import stats_of
+from biasflow.report.leaderboard import (SHOWN_AT_EACH_END, distance, goal, goals, headline_metrics, hidden_middle,
+                                         hidden_text)
+from biasflow.report.sweep import job_table, short_option
+from biasflow.schema import StatsConfig
 from biasflow.stats.paired import holm, mcnemar_exact, paired_bootstrap
 
 PAIRED_COLUMNS = ["family", "benchmark", "setting", "metric", "model_a", "model_b", "value_a", "value_b", "diff",
@@ -43,47 +47,111 @@ def _compared_metrics(family: str, present: set[str]) -> list[str]:
     return [m for m in headline_metrics(family, present) if goal(m) is not None or m not in goals()]
 
 
+def paired_design(stats: StatsConfig, n_models: int) -> str:
+    """The design of the paired tests between ``n_models`` models of one metric and setting: ``stats.paired``, where
+    ``auto`` is every pair up to ``stats.all_pairs_up_to`` models and adjacent models in each ranking above."""
+    if stats.paired != "auto":
+        return stats.paired
+    return "all_pairs" if n_models <= stats.all_pairs_up_to else "adjacent"
+
+
+def _comparison_groups(plan: Mapping[str, Any]):
+    """(family, setting_key, its jobs, design) of every metric family and setting with two or more models whose
+    metric is bootstrapped: the groups the paired tests compare within."""
+    from biasflow.registry import get_metric
+
+    stats = stats_of(plan)
+    for (family, key), group in job_table(plan).groupby(["family", "setting_key"], sort=True):
+        n_models = group["model_key"].nunique()
+        if n_models >= 2 and get_metric(family).bootstrap:
+            yield family, key, group, paired_design(stats, n_models)
+
+
+def ranking(rows: pd.DataFrame, metric: str) -> list[str]:
+    """The ``config_hash`` of ``rows`` (overall aggregate rows) in the leaderboard's order for ``metric``: closest to
+    its unbiased value first, ties in table order (``leaderboard._significance_marks`` ranks the same way); a
+    metric without a goal by value, highest first. Rows without a value are not ranked."""
+    g = goal(metric)
+    one = rows[rows["metric"] == metric].drop_duplicates("config_hash")
+    key = pd.Series([distance(v, g if g is not None else "max") for v in one["value"]], index=one.index)
+    return list(one.loc[key.dropna().sort_values(kind="stable").index, "config_hash"])
+
+
+def _design_pairs(design: str, group: pd.DataFrame, overall: pd.DataFrame, metrics: list[str],
+                  reference: str | None) -> list[tuple[str, str, str]] | None:
+    """(model_a, model_b, metric) to test; None: every pair of models on every metric."""
+    if design == "all_pairs":
+        return None
+    if design == "reference":
+        return [(m, reference, metric) for metric in metrics for m in group["model"] if m != reference]
+    label = dict(zip(group["config_hash"], group["model"]))
+    rows = overall[overall["config_hash"].isin(group["config_hash"])]
+    pairs = []
+    for metric in metrics:  # each model against the next one in this metric's ranking
+        ranked = [label[h] for h in ranking(rows, metric)]
+        pairs += [(a, b, metric) for a, b in zip(ranked, ranked[1:])]
+    return pairs
+
+
+def _mcnemar(a: pd.Series, b: pd.Series) -> dict[str, float]:
+    """McNemar's test of two models' per-item outcomes on the items both have."""
+    if not a.index.equals(b.index):
+        both = a.index.intersection(b.index)
+        a, b = a.loc[both], b.loc[both]
+    return mcnemar_exact(a.to_numpy(), b.to_numpy())
+
+
+def job_rows(table: pd.DataFrame) -> dict[str, slice | np.ndarray]:
+    """Each job's rows of a run table (by ``config_hash``): a slice where they are contiguous, as the aggregate
+    stage concatenates the jobs' files. Why: a text column of that table is one Arrow chunk per job, and a selection
+    by positions walks every chunk (once per model, the square of the models), where a slice takes one."""
+    if table.empty:
+        return {}
+    return {h: slice(at[0], at[-1] + 1) if at[-1] - at[0] + 1 == len(at) else at
+            for h, at in table.groupby("config_hash", sort=False).indices.items()}
+
+
 def paired_tests(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.DataFrame) -> pd.DataFrame:
     from biasflow.registry import get_metric
 
-    jobs = job_table(plan)
     stats = stats_of(plan)
     n_boot, seed, level = stats.n_boot, stats.seed, stats.level
     overall = agg[agg["category"] == "overall"]
+    rows_of = job_rows(per_item)
     frames = []
-    for (family, _), group in jobs.groupby(["family", "setting_key"], sort=True):
-        if group["model_key"].nunique() < 2:
-            continue
+    for family, _, group, design in _comparison_groups(plan):
         spec = get_metric(family)
-        if not spec.bootstrap:
-            continue
         metrics = _compared_metrics(family, set(overall.loc[overall.config_hash.isin(group.config_hash), "metric"]))
         if not metrics:
             continue
+        if design == "reference" and stats.paired_reference not in set(group["model"]):
+            continue  # the reference model is not among this setting's models (design_notes says so)
         tables, aggregates, statistics = {}, {}, {}
         fast = spec.bootstrap_statistic if spec.exact_replicates else None
         for job in group.itertuples(index=False):
-            tables[job.model] = per_item[per_item["config_hash"] == job.config_hash]
+            tables[job.model] = per_item.iloc[rows_of.get(job.config_hash, [])]
             aggregates[job.model] = lambda df, agg=spec.aggregate, cfg=job.cfg: agg(df, cfg)
             # every replicate at once where the metric's array path is exact: the same numbers, in seconds
             statistics[job.model] = (lambda df, r, st=fast, cfg=job.cfg: st(df, cfg, r)) if fast else None
         res = paired_bootstrap(tables, aggregates, metrics, n_boot=n_boot, seed=seed, level=level,
-                               statistic=statistics)
+                               statistic=statistics,
+                               pairs=_design_pairs(design, group, overall, metrics, stats.paired_reference))
         if res.empty:  # no item in common
             continue
         res.insert(0, "family", family)
         res.insert(1, "benchmark", group["benchmark"].iloc[0])
         res.insert(2, "setting", group["setting"].iloc[0])
-        tests = []
+        tests, outcomes = [], {}
         for r in res.itertuples(index=False):
             outcome = _binary_outcomes(family).get(r.metric)
             if outcome is None:
                 tests.append({"test": "paired bootstrap", "discordant_a": np.nan, "discordant_b": np.nan,
                               "p_value": r.p_boot})
                 continue
-            a, b = outcome(tables[r.model_a]), outcome(tables[r.model_b])
-            both = a.index.intersection(b.index)
-            mc = mcnemar_exact(a.loc[both].to_numpy(), b.loc[both].to_numpy())
+            for m in (r.model_a, r.model_b):  # each model's outcomes once, however many tests it is in
+                if (m, r.metric) not in outcomes:
+                    outcomes[(m, r.metric)] = outcome(tables[m])
+            mc = _mcnemar(outcomes[(r.model_a, r.metric)], outcomes[(r.model_b, r.metric)])
             tests.append({"test": "McNemar exact", "discordant_a": mc["b"], "discordant_b": mc["c"],
                           "p_value": mc["p_value"]})
         frames.append(pd.concat([res.reset_index(drop=True), pd.DataFrame(tests)], axis=1))
@@ -105,6 +173,37 @@ def paired_tests(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.DataFr
     out["p_holm"] = holm(out["p_value"].to_numpy())
     out["significant"] = out["p_holm"] < (1.0 - level)
     return out[PAIRED_COLUMNS]
+
+
+def design_notes(plan: Mapping[str, Any], tests: pd.DataFrame) -> list[str]:
+    """What the report says of the paired design where it is not every pair (nothing otherwise, so a run of a few
+    models reads as it always did): which metrics and settings, how many models, the tests run instead of every pair,
+    how to choose another design."""
+    stats = stats_of(plan)
+    notes = []
+    for family, _, group, design in _comparison_groups(plan):
+        if design == "all_pairs":
+            continue
+        n = group["model_key"].nunique()
+        setting = group["setting"].iloc[0]
+        where = f"{family}" + (f" ({setting})" if setting else "") + f", {n:,} models"
+        if design == "reference":
+            if stats.paired_reference not in set(group["model"]):
+                notes.append(f"{where}: not tested (stats.paired=reference, and stats.paired_reference="
+                             f"{stats.paired_reference} is not one of these models).")
+                continue
+            how = f"each model against the reference {stats.paired_reference} (stats.paired=reference)"
+        else:
+            why = (f"stats.paired=auto: more than {stats.all_pairs_up_to} models" if stats.paired == "auto"
+                   else "stats.paired=adjacent")
+            how = (f"each model against the next in the ranking of each headline metric ({why}), which holds the "
+                   "leaderboard's best vs runner-up and worst vs the one above")
+        notes.append(f"{where}: {how}; at most {n - 1:,} tests per metric instead of {n * (n - 1) // 2:,} pairs.")
+    if notes:
+        notes.append(f"Holm's correction runs over the {len(tests):,} tests run. Every pair: "
+                     "stats.paired=all_pairs; each model against one: stats.paired=reference "
+                     "stats.paired_reference=<model>.")
+    return notes
 
 
 def _fmt(v: Any, digits: int = 2) -> str:
@@ -146,13 +245,47 @@ PAIRED_LEGEND = ("A - B: difference of the metric with a paired bootstrap CI (it
                  "two-sided bootstrap p-value; Holm's correction over every comparison of the run.")
 
 
-def paired_markdown(tests: pd.DataFrame) -> str:
+def shown_tests(tests: pd.DataFrame) -> tuple[pd.DataFrame, dict[int, str]]:
+    """The tests the report's tables show: of each family, setting and metric that compares more than
+    2 x SHOWN_AT_EACH_END models, the first and last SHOWN_AT_EACH_END tests (under the adjacent design, the two
+    ends of the ranking), and the line standing for the others, by the position it takes among the shown rows."""
+    blocks = list(tests.groupby(["family", "setting", "metric"], sort=False).indices.values())
+    models = lambda at: len(set(tests["model_a"].iloc[at]) | set(tests["model_b"].iloc[at]))  # noqa: E731
+    cut = [hidden_middle(len(at)) if models(at) > 2 * SHOWN_AT_EACH_END else range(0) for at in blocks]
+    if not any(cut):
+        return tests, {}
+    keep: list[int] = []
+    gaps: dict[int, str] = {}
+    for at, gap in zip(blocks, cut):
+        if gap:
+            keep += list(at[:gap.start])
+            gaps[len(keep) + len(gaps)] = hidden_text(len(gap), len(at), "tests of this metric")
+            keep += list(at[gap.stop:])
+        else:
+            keep += list(at)
+    return tests.iloc[keep], gaps
+
+
+def with_gaps(items: list, fillers: Mapping[int, Any]) -> list:
+    """``items`` with each filler at its position (``shown_tests``' gaps: where a table's left-out rows are
+    counted)."""
+    out = list(items)
+    for position in sorted(fillers):
+        out.insert(position, fillers[position])
+    return out
+
+
+def paired_markdown(tests: pd.DataFrame, design: Sequence[str] = ()) -> str:
+    """The paired-test table (its longest blocks cut to their ends, ``shown_tests``), after the ``design`` notes."""
     if tests.empty:
         return ""
-    head, rows = paired_rows(tests)
+    shown, gaps = shown_tests(tests)
+    head, rows = paired_rows(shown)
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return PAIRED_LEGEND + "\n\n" + "\n".join(lines) + "\n"
+    lines += with_gaps(["| " + " | ".join(r) + " |" for r in rows], {
+        i: f"| {text}: [paired_tests.csv](paired_tests.csv) lists every test |" + " |" * (len(head) - 1)
+        for i, text in gaps.items()})
+    return "".join(n + "\n\n" for n in design) + PAIRED_LEGEND + "\n\n" + "\n".join(lines) + "\n"
 
 
 # ----------------------------------------------------------------------------------------------- threshold curves
@@ -168,6 +301,7 @@ def _swept_numbers(plan: Mapping[str, Any], agg: pd.DataFrame):
     jobs vary."""
     jobs = job_table(plan)
     overall = agg[agg["category"] == "overall"]
+    rows_of = overall.groupby("config_hash", sort=False).indices
     for family, fjobs in jobs.groupby("family", sort=True):
         varied = sorted({k for o in fjobs["options"] for k in o})
         for option in varied:
@@ -179,7 +313,7 @@ def _swept_numbers(plan: Mapping[str, Any], agg: pd.DataFrame):
             for job in fjobs.itertuples(index=False):
                 extra = ", ".join(f"{short_option(k, varied)}={job.options.get(k)}" for k in others)
                 line = job.model + (f" ({extra})" if extra else "")
-                rows = overall[overall["config_hash"] == job.config_hash]
+                rows = overall.iloc[rows_of.get(job.config_hash, [])]
                 pts.append(rows.assign(family=family, option=short_option(option, varied),
                                        x=float(job.options[option]), line=line, model=job.model))
             df = pd.concat(pts, ignore_index=True)

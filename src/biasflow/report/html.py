@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 
 
 from biasflow.provenance import configured_revision, model_source
+from biasflow.report.leaderboard import hidden_text
 from biasflow.report.sweep import model_labels, summary_line
 from biasflow.secrets import redact_text
 
@@ -83,12 +84,15 @@ class HtmlReport:
     leaderboard_legend: str = ""
     paired: tuple[list[str], list[list[str]]] | None = None
     paired_significant: list[bool] = field(default_factory=list)
+    paired_gaps: dict[int, str] = field(default_factory=dict)  # row position -> the tests left out there (text)
     paired_legend: str = ""
+    paired_design: list[str] = field(default_factory=list)  # the paired design, where not every pair
     curves: list[Figure] = field(default_factory=list)
     curve_notes: list[str] = field(default_factory=list)  # swept options that changed no headline number
     paper: list[Any] = field(default_factory=list)  # report.paper.PaperTable
     published_note: str = ""
     sections: list[Section] = field(default_factory=list)
+    sections_note: str = ""  # which models the sections leave out, where the leaderboard leaves models out
     summary: str = ""  # jobs, every model by its name in this report, metrics
     alike: tuple[list[str], list[list[str]]] = ([], [])  # what tells apart the models named alike
     files: list[str] = field(default_factory=list)
@@ -110,11 +114,17 @@ def _is_num(text: str) -> bool:
 
 
 def table(head: Sequence[str], rows: Sequence[Sequence[str]], row_classes: Sequence[str] | None = None,
-          cell_classes: Sequence[Sequence[str]] | None = None) -> str:
+          cell_classes: Sequence[Sequence[str]] | None = None, spans: Mapping[int, str] | None = None) -> str:
+    """``spans``: rows (by position) drawn as one cell across the table holding that HTML (the rows a long table
+    leaves out, with a link to the file that has them)."""
     # headers break only after "." or "_" ("model.<wbr>device"), never inside a word ("mod el.de vice")
     out = ["<table><thead><tr>" + "".join(f"<th>{_breakable(escape(str(h)))}</th>" for h in head)
            + "</tr></thead><tbody>"]
     for i, row in enumerate(rows):
+        if spans and i in spans:
+            out.append(f'<tr class="hidden-rows"><td colspan="{len(head)}" style="font-style:italic;'
+                       f'text-align:center">{spans[i]}</td></tr>')
+            continue
         rc = f' class="{row_classes[i]}"' if row_classes and row_classes[i] else ""
         cells = []
         for j, v in enumerate(row):
@@ -149,18 +159,29 @@ def _leaderboard_html(report: HtmlReport, images: list[Path]) -> str:
         head = ["model"] + (["setting"] if with_setting else []) + metrics
         rows = [["unbiased value"] + ([""] if with_setting else []) + [t.goals[m] or "(not ranked)" for m in metrics]]
         classes = [[""] * len(head)]
+        spans = {}
         for r in t.table.itertuples(index=False):
+            if r.hidden:
+                spans[len(rows)] = hidden_html(hidden_text(r.hidden, r.total), "leaderboard.csv", "model")
+                rows.append([])
+                classes.append([])
+                continue
             rows.append([r.model] + ([r.setting] if with_setting else []) + [r.cells[m]["text"] for m in metrics])
             classes.append([""] * (len(head) - len(metrics)) + [
                 "best" if r.cells[m]["best"] else "worst" if r.cells[m]["worst"] else "" for m in metrics])
         parts.append(f"<h3>{escape(t.title)}</h3>" + _meanings_html(t.meanings)
-                     + table(head, rows, ["goal"] + [""] * (len(rows) - 1), classes)
+                     + table(head, rows, ["goal"] + [""] * (len(rows) - 1), classes, spans)
                      + (f'<p class="legend">{escape(t.ci_note)}</p>' if t.ci_note else "")
                      + (f'<p class="legend">Marks (paired tests): {escape("; ".join(t.notes))}.</p>' if t.notes else ""))
         fig = report.model_plots.get(t.family)
         if fig is not None:
             parts.append(figure(fig, images))
     return "\n".join(parts)
+
+
+def hidden_html(text: str, csv: str, what: str) -> str:
+    """The cell standing for the rows a table leaves out, linking the file beside the report that holds them all."""
+    return f'{escape(text)}: <a href="{escape(csv)}">{escape(csv)}</a> lists every {escape(what)}'
 
 
 def _meanings_html(lines: Sequence[str]) -> str:
@@ -290,7 +311,11 @@ def render(report: HtmlReport) -> str:
         head, rows = report.paired
         classes = [[""] * (len(head) - 1) + ["sig" if s else ""] for s in report.paired_significant]
         body.append('<h2 id="paired">Paired tests between models</h2>'
-                    f'<p class="legend">{escape(report.paired_legend)}</p>' + table(head, rows, cell_classes=classes))
+                    + "".join(f'<p class="legend">{escape(n)}</p>' for n in report.paired_design)
+                    + f'<p class="legend">{escape(report.paired_legend)}</p>'
+                    + table(head, rows, cell_classes=classes,
+                            spans={i: hidden_html(text, "paired_tests.csv", "test")
+                                   for i, text in report.paired_gaps.items()}))
     if report.curves or report.curve_notes:
         body.append('<h2 id="curves">Threshold curves</h2>'
                     + "".join(f'<p class="legend">{escape(n)}</p>' for n in report.curve_notes)
@@ -298,7 +323,8 @@ def render(report: HtmlReport) -> str:
     if report.paper:
         body.append('<h2 id="paper">Published tables beside ours</h2>' + _paper_html(report))
     if report.sections:
-        body.append('<h2 id="details">Per metric and model</h2>')
+        body.append('<h2 id="details">Per metric and model</h2>'
+                    + (f'<p class="legend">{escape(report.sections_note)}</p>' if report.sections_note else ""))
         for s in report.sections:
             block = [f"<h3>{escape(s.title)}</h3>", _meanings_html(s.meanings), table(*s.head)]
             block += [f'<p class="legend">{escape(n)}</p>' for n in s.notes]

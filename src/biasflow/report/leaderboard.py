@@ -10,6 +10,7 @@ number to be close to, ``max`` or ``min``, or None (shown but not ranked, e.g. p
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,7 +110,9 @@ def _significance_marks(df: pd.DataFrame, family: str, tests: pd.DataFrame | Non
         p_best = _paired_p(tests, family, metric, ranked.iloc[0], ranked.iloc[1])
         p_worst = _paired_p(tests, family, metric, ranked.iloc[-1], ranked.iloc[-2])
         if p_best is None and p_worst is None:
-            note = "not tested (no paired test of this metric)"
+            tested = tests is not None and bool(((tests["family"] == family) & (tests["metric"] == metric)).any())
+            note = ("not tested (the run's paired design has no test between these models)" if tested
+                    else "not tested (no paired test of this metric)")
         else:
             best_ok = p_best is not None and p_best < alpha
             worst_ok = p_worst is not None and p_worst < alpha
@@ -166,8 +169,9 @@ def leaderboard(plan: Mapping[str, Any], agg: pd.DataFrame, tests: pd.DataFrame 
                        definition=heading_note(spec, list(fjobs["cfg"]), list(fjobs["mode"])))
         # a CI is expected of the ranked metrics (not of p-values and flags) where the run bootstraps
         cfg_of = dict(zip(fjobs["config_hash"], fjobs["cfg"]))
-        df["note"] = [cell_reason(spec, m, v, lo, hi, n, with_ci and goal(m) is not None,
-                                  rows[rows["config_hash"] == h], cfg_of.get(h))
+        job_rows = {h: rows.iloc[i] for h, i in rows.groupby("config_hash", sort=False).indices.items()}
+        df["note"] = [cell_reason(spec, m, v, lo, hi, n, with_ci and goal(m) is not None, job_rows[h],
+                                  cfg_of.get(h))
                       for v, lo, hi, n, m, h in zip(df["value"], df["ci_low"], df["ci_high"], df["n"], df["metric"],
                                                     df["config_hash"])]
         df["distance"] = [distance(v, g) for v, g in zip(df["value"], df["goal"])]
@@ -221,9 +225,40 @@ def _mark_notes(df: pd.DataFrame) -> list[str]:
         cols = list(dict.fromkeys(plain["metric"]))
         notes.append(f"{'every other column' if notes else 'every column'} ({', '.join(cols)}): no significant "
                      "difference between the best and the next model or between the worst and the one before")
-    if len(untested):
-        notes.append(f"not tested ({', '.join(dict.fromkeys(untested['metric']))}): no paired test of this metric")
+    for why, rows in untested.groupby(untested["marks"].str.extract(r"\((.*)\)$", expand=False), sort=False):
+        notes.append(f"not tested ({', '.join(dict.fromkeys(rows['metric']))}): {why}")
     return notes
+
+
+# a table of more rows than twice this (a setting's models, a metric's paired tests) shows the first and last this
+# many and says how many it leaves out: the full tables (leaderboard.csv, paired_tests.csv) hold every row
+SHOWN_AT_EACH_END = 10
+
+
+def hidden_middle(n: int) -> range:
+    """Positions of the rows a table of ``n`` ranked rows leaves out: none up to 2 x SHOWN_AT_EACH_END."""
+    return range(SHOWN_AT_EACH_END, n - SHOWN_AT_EACH_END) if n > 2 * SHOWN_AT_EACH_END else range(0)
+
+
+def hidden_text(hidden: int, total: int, what: str = "models") -> str:
+    """The line standing for the rows a table leaves out (the file that holds them is named beside it)."""
+    hidden, total = int(hidden), int(total)  # counts (a table's column of them is float beside its NaNs)
+    return (f"… {hidden:,} more {what} not shown (rows {SHOWN_AT_EACH_END + 1:,} to {SHOWN_AT_EACH_END + hidden:,} "
+            f"of {total:,} in this order)")
+
+
+def _top_and_bottom(rows: list[dict]) -> list[dict]:
+    """Each setting's rows (consecutive, best first): the top and bottom SHOWN_AT_EACH_END with a row between them
+    that counts the others (``hidden``, ``total``)."""
+    out: list[dict] = []
+    for setting, members in itertools.groupby(rows, key=lambda r: r["setting"]):
+        members = list(members)
+        gap = hidden_middle(len(members))
+        if gap:
+            members[gap.start:gap.stop] = [{"model": "", "setting": setting, "cells": {}, "hidden": len(gap),
+                                            "total": len(members)}]
+        out += members
+    return out
 
 
 @dataclass
@@ -231,7 +266,9 @@ class FamilyTable:
     """One family's leaderboard as the report shows it."""
     family: str
     title: str  # the family, the definition its numbers follow and the mode (``bbq · Parrish et al. 2022 ...``)
-    table: pd.DataFrame  # a row per job: model, setting, cells {metric: {text, best, worst}}
+    table: pd.DataFrame  # a row per job: model, setting, cells {metric: {text, best, worst}}, hidden (0); above
+    # 2 x SHOWN_AT_EACH_END jobs in a setting, its top and bottom rows and between them one whose ``hidden`` counts
+    # the rows left out (of ``total``)
     goals: dict[str, str]  # metric -> the unbiased value as text
     notes: list[str]  # per column (and setting): whether the best / worst marks passed the paired test
     meanings: list[str]  # per metric: what it measures, which way is fair
@@ -249,15 +286,16 @@ def wide_tables(board: pd.DataFrame, stats: Any = None) -> list[FamilyTable]:
         df = board[board["family"] == family]
         metrics = list(pd.unique(df["metric"]))
         rows = []
-        for ch in pd.unique(df["config_hash"]):
-            r = df[df["config_hash"] == ch].set_index("metric")
+        for ch, at in df.groupby("config_hash", sort=False).indices.items():
+            r = df.iloc[at].set_index("metric")
             first = r.iloc[0]
             cells = {m: ({"text": cell_text(r.at[m, "value"], r.at[m, "ci_low"], r.at[m, "ci_high"],
                                              r.at[m, "note"] if "note" in r else ""),
                           "best": bool(r.at[m, "best"]), "worst": bool(r.at[m, "worst"])} if m in r.index
                          else {"text": "– (not computed for this job)", "best": False, "worst": False})
                      for m in metrics}
-            rows.append({"model": first["model"], "setting": first["setting"], "cells": cells})
+            rows.append({"model": first["model"], "setting": first["setting"], "cells": cells, "hidden": 0})
+        rows = _top_and_bottom(rows)
         goals = {m: goal_text(goal(m)) for m in metrics}
         notes = _mark_notes(df)
         definition = str(df["definition"].iloc[0]) if "definition" in df and isinstance(
@@ -330,6 +368,10 @@ def leaderboard_markdown(board: pd.DataFrame, stats: Any = None) -> str:
                   "| *unbiased value* |" + (" |" if with_setting else "")
                   + "".join(f" {t.goals[m] or '(not ranked)'} |" for m in metrics)]
         for r in t.table.itertuples(index=False):
+            if r.hidden:
+                lines.append(f"| {hidden_text(r.hidden, r.total)}: [leaderboard.csv](leaderboard.csv) lists every "
+                             "model |" + " |" * (len(head) - 1))
+                continue
             cells = []
             for m in metrics:
                 c = r.cells[m]
@@ -375,6 +417,10 @@ def leaderboard_latex(board: pd.DataFrame, run: str = "") -> str:
         goal_row = [r"\textit{unbiased}"] + ([""] if with_setting else []) + [latex_escape(goals[m]) for m in metrics]
         rows = [goal_row]
         for r in table.itertuples(index=False):
+            if r.hidden:
+                text = latex_escape(hidden_text(r.hidden, r.total) + ": leaderboard.csv lists every model")
+                rows.append([rf"\multicolumn{{{len(head)}}}{{l}}{{\textit{{{text}}}}}"])
+                continue
             cells = []
             for m in metrics:
                 c = r.cells[m]
@@ -402,6 +448,15 @@ def model_plot(board: pd.DataFrame, family: str, path: Path, ci: str = "95% boot
         df["model"], df["setting"])))
     if len(labels) < 2 or not metrics:
         return False
+    # the rows the table shows: each setting's top and bottom (its rows are consecutive, best first)
+    settings = df.drop_duplicates(["model", "setting"])["setting"].fillna("").tolist()
+    left_out = 0
+    for setting in reversed(list(dict.fromkeys(settings))):
+        at = [i for i, s in enumerate(settings) if s == setting]
+        gap = hidden_middle(len(at))
+        left_out += len(gap)
+        for i in reversed([at[j] for j in gap]):
+            del labels[i]
     import matplotlib
 
     matplotlib.use("Agg")
@@ -434,7 +489,9 @@ def model_plot(board: pd.DataFrame, family: str, path: Path, ci: str = "95% boot
         ax.tick_params(axis="x", labelsize=8)
     axes[0][0].set_yticks(y, labels, fontsize=8)
     axes[0][0].invert_yaxis()
-    fig.suptitle(f"{family}: models side by side" + (f" ({ci})" if ci else ""), fontsize=10)
+    fig.suptitle(f"{family}: models side by side" + (f" ({ci})" if ci else "")
+                 + (f"\nthe top and bottom {SHOWN_AT_EACH_END} of each setting; {left_out:,} more in leaderboard.csv"
+                    if left_out else ""), fontsize=10)
     fig.tight_layout()
     with atomic_path(path, suffix=".png") as tmp:
         fig.savefig(tmp, format="png", dpi=110)

@@ -282,13 +282,17 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
                 report.model_plots[str(family)] = html.Figure(title, png, wide=True)
 
     if not tests.empty:
+        design = cmp.design_notes(plan, tests)
         write_table(tests, out / "paired_tests.csv")
-        write_text(cmp.paired_markdown(tests), out / "paired_tests.md")
+        write_text(cmp.paired_markdown(tests, design), out / "paired_tests.md")
         written += ["paired_tests.csv", "paired_tests.md"]
         lines.append("\n## Paired tests between models\n")
-        lines.append(cmp.paired_markdown(tests))
-        report.paired, report.paired_significant = cmp.paired_rows(tests), tests["significant"].tolist()
-        report.paired_legend = cmp.PAIRED_LEGEND
+        lines.append(cmp.paired_markdown(tests, design))
+        shown, gaps = cmp.shown_tests(tests)  # a long table's ends, and where the rest are counted
+        head, rows = cmp.paired_rows(shown)
+        report.paired = head, cmp.with_gaps(rows, {i: [] for i in gaps})
+        report.paired_significant = cmp.with_gaps(shown["significant"].tolist(), {i: False for i in gaps})
+        report.paired_gaps, report.paired_design, report.paired_legend = gaps, design, cmp.PAIRED_LEGEND
 
     curves = cmp.threshold_curves(plan, agg)
     report.curve_notes = cmp.unchanged_sweeps(plan, agg)
@@ -331,10 +335,22 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
     if "model_key" not in agg:
         agg = agg.assign(model_key=agg["model"])
     agg = agg.assign(_label=[names.get(k, m) for k, m in zip(agg["model_key"], agg["model"])])
+    # where a leaderboard table leaves models out, so do the sections: the models it shows (aggregate.csv has all)
+    cut = {t.family: set(t.table.loc[t.table["hidden"] == 0, "model"]) for t in report.leaderboard
+           if t.table["hidden"].any()}
+    if cut:
+        report.sections_note = (f"Per metric and model, for {', '.join(cut)}: the models the leaderboard shows (the "
+                                f"top and bottom {lb.SHOWN_AT_EACH_END} of each setting); aggregate.csv has every "
+                                "model's numbers, by category too.")
+        lines.append(f"\n{report.sections_note}\n")
+        agg = agg[[f not in cut or m in cut[f] for f, m in zip(agg["metric_family"], agg["_label"])]]
     groups = sorted(agg.groupby(["metric_family", "_label"], sort=False), key=lambda g: (g[0][0], g[0][1]))
+    labels_of: dict[str, dict[str, str]] = {}
     for (family, model), df in groups:
         spec = get_metric(family)
-        labels = family_labels(plan, family, per_item)
+        if family not in labels_of:
+            labels_of[family] = family_labels(plan, family, per_item)
+        labels = labels_of[family]
         hashes = list(pd.unique(df["config_hash"]))
         known = [h for h in hashes if h in jobs.index]
         group = section_title(family, model, heading_note(spec, [jobs.at[h, "cfg"] for h in known],

@@ -93,13 +93,21 @@ def _model_resamples(table: pd.DataFrame, order: Sequence[Any], picked: np.ndarr
                      _row_start=np.cumsum(count) - count, _row_count=count)
 
 
+def _same_rows(a: pd.DataFrame, b: pd.DataFrame) -> bool:
+    """Whether two per-item tables list the same items in the same rows (their Resamples are the same)."""
+    return len(a) == len(b) and bool(np.array_equal(a["item_id"].to_numpy(), b["item_id"].to_numpy()))
+
+
 def paired_bootstrap(per_item: Mapping[str, pd.DataFrame], aggregate: Mapping[str, Aggregate],
                      metrics: Sequence[str], n_boot: int = 1000, seed: int = 0, level: float = 0.95,
                      strata: str = "category", category: str = "overall",
-                     statistic: Mapping[str, Statistic | None] | None = None) -> pd.DataFrame:
+                     statistic: Mapping[str, Statistic | None] | None = None,
+                     pairs: Sequence[tuple[str, str, str]] | None = None) -> pd.DataFrame:
     """Differences ``value(model_a) - value(model_b)`` of ``metrics`` (rows of ``category``) for every pair of the
     models in ``per_item`` (a per-item table per model; a model's ``aggregate`` maps its per-item rows to rows
-    ``metric, category, value``).
+    ``metric, category, value``), or for the ``(model_a, model_b, metric)`` of ``pairs`` only, in their order (a
+    design that tests fewer pairs: only the models in a pair are computed; every model's items still decide the
+    common items and the draws, so a pair's numbers do not depend on the design).
 
     Only items every model has are used (``n_items``); rows sharing an ``item_id`` (several variants of one item)
     are resampled together. Returns one row per (model_a, model_b, metric): value_a, value_b, diff, ci_low,
@@ -117,9 +125,14 @@ def paired_bootstrap(per_item: Mapping[str, pd.DataFrame], aggregate: Mapping[st
         return pd.DataFrame(columns=columns)
     first = per_item[models[0]]
     order = [i for i in pd.unique(first["item_id"]) if i in common]
-    tables = {m: df[df["item_id"].isin(common)] for m, df in per_item.items()}
-    point = {m: _values(aggregate[m](tables[m]), metrics, category) for m in models}
-    reps = {m: np.full((max(n_boot, 0), len(metrics)), np.nan) for m in models}
+    if pairs is None:
+        pairs = [(a, b, metric) for a, b in combinations(models, 2) for metric in metrics]
+    involved = {m for a, b, _ in pairs for m in (a, b)}
+    compared = [m for m in models if m in involved]
+    tables = {m: per_item[m] if len(per_item[m]["item_id"].unique()) == len(common)
+              else per_item[m][per_item[m]["item_id"].isin(common)] for m in compared}
+    point = {m: _values(aggregate[m](tables[m]), metrics, category) for m in compared}
+    reps = {m: np.full((max(n_boot, 0), len(metrics)), np.nan) for m in compared}
     if n_boot > 0:
         first_rows = first.drop_duplicates("item_id").set_index("item_id")[strata]
         strata_of = first_rows.astype(str)  # NaN: a stratum too
@@ -137,10 +150,15 @@ def paired_bootstrap(per_item: Mapping[str, pd.DataFrame], aggregate: Mapping[st
             spans[label if not pd.isna(label) else str(label)] = slice(start, start + len(pos))
             start += len(pos)
         item_stratum = first_rows.loc[order].to_dict()
-        for m in models:
+        shared: tuple[pd.DataFrame, Resamples] | None = None
+        for m in compared:
             fast = (statistic or {}).get(m)
-            values = fast(tables[m], _model_resamples(tables[m], order, picked, spans, item_stratum)) if fast \
-                else None
+            if fast:  # models whose tables list the same items in the same rows share one Resamples (and its counts)
+                if shared is None or not _same_rows(shared[0], tables[m]):
+                    shared = (tables[m], _model_resamples(tables[m], order, picked, spans, item_stratum))
+                values = fast(tables[m], shared[1])
+            else:
+                values = None
             if values is not None:
                 for j, metric in enumerate(metrics):
                     if (metric, category) in values:
@@ -152,15 +170,15 @@ def paired_bootstrap(per_item: Mapping[str, pd.DataFrame], aggregate: Mapping[st
                 rows = np.concatenate([rows_at[p] for p in picked[b]])
                 reps[m][b] = _values(aggregate[m](tables[m].iloc[rows]), metrics, category)
     alpha = (1.0 - level) / 2.0
+    column = {metric: j for j, metric in enumerate(metrics)}
     out = []
-    for a, b in combinations(models, 2):
-        diffs = reps[a] - reps[b]
-        for j, metric in enumerate(metrics):
-            d = diffs[:, j]
-            d = d[~np.isnan(d)]
-            lo, hi = (np.quantile(d, alpha), np.quantile(d, 1 - alpha)) if d.size else (np.nan, np.nan)
-            out.append({"model_a": a, "model_b": b, "metric": metric, "value_a": point[a][j],
-                        "value_b": point[b][j], "diff": point[a][j] - point[b][j], "ci_low": float(lo),
-                        "ci_high": float(hi), "p_boot": bootstrap_p_value(d) if d.size else np.nan,
-                        "n_items": len(order), "n_boot": int(d.size)})
+    for a, b, metric in pairs:
+        j = column[metric]
+        d = reps[a][:, j] - reps[b][:, j]
+        d = d[~np.isnan(d)]
+        lo, hi = (np.quantile(d, alpha), np.quantile(d, 1 - alpha)) if d.size else (np.nan, np.nan)
+        out.append({"model_a": a, "model_b": b, "metric": metric, "value_a": point[a][j],
+                    "value_b": point[b][j], "diff": point[a][j] - point[b][j], "ci_low": float(lo),
+                    "ci_high": float(hi), "p_boot": bootstrap_p_value(d) if d.size else np.nan,
+                    "n_items": len(order), "n_boot": int(d.size)})
     return pd.DataFrame(out, columns=columns)
