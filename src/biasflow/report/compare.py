@@ -117,7 +117,7 @@ def paired_tests(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.DataFr
     stats = stats_of(plan)
     n_boot, seed, level = stats.n_boot, stats.seed, stats.level
     overall = agg[agg["category"] == "overall"]
-    rows_of = job_rows(per_item)
+    rows_of = None  # found once, where two models are compared (a run of one model may have no per-item rows)
     frames = []
     for family, _, group, design in _comparison_groups(plan):
         spec = get_metric(family)
@@ -126,6 +126,7 @@ def paired_tests(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.DataFr
             continue
         if design == "reference" and stats.paired_reference not in set(group["model"]):
             continue  # the reference model is not among this setting's models (design_notes says so)
+        rows_of = job_rows(per_item) if rows_of is None else rows_of
         tables, aggregates, statistics = {}, {}, {}
         fast = spec.bootstrap_statistic if spec.exact_replicates else None
         for job in group.itertuples(index=False):
