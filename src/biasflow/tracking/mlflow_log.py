@@ -6,6 +6,11 @@ the plan's hash covers; how the plan was asked for (the literal overrides) and s
 numbers go to tags and artifacts, which may change, so equivalent invocations log to the same runs. The default store
 is the embedded sqlite file under ``results/``; any tracking URI (a server backed by PostgreSQL, say) works the same.
 
+At scale (a sweep of 10,000 jobs): the children logged before are found in one paged search of the parent's children,
+not one search per job; a new child is created with its tags, its params and metrics go in one batch (chunked to
+MLflow's limits), its files and tables in one artifact upload; the parent carries the plan's few params, never one
+per job (docs/performance.md, "MLflow at scale").
+
 What the MLflow UI shows and where it comes from:
 
 * the experiment is tagged ``mlflow.experimentKind = custom_model_development`` (model training, not GenAI). The
@@ -56,6 +61,8 @@ DIGEST_CHARS = 16  # dataset digests (MLflow stores at most 36 characters; the f
 NOTE_CHARS = 7500  # a run description is a tag: at most 8,000 characters
 TABLE_ROWS = 20_000  # rows of a JSON table for the artifact viewer (the Parquet file has them all)
 SKIPPED_FILES = {"score_meta.json", "metric_meta.json"}  # read into run times and tags, not artifacts
+MAX_CREATE_TAGS = 100  # a child run is created with its tags when they are this few (MLflow's limit per batch)
+CHILDREN_PAGE = 250  # child runs read per request when a plan is logged again (each with its metrics and tags)
 
 
 # the comparison tables and the HTML report of the aggregate stage (report/tables.py), when the run has them
@@ -327,20 +334,33 @@ def _own_words(name: str, others: set[str], separators: str = "_") -> str:
     """``name`` without the leading words it shares with another of ``others`` (``crows_pairs_aul`` -> ``aul``
     beside ``crows_pairs`` or ``crows_pairs_biasbench``; ``my_finetuned_model_v1`` -> ``v1`` beside
     ``my_finetuned_model_v2``), so names of one family differ in their first letters."""
+    return _own_words_of({*others, name}, separators)[name]
+
+
+def _own_words_of(names: set[str], separators: str = "_") -> dict[str, str]:
+    """``_own_words`` of every name of ``names`` beside the others, in O(n log n): in the names' word lists sorted,
+    the longest run of leading words one shares with any other is the one it shares with a neighbour (a sweep of
+    1,000 models compared each with all the others: a million comparisons)."""
     split = lambda text: re.split(f"[{re.escape(separators)}]", text)  # noqa: E731
-    words = split(name)
-    shared = 0
-    for other in others - {name}:
-        common = 0
-        for a, b in zip(words, split(other)):
-            if a != b:
+    ordered = sorted((split(name), name) for name in names)
+
+    def common(a: list[str], b: list[str]) -> int:
+        n = 0
+        for x, y in zip(a, b):
+            if x != y:
                 break
-            common += 1
-        shared = max(shared, common)
-    if not 0 < shared < len(words):
-        return name
-    cut = sum(len(w) + 1 for w in words[:shared])  # the words and their separators
-    return name[cut:]
+            n += 1
+        return n
+
+    out = {}
+    for i, (words, name) in enumerate(ordered):
+        shared = max([common(words, ordered[j][0]) for j in (i - 1, i + 1) if 0 <= j < len(ordered)], default=0)
+        if not 0 < shared < len(words):
+            out[name] = name
+            continue
+        cut = sum(len(w) + 1 for w in words[:shared])  # the words and their separators
+        out[name] = name[cut:]
+    return out
 
 
 def _short_metric(metric: str, metrics: set[str]) -> str:
@@ -357,6 +377,7 @@ def child_run_names(jobs: list[Mapping[str, Any]]) -> dict[str, str]:
         groups[(job["model"]["name"], job["metric"])].append(job)
     metrics = {job["metric"] for job in jobs}
     models = {job["model"]["name"] for job in jobs}
+    own_model, own_metric = _own_words_of(models, "_-./"), _own_words_of(metrics)
     full, varied = {}, {}
     for (model, metric), group in groups.items():
         keys = sorted({k for j in group for k, v in (j.get("metric_cfg") or {}).items()
@@ -372,8 +393,8 @@ def child_run_names(jobs: list[Mapping[str, Any]]) -> dict[str, str]:
     names = {}
     for job in jobs:
         # the shortest parts first: a swept value (0.05), the model, the metric's own part (aul)
-        lead = varied[job_id(job)] + ([_own_words(job["model"]["name"], models, "_-./")] if len(models) > 1 else []) \
-            + ([_short_metric(job["metric"], metrics)] if len(metrics) > 1 else [])
+        lead = varied[job_id(job)] + ([own_model[job["model"]["name"]]] if len(models) > 1 else []) \
+            + ([own_metric[job["metric"]]] if len(metrics) > 1 else [])
         names[job_id(job)] = f"{' '.join(lead)} · {full[job_id(job)]}" if lead else full[job_id(job)]
     return names
 
@@ -494,6 +515,85 @@ def _log_tables(client, run_id: str, tables: Mapping[str, pd.DataFrame], redacto
     return written
 
 
+def _table_names(tables: Mapping[str, pd.DataFrame]) -> dict[str, str]:
+    """The artifact path (``tables/<name>.json``) each table is written to: a table of more than TABLE_ROWS rows
+    keeps its first rows, named so."""
+    return {name: f"tables/{name}_first_{TABLE_ROWS}.json" if len(df) > TABLE_ROWS else f"tables/{name}.json"
+            for name, df in tables.items()}
+
+
+def _listed_tables(listed: list[dict[str, str]], paths: list[str]) -> list[dict[str, str]] | None:
+    """The run's mlflow.loggedArtifacts tag once ``paths`` are logged as tables (as _log_tables sets it), None
+    where it lists them already."""
+    new = [{"path": p, "type": "table"} for p in paths if {"path": p, "type": "table"} not in listed]
+    return listed + new if new else None
+
+
+def _artifact_repo(client, artifact_uri: str | None):
+    """The artifact store of a run whose artifact URI is known (from its creation or the search that found it):
+    MlflowClient.log_artifacts would read the run back to learn it, one more request per child run. None where it
+    cannot be opened so (the client's own way then applies)."""
+    if not artifact_uri:
+        return None
+    try:
+        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+        from mlflow.utils.uri import add_databricks_profile_info_to_artifact_uri
+
+        return get_artifact_repository(add_databricks_profile_info_to_artifact_uri(artifact_uri, client.tracking_uri),
+                                       tracking_uri=client.tracking_uri)
+    except Exception:  # an MLflow without these helpers, a plugin store
+        return None
+
+
+def _log_job_artifacts(client, run_id: str, files: list[Path], tables: Mapping[str, pd.DataFrame],
+                       redactor: Redactor, artifact_uri: str | None = None) -> None:
+    """A child run's files and its tables (as _log_files and _log_tables write them) in one upload: the files
+    linked into one folder with the tables under ``tables/``, logged with one log_artifacts call into the run's
+    artifact store (not looked up again per file; a server gets the same one request per file)."""
+    paths = _table_names(tables)
+    with safe_artifacts(files, redactor) as safe, \
+            tempfile.TemporaryDirectory(prefix="biasflow-artifacts-") as tmp:
+        folder = Path(tmp) / "run"
+        (folder / "tables").mkdir(parents=True)
+        for f in safe:
+            (folder / Path(f).name).symlink_to(Path(f).resolve())
+        for name, df in tables.items():
+            path = folder / paths[name]
+            front_columns(df.head(TABLE_ROWS)).to_json(path, orient="split", index=False, date_format="iso",
+                                                       default_handler=str)
+            data = path.read_bytes()
+            if redactor.leaks(data):  # as safe_artifacts writes a text file quoting a secret
+                path.write_text(redactor(data.decode("utf-8", errors="replace")))
+        repo = _artifact_repo(client, artifact_uri)
+        if repo is not None:
+            repo.log_artifacts(str(folder))
+        else:
+            client.log_artifacts(run_id, str(folder))
+
+
+def _children(client, exp_id: str, parent_id: str) -> dict[str, Any]:
+    """The parent's child runs that exist, by job id (its ``biasflow.job`` tag): one paged search up front
+    instead of one search per job. Keeps what logging needs of each (a page at a time: not every child's metrics
+    at once); where two runs carry one job id, the first MLflow lists, as a search for that job would give."""
+    from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
+
+    found: dict[str, Any] = {}
+    token = None
+    while True:
+        page = client.search_runs([exp_id], filter_string=f"tags.`mlflow.parentRunId` = '{parent_id}'",
+                                  max_results=CHILDREN_PAGE, page_token=token)
+        for run in page:
+            jid = run.data.tags.get("biasflow.job")
+            if jid is not None and jid not in found:
+                found[jid] = {"run_id": run.info.run_id, "status": run.info.status, "end_time": run.info.end_time,
+                              "artifact_uri": run.info.artifact_uri,
+                              "datasets": {(d.dataset.name, d.dataset.digest) for d in run.inputs.dataset_inputs},
+                              "tables": json.loads(run.data.tags.get(MLFLOW_LOGGED_ARTIFACTS, "[]"))}
+        token = page.token
+        if not token:
+            return found
+
+
 @contextlib.contextmanager
 def _finishing(client, run_id: str, end_ms: int | None | Callable[[], int | None]) -> Iterator[None]:
     """FINISHED at ``end_ms`` (the job's real end; a function: known once the block ran) when the run's logging
@@ -597,7 +697,8 @@ def _note_unfinished(parent_id: str, unfinished: list[dict[str, Any]], real_uri:
 def _log_plan(plan: Mapping[str, Any], run_dir: Path, real_uri: str, redactor: Redactor,
               skip: set[str] = frozenset()) -> dict[str, Any]:
     from mlflow.tracking import MlflowClient
-    from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE, MLFLOW_SOURCE_NAME
+    from mlflow.utils.mlflow_tags import (MLFLOW_LOGGED_ARTIFACTS, MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NOTE,
+                                          MLFLOW_SOURCE_NAME)
 
     client = MlflowClient(tracking_uri=real_uri)
     exp_id = _experiment(client, plan.get("tracking") or {})
@@ -617,6 +718,7 @@ def _log_plan(plan: Mapping[str, Any], run_dir: Path, real_uri: str, redactor: R
     run_start, run_end = run_span(plan, run_dir)  # the parent lasts the run: first stage to the written report
     if run_start is not None:
         starts.append(int(run_start * 1000))
+    parent_existed = parent_id is not None
     if parent_id is None:
         parent_id = client.create_run(exp_id, start_time=min(starts) if starts else None,
                                       run_name=f"plan-{plan_hash}",
@@ -649,43 +751,58 @@ def _log_plan(plan: Mapping[str, Any], run_dir: Path, real_uri: str, redactor: R
         if plots.is_dir():
             _log_files(client, parent_id, sorted(p for p in plots.iterdir() if p.is_file()
                                                  and not p.name.startswith(".")), redactor, artifact_path="plots")
+        # the children logged before (a re-run, or one resumed after a failure): one search, not one per job
+        known = _children(client, exp_id, parent_id) if parent_existed else {}
         for job in plan["jobs"]:
             if job["metric_dir"] in skip:
                 continue
             jid = job_id(job)
             start, end = times[jid]
-            child_id = _find_run(client, exp_id, f"tags.`biasflow.job` = '{jid}' and "
-                                                 f"tags.`mlflow.parentRunId` = '{parent_id}'")
-            if child_id is None:
-                child_id = client.create_run(exp_id, start_time=start, run_name=names[jid],
-                                             tags={MLFLOW_PARENT_RUN_ID: parent_id, "biasflow.job": jid,
-                                                   "biasflow.role": "job", "biasflow.plan_hash": plan_hash,
-                                                   **creation_tags()}).info.run_id
-            else:
-                end = _kept_end(client, child_id, end)
-            if end is not None:
-                ends.append(end)
             mdir = Path(job["metric_dir"])
             agg = pd.read_parquet(mdir / "aggregate.parquet")
+            tables = {"aggregate": agg, "per_item": pd.read_parquet(mdir / "per_item.parquet")}
             params, settings = job_params_and_tags(job)
             tags = {**settings, "model.id": model_source(job["model"]),
                     "model.demo": str(bool(job["model"].get("demo"))),
                     **common_tags, **dataset_tags(job, plan.get("paths", {}).get("resources", "resources")),
                     **_read_json(mdir / "score_meta.json").get("provenance", {})}
+            tags = {**redactor.config({k: str(v) for k, v in tags.items()}),
+                    MLFLOW_RUN_NOTE: redactor(markdown_safe(job_note(job, agg, command)))}
+            found = known.get(jid)
+            # the tables the artifact viewer renders, listed in the run's mlflow.loggedArtifacts tag
+            listed = _listed_tables(found["tables"] if found else [], list(_table_names(tables).values()))
+            if listed is not None:
+                tags[MLFLOW_LOGGED_ARTIFACTS] = json.dumps(listed)
+            if found is None:
+                # created with its tags (one request, not two): those of the job after those of its creation
+                first = {MLFLOW_PARENT_RUN_ID: parent_id, "biasflow.job": jid, "biasflow.role": "job",
+                         "biasflow.plan_hash": plan_hash, **creation_tags(), **tags}
+                with_tags = len(first) <= MAX_CREATE_TAGS
+                created = client.create_run(
+                    exp_id, start_time=start, run_name=names[jid],
+                    tags={k: str(v)[:8000] for k, v in first.items()} if with_tags else
+                    {MLFLOW_PARENT_RUN_ID: parent_id, "biasflow.job": jid, "biasflow.role": "job",
+                     "biasflow.plan_hash": plan_hash, **creation_tags()}).info
+                child_id, artifact_uri = created.run_id, created.artifact_uri
+                if with_tags:
+                    tags = {}
+            else:
+                child_id, artifact_uri = found["run_id"], found["artifact_uri"]
+                end = found["end_time"] if found["status"] == "FINISHED" and found["end_time"] else end
+            if end is not None:
+                ends.append(end)
             datasets = job_datasets(job)
             all_datasets += datasets
             with _finishing(client, child_id, end):
-                _log_batch(client, child_id, params=redactor.config(params),
-                           tags={**redactor.config({k: str(v) for k, v in tags.items()}),
-                                 MLFLOW_RUN_NOTE: redactor(markdown_safe(job_note(job, agg, command)))},
-                           metrics=job_metrics(agg), timestamp=end)
-                _log_datasets(client, child_id, datasets, redactor)
+                _log_batch(client, child_id, params=redactor.config(params), tags=tags, metrics=job_metrics(agg),
+                           timestamp=end)
+                if found is None or not {(d.name, d.digest) for d in datasets} <= found["datasets"]:
+                    _log_datasets(client, child_id, datasets, redactor)  # MLflow keeps an input logged again as is
                 # the tables, the resolved config, and what a metric writes beside them (LM Challenge logs, pages)
-                _log_files(client, child_id, sorted(p for p in mdir.iterdir() if p.is_file()
-                                                    and not p.name.startswith(".") and p.name not in SKIPPED_FILES),
-                           redactor)
-                _log_tables(client, child_id,
-                            {"aggregate": agg, "per_item": pd.read_parquet(mdir / "per_item.parquet")}, redactor)
+                _log_job_artifacts(client, child_id, sorted(p for p in mdir.iterdir() if p.is_file()
+                                                            and not p.name.startswith(".")
+                                                            and p.name not in SKIPPED_FILES), tables, redactor,
+                                   artifact_uri)
             record["children"][jid] = child_id
         _log_datasets(client, parent_id, all_datasets, redactor)
     return record
