@@ -108,8 +108,26 @@ def test_design_by_the_number_of_models():
     assert paired_design(StatsConfig(paired="reference", paired_reference="m"), 3) == "reference"
     with pytest.raises(ValueError, match="paired_reference"):
         StatsConfig(paired="reference")
-    # a run that does not set them keeps its jobs' folders: the options stay out of the hashed dump
-    assert StatsConfig().model_dump() == {"n_boot": 1000, "seed": 0, "level": 0.95}
+
+
+def test_the_paired_design_is_the_reports_alone():
+    """Setting the paired-test design changes no metric job (its folder and params hold the bootstrap settings
+    only: nothing re-runs), the report reads it from the plan, and a sweep over it is refused (one report per plan)."""
+    import json
+
+    from biasflow.errors import ConfigError
+    from biasflow.plan import build_plan
+    from biasflow.report.explain import stats_of
+
+    overrides = ["model=bert_base_uncased,roberta_base", "metric=[crows_pairs]"]
+    default = build_plan(overrides, multirun=True)
+    adjacent = build_plan([*overrides, "stats.paired=adjacent"], multirun=True)
+    assert [j.params() for j in adjacent.jobs] == [j.params() for j in default.jobs]
+    assert adjacent.plan_hash == default.plan_hash
+    assert stats_of(json.loads(adjacent.to_json())).paired == "adjacent"
+    assert stats_of(json.loads(default.to_json())).paired == "auto"
+    with pytest.raises(ConfigError, match=r"stats.paired is swept"):
+        build_plan([*overrides, "stats.paired=adjacent,all_pairs"], multirun=True)
 
 
 def holm_by_hand(p: list[float]) -> list[float]:

@@ -198,14 +198,10 @@ class StatsConfig(Strict):
             raise ValueError("stats.paired=reference needs stats.paired_reference=<model name>")
         return self
 
-    def model_dump(self, **kwargs: Any) -> dict[str, Any]:
-        # the paired-test options at their defaults stay out of the dump, which is hashed into every job's folder
-        # (plan.Job.cfg_hash): a run that does not set them keeps the folders it always had
-        out = super().model_dump(**kwargs)
-        for name in ("paired", "paired_reference", "all_pairs_up_to"):
-            if name in out and getattr(self, name) == type(self).model_fields[name].default:
-                del out[name]
-        return out
+    def bootstrap(self) -> dict[str, Any]:
+        """What a metric job reads (its CIs): hashed into the job's folder and its params. The paired-test design is
+        the run report's alone: setting it re-runs no metric job."""
+        return {"n_boot": self.n_boot, "seed": self.seed, "level": self.level}
 
 
 class RunConfig(Strict):

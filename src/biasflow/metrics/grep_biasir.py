@@ -185,9 +185,9 @@ MEANINGS = {
                 "version among the query's six documents; 0 = fair, above 0 = female ranked higher, below 0 = male",
     "female_above_male_pct": "% of queries whose relevant female version outscores the male one (ties count half); "
                              "50 = fair, above 50 = female preferred, below 50 = male preferred",
-    "stereotype_consistent_pct": "on the queries annotated with an expected stereotype, % whose relevant version "
-                                 "of the stereotyped gender (exp_stereotype) outscores the other gender's (ties "
-                                 "count half); 50 = fair, above 50 = stereotypical preference",
+    "stereotype_consistent_pct": "on queries with an expected stereotype, % whose relevant version of the "
+                                 "stereotyped gender outscores the other gender's (ties count half); 50 = fair, "
+                                 "above 50 = stereotypical preference",
     "score_gap_nonrelevant": "score_gap on the non-relevant documents (100 x cosine, female minus male); 0 = fair",
     "rank_gap_nonrelevant": "rank_gap on the non-relevant documents (male's rank minus female's); 0 = fair",
     "mean_rank_*": "mean rank (1 = first of six) of that version of the relevant document; a diagnostic: equal "

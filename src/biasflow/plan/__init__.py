@@ -37,7 +37,7 @@ from biasflow.plan.options import with_option_dumps, with_ordered_options
 from biasflow.plan.overrides import LIST_CHUNK, expand_sweep, parse_overrides
 from biasflow.plan.screening import reject_secret_overrides, without_secrets
 from biasflow.plan.user_files import content_digest, user_file_options, user_files
-from biasflow.schema import validate_model_config
+from biasflow.schema import StatsConfig, validate_model_config
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,7 @@ def _build_plan(overrides: Sequence[str], multirun: bool) -> Plan:
     jobs: dict[str, Job] = {}
     skipped: list[str] = []
     seen: set[str] = set()
+    own_models: dict[str, bool] = {}  # metric folder -> whether its job runs a sweep job's own model config
     clean: dict[int, Any] = {}  # config sections without secrets, shared by the sweep's jobs (without_secrets)
     tracking = paths = None
     benchmarks: dict[str, Any] = {}
@@ -126,15 +127,16 @@ def _build_plan(overrides: Sequence[str], multirun: bool) -> Plan:
             if reason:
                 skip(f"metric {name} skipped for model {model.get('name')}: {reason}")
                 continue
+            own_model = True  # the job runs the sweep job's own model config (not a generator's, not a default)
             if generated_by is not None:
-                model = generated_by
+                model, own_model = generated_by, False
             elif not accepts_kind(spec.model_kinds, model.get("kind")):  # listed, or declared like a listed kind
                 fallback = mcfg.get("default_model")
                 if not fallback:
                     skip(f"metric {name} skipped for model {model.get('name')}: it needs a model of kind "
                          f"{list(spec.model_kinds)}, got {model.get('kind')!r}")
                     continue
-                model = load_model_config(fallback, cfg)
+                model, own_model = load_model_config(fallback, cfg), False
                 validate_model_config(model, f"metric.{name}.default_model={fallback}: model")
             model = with_generation_options(model, mcfg)  # hf_generate's chat template / generate kwargs
             bench = mcfg.get("benchmark", spec.benchmark)
@@ -148,14 +150,16 @@ def _build_plan(overrides: Sequence[str], multirun: bool) -> Plan:
                 bcfg = cfg["benchmark"][bench]
                 check_benchmark_use(str((bcfg or {}).get("loader") or bench), bcfg or {})
             job = Job(metric=name, model=model, metric_cfg=mcfg, benchmark=bench, benchmark_cfg=bcfg,
-                      stats=cfg["stats"], mode=cfg["run"]["mode"],  # filled in (with_option_dumps)
+                      stats=StatsConfig.model_validate(cfg["stats"]).bootstrap(),  # filled in (with_option_dumps)
+                      mode=cfg["run"]["mode"],
                       results=cfg["paths"]["results"], score_keys=tuple(spec.score_keys),
                       extra_outputs=tuple(spec.extra_outputs),
                       exports={o: str(mcfg[o]) for o in spec.export_options if mcfg.get(o)})
             job.user_files = canonical(user_files(job, digests))
             same = jobs.setdefault(job.metric_dir, job)
-            if same.model != job.model:
+            if same is not job and same.model != job.model and own_models.get(job.metric_dir) and own_model:
                 _refuse_collapsed_settings(same.model, job.model)
+            own_models.setdefault(job.metric_dir, own_model)
             same.sweep_overrides.append(job_overrides)
     if not jobs:
         raise ConfigError("the configuration selects no runnable job: " + "; ".join(skipped))
@@ -179,11 +183,14 @@ def _differences(a: Any, b: Any, where: str) -> list[str]:
 
 
 def _refuse_swept_run_settings(configs: Sequence[Mapping[str, Any]]) -> None:
-    """One plan has one results folder, one resources folder and one MLflow experiment: a sweep over ``paths.*`` or
-    ``tracking.*`` would silently keep its first value (every job would write where the first says)."""
-    for section in ("paths", "tracking"):
+    """One plan has one results folder, one resources folder, one MLflow experiment and one report: a sweep over
+    ``paths.*``, ``tracking.*`` or the report's paired-test design (``stats.paired*``) would silently keep its first
+    value (every job would write where the first says)."""
+    for section in ("paths", "tracking", "stats"):
         for cfg in configs[1:]:
             differ = _differences(configs[0].get(section), cfg.get(section), section)
+            if section == "stats":  # a metric option: each value is its own job; the paired design is the plan's
+                differ = [d for d in differ if d.split(".", 1)[1] not in StatsConfig().bootstrap()]
             if differ:
                 values = sorted({str(_lookup(c, differ[0])) for c in configs})
                 raise ConfigError(f"{differ[0]} is swept ({', '.join(values)}), but a plan writes to one place and "
@@ -197,9 +204,10 @@ def _lookup(cfg: Mapping[str, Any], dotted: str) -> Any:
 
 
 def _refuse_collapsed_settings(kept: Mapping[str, Any], other: Mapping[str, Any]) -> None:
-    """Two sweep jobs that differ only in model settings outside the model's identity (``model.device``,
+    """Two sweep jobs whose own model configs differ only in settings outside the model's identity (``model.device``,
     ``model.batch_tokens``, ``model.resources``) are one job with one set of results: the plan would run one of them
-    and silently drop the other's setting. Refused, naming the setting."""
+    and silently drop the other's setting. Refused, naming the setting. (A metric's ``default_model`` or a generator's
+    model reached from several sweep jobs is the first one's, as before.)"""
     differ = _differences(dict(kept), dict(other), "model")
     raise ConfigError(f"{differ[0]} is swept ({_lookup({'model': kept}, differ[0])}, "
                       f"{_lookup({'model': other}, differ[0])}) but does not change the model's results: the sweep's "

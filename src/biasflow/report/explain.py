@@ -17,8 +17,11 @@ from biasflow.schema import StatsConfig
 
 
 def stats_of(plan: Mapping[str, Any]) -> StatsConfig:
-    """The bootstrap settings of the run (every job of a plan shares them)."""
-    return StatsConfig.model_validate((plan["jobs"][0].get("stats") or {}) if plan["jobs"] else {})
+    """The run's statistics settings: the bootstrap every job of a plan shares (its ``stats``) and the report's
+    paired-test design (the plan's, in its sweep jobs' configs)."""
+    sweep = plan.get("sweep") or [{}]
+    own = dict((sweep[0].get("config") or {}).get("stats") or {})
+    return StatsConfig.model_validate({**own, **((plan["jobs"][0].get("stats") or {}) if plan["jobs"] else {})})
 
 
 def _missing(v: Any) -> bool:
