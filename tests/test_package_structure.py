@@ -147,6 +147,31 @@ def test_folders_import_only_the_layers_below_them():
     assert CLIMBING - found == set(), "no longer climbing: remove from CLIMBING"
 
 
+def folder_graph() -> dict[str, set[str]]:
+    """Folder (or top-level module) of src/biasflow -> the ones its modules import, inside functions too."""
+    src = ROOT / "src" / "biasflow"
+    units = {p.name.removesuffix(".py") for p in src.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
+    graph: dict[str, set[str]] = {u: set() for u in units}
+    for path in sorted(src.rglob("*.py")):
+        own = path.relative_to(src).parts[0].removesuffix(".py")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [f"{node.module}.{a.name}" for a in node.names] if node.module == "biasflow" else [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            graph[own] |= {n.split(".")[1] for n in names
+                           if n.startswith("biasflow.") and n.split(".")[1] in units and n.split(".")[1] != own}
+    return graph
+
+
+def test_no_import_circle_between_folders():
+    """The folders and top-level modules of the package import each other without a loop (imports inside functions
+    included), which the module-level check cannot see: a loop through lazy imports between folders is one."""
+    assert cycles(folder_graph()) == []
+
+
 def _declared() -> tuple[set[str], set[str]]:
     """Distribution names (normalised) of the core dependencies and of the extras."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
