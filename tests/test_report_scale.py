@@ -240,3 +240,22 @@ def write_golden() -> None:
 
 if __name__ == "__main__":
     write_golden()
+
+
+def test_a_reference_the_plan_lacks_or_does_not_use_is_refused_when_planning():
+    """``stats.paired_reference`` naming no model of the plan left the report without tests and said only that it had
+    none; set without ``stats.paired=reference`` it was ignored. Both are refused when planning, naming the models."""
+    from biasflow.errors import ConfigError
+    from biasflow.plan import build_plan
+    from biasflow.report.leaderboard import hidden_text
+
+    overrides = ["model=bert_base_uncased,roberta_base", "metric=[crows_pairs]"]
+    with pytest.raises(ConfigError, match=r"stats.paired_reference='nosuch' is not a model of this plan; its models: "
+                                          r"bert_base_uncased, roberta_base"):
+        build_plan([*overrides, "stats.paired=reference", "stats.paired_reference=nosuch"], multirun=True)
+    with pytest.raises(ConfigError, match=r"is read only with stats.paired=reference"):
+        build_plan([*overrides, "stats.paired_reference=roberta_base"], multirun=True)
+    plan = build_plan([*overrides, "stats.paired=reference", "stats.paired_reference=roberta_base"], multirun=True)
+    assert len(plan.jobs) == 2
+    assert hidden_text(1, 21) == "… 1 more model not shown (row 11 of 21 in this order)"
+    assert hidden_text(5, 25) == "… 5 more models not shown (rows 11 to 15 of 25 in this order)"

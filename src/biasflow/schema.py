@@ -196,6 +196,9 @@ class StatsConfig(Strict):
     def _reference_named(self) -> "StatsConfig":
         if self.paired == "reference" and not self.paired_reference:
             raise ValueError("stats.paired=reference needs stats.paired_reference=<model name>")
+        if self.paired != "reference" and self.paired_reference:
+            raise ValueError(f"stats.paired_reference={self.paired_reference!r} is read only with "
+                             f"stats.paired=reference (stats.paired={self.paired})")
         return self
 
     def bootstrap(self) -> dict[str, Any]:

@@ -164,6 +164,7 @@ def _build_plan(overrides: Sequence[str], multirun: bool) -> Plan:
     if not jobs:
         raise ConfigError("the configuration selects no runnable job: " + "; ".join(skipped))
     _refuse_swept_run_settings([entry["config"] for entry in sweep])
+    _check_paired_reference(sweep[0]["config"].get("stats") or {}, [job.model["name"] for job in jobs.values()])
     check_exports(list(jobs.values()), paths or {}, benchmarks)
     # a sweep job's dataset descriptions are the plan's (``benchmarks``) unless it overrode one: written once, not
     # once per sweep job (four fifths of a 1,000-model plan's size before)
@@ -195,6 +196,15 @@ def _refuse_swept_run_settings(configs: Sequence[Mapping[str, Any]]) -> None:
                 values = sorted({str(_lookup(c, differ[0])) for c in configs})
                 raise ConfigError(f"{differ[0]} is swept ({', '.join(values)}), but a plan writes to one place and "
                                   f"logs to one experiment: run each value as its own plan")
+
+
+def _check_paired_reference(stats: Mapping[str, Any], models: Sequence[str]) -> None:
+    """``stats.paired=reference`` compares every model with ``stats.paired_reference``: a name no model of the plan has
+    would leave the report without a paired test, saying only that it has none."""
+    reference = stats.get("paired_reference")
+    if stats.get("paired") == "reference" and reference not in models:
+        raise ConfigError(f"stats.paired_reference={reference!r} is not a model of this plan; its models: "
+                          f"{', '.join(sorted(set(models)))}")
 
 
 def _lookup(cfg: Mapping[str, Any], dotted: str) -> Any:

@@ -243,6 +243,8 @@ def hidden_middle(n: int) -> range:
 def hidden_text(hidden: int, total: int, what: str = "models") -> str:
     """The line standing for the rows a table leaves out (the file that holds them is named beside it)."""
     hidden, total = int(hidden), int(total)  # counts (a table's column of them is float beside its NaNs)
+    if hidden == 1:
+        return f"… 1 more {what.removesuffix('s')} not shown (row {SHOWN_AT_EACH_END + 1:,} of {total:,} in this order)"
     return (f"… {hidden:,} more {what} not shown (rows {SHOWN_AT_EACH_END + 1:,} to {SHOWN_AT_EACH_END + hidden:,} "
             f"of {total:,} in this order)")
 
