@@ -117,15 +117,13 @@ LAYERS = ("errors", "io", "secrets", "ordered", "upstream", "installed", "bars",
 CLIMBING = {("lmchallenge", "biasflow.plan")}
 
 
-def climbing_imports() -> set[tuple[str, str]]:
-    """(folder, module it imports) for every import, inside functions too, of a module of a higher LAYERS entry."""
-    rank = {name: i for i, name in enumerate(LAYERS)}
+def folder_imports() -> set[tuple[str, str]]:
+    """(folder or top-level module of src/biasflow, biasflow module it imports) for every import, inside functions
+    too; ``from biasflow import x`` counts as importing ``biasflow.x``."""
     src = ROOT / "src" / "biasflow"
     found = set()
     for path in sorted(src.rglob("*.py")):
         own = path.relative_to(src).parts[0].removesuffix(".py")
-        if own not in rank:
-            continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 names = [f"{node.module}.{a.name}" for a in node.names] if node.module == "biasflow" else [node.module]
@@ -133,11 +131,15 @@ def climbing_imports() -> set[tuple[str, str]]:
                 names = [a.name for a in node.names]
             else:
                 continue
-            for name in names:
-                parts = name.split(".")
-                if parts[0] == "biasflow" and len(parts) > 1 and rank.get(parts[1], -1) > rank[own]:
-                    found.add((own, name))
+            found |= {(own, name) for name in names if name.startswith("biasflow.")}
     return found
+
+
+def climbing_imports() -> set[tuple[str, str]]:
+    """The imports of ``folder_imports`` of a module of a higher LAYERS entry."""
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    return {(own, name) for own, name in folder_imports()
+            if own in rank and rank.get(name.split(".")[1], -1) > rank[own]}
 
 
 def test_folders_import_only_the_layers_below_them():
@@ -148,21 +150,14 @@ def test_folders_import_only_the_layers_below_them():
 
 
 def folder_graph() -> dict[str, set[str]]:
-    """Folder (or top-level module) of src/biasflow -> the ones its modules import, inside functions too."""
+    """Folder (or top-level module) of src/biasflow -> the ones its modules import."""
     src = ROOT / "src" / "biasflow"
     units = {p.name.removesuffix(".py") for p in src.iterdir() if p.suffix == ".py" or (p / "__init__.py").exists()}
     graph: dict[str, set[str]] = {u: set() for u in units}
-    for path in sorted(src.rglob("*.py")):
-        own = path.relative_to(src).parts[0].removesuffix(".py")
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [f"{node.module}.{a.name}" for a in node.names] if node.module == "biasflow" else [node.module]
-            elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            else:
-                continue
-            graph[own] |= {n.split(".")[1] for n in names
-                           if n.startswith("biasflow.") and n.split(".")[1] in units and n.split(".")[1] != own}
+    for own, name in folder_imports():
+        other = name.split(".")[1]
+        if other in units and other != own:
+            graph[own].add(other)
     return graph
 
 

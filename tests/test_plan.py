@@ -70,25 +70,9 @@ def test_fast_composition_equals_hydra(overrides):
     """compose() composes each choice of groups once, fills in the options' defaults and sets plain values on the
     resolved config: the result must be exactly Hydra's own composition of the groups, with the defaults filled in,
     and Hydra's own override code applying the values."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf, open_dict
+    from biasflow.plan import compose
 
-    from biasflow.plan import compose, conf_dir, with_every_benchmark
-    from biasflow.plan.composition import _config_groups, _fill_option_defaults, _is_group_override
-
-    cdir = conf_dir()
-    full = with_every_benchmark(overrides, sorted(p.stem for p in (cdir / "benchmark").glob("*.yaml")))
-    groups = _config_groups(cdir)
-    with initialize_config_dir(config_dir=str(cdir), version_base="1.3"):
-        cfg = hydra_compose("config", overrides=[o for o in full if _is_group_override(o, groups)])
-    with open_dict(cfg):
-        _fill_option_defaults(cfg)
-    values = [o for o in full if not _is_group_override(o, groups)]
-    ConfigLoaderImpl._apply_overrides_to_config(OverridesParser.create().parse_overrides(values), cfg)
-    want = OmegaConf.to_container(cfg, resolve=True)
+    want = _hydra_composition(overrides)
     assert compose(overrides) == want
     assert compose(overrides) == want  # and again from the caches
 

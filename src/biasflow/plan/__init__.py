@@ -36,7 +36,7 @@ from biasflow.plan.names import display_name, with_display_names
 from biasflow.plan.options import with_option_dumps, with_ordered_options
 from biasflow.plan.overrides import LIST_CHUNK, expand_sweep, parse_overrides
 from biasflow.plan.screening import reject_secret_overrides, without_secrets
-from biasflow.plan.user_files import content_digest, user_file_options, user_files
+from biasflow.plan.user_files import content_digest, lookup, user_file_options, user_files
 from biasflow.schema import StatsConfig, validate_model_config
 
 log = logging.getLogger(__name__)
@@ -193,7 +193,7 @@ def _refuse_swept_run_settings(configs: Sequence[Mapping[str, Any]]) -> None:
             if section == "stats":  # a metric option: each value is its own job; the paired design is the plan's
                 differ = [d for d in differ if d.split(".", 1)[1] not in StatsConfig().bootstrap()]
             if differ:
-                values = sorted({str(_lookup(c, differ[0])) for c in configs})
+                values = sorted({str(lookup(c, differ[0])) for c in configs})
                 raise ConfigError(f"{differ[0]} is swept ({', '.join(values)}), but a plan writes to one place and "
                                   f"logs to one experiment: run each value as its own plan")
 
@@ -207,20 +207,14 @@ def _check_paired_reference(stats: Mapping[str, Any], models: Sequence[str]) -> 
                           f"{', '.join(sorted(set(models)))}")
 
 
-def _lookup(cfg: Mapping[str, Any], dotted: str) -> Any:
-    for part in dotted.split("."):
-        cfg = cfg.get(part) if isinstance(cfg, Mapping) else None
-    return cfg
-
-
 def _refuse_collapsed_settings(kept: Mapping[str, Any], other: Mapping[str, Any]) -> None:
     """Two sweep jobs whose own model configs differ only in settings outside the model's identity (``model.device``,
     ``model.batch_tokens``, ``model.resources``) are one job with one set of results: the plan would run one of them
     and silently drop the other's setting. Refused, naming the setting. (A metric's ``default_model`` or a generator's
     model reached from several sweep jobs is the first one's, as before.)"""
     differ = _differences(dict(kept), dict(other), "model")
-    raise ConfigError(f"{differ[0]} is swept ({_lookup({'model': kept}, differ[0])}, "
-                      f"{_lookup({'model': other}, differ[0])}) but does not change the model's results: the sweep's "
+    raise ConfigError(f"{differ[0]} is swept ({lookup({'model': kept}, differ[0])}, "
+                      f"{lookup({'model': other}, differ[0])}) but does not change the model's results: the sweep's "
                       f"jobs would be one job run with one of the values; run each value as its own plan")
 
 

@@ -26,7 +26,8 @@ def user_file_options(metric: str, loader: str | None = None) -> dict[str, dict[
             "model": model_marked_options("user_file")}
 
 
-def _lookup(cfg: Any, dotted: str) -> Any:
+def lookup(cfg: Any, dotted: str) -> Any:
+    """``cfg``'s value at a dotted key, None where a part is missing."""
     for part in dotted.split("."):
         if not isinstance(cfg, dict):
             return None
@@ -55,7 +56,7 @@ def user_files(job: "Job", digests: dict[str, str]) -> dict[str, dict[str, str]]
     for section, keys in user_file_options(job.metric, (job.benchmark_cfg or {}).get("loader")).items():
         prefix, cfg = sections[section]
         for key, kind in keys.items():
-            value = _lookup(cfg, key)
+            value = lookup(cfg, key)
             if is_ordered_list(value):  # [{group: file}, ...] (biasflow.ordered)
                 value = dict(ordered_items(value, f"{prefix}.{key}"))
             values = value.items() if isinstance(value, dict) else [("", value)]
