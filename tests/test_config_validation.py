@@ -264,17 +264,18 @@ def test_the_run_mode_is_set_by_the_stages_not_in_a_metrics_config():
     from biasflow.stages import metric_options
 
     spec = get_metric("crows_pairs")
-    assert metric_options(spec, job.params())["run_mode"] == "corrected"
-    assert metric_options(spec, job.score_params(), complete=False)["run_mode"] == "corrected"
+    assert metric_options(spec, job.params()).run_mode == "corrected"
+    assert metric_options(spec, job.score_params()).run_mode == "corrected"
     with pytest.raises(ConfigError, match=r"metric\.crows_pairs.*run_mode='other'"):
-        metric_options(spec, dict(job.score_params(), mode="other"), complete=False)
+        metric_options(spec, dict(job.score_params(), mode="other"))
 
 
 def test_the_plans_options_are_what_validating_them_again_gives():
-    """The metric and export stages pass the plan's options as they are (validated once, when the plan was made):
-    for every metric, validating them again changes nothing (ordered options as lists, a generator section as
-    written)."""
-    from biasflow.registry import METRICS, filled, load_all
+    """The plan stores each metric's options as their canonical dump, and each stage rebuilds the options model from
+    it: for every metric, validating the stored options again gives them back (ordered options as lists, a generator
+    section as written), and the stage's options are the metric's options model with the job's run mode."""
+    from biasflow.registry import METRICS, load_all
+    from biasflow.schema import filled_options
     from biasflow.stages import metric_options
 
     load_all()
@@ -285,8 +286,11 @@ def test_the_plans_options_are_what_validating_them_again_gives():
     assert {job.metric for job in jobs} == set(names)
     for job in jobs:
         spec = METRICS[job.metric]
-        passed = metric_options(spec, job.params())
-        assert filled(spec.options, dict(passed)) == passed, job.metric
+        options = metric_options(spec, job.params())
+        assert isinstance(options, spec.options) and options.run_mode == job.mode, job.metric
+        stored = dict(job.metric_cfg)
+        again = {k: v for k, v in filled_options(spec.options, stored).items() if k != "run_mode"}
+        assert again == stored, job.metric
 
 
 def test_a_password_in_a_refused_option_is_masked_in_the_error(tmp_path, monkeypatch):

@@ -192,7 +192,7 @@ def test_langfairs_classifier_config_is_of_a_declared_kind():
     from biasflow.metrics.langfair import classifier_model
     from biasflow.metrics.langfair import Classifier
 
-    cfg = classifier_model(Classifier(model="org/stereotype-classifier").model_dump())
+    cfg = classifier_model(Classifier(model="org/stereotype-classifier"))
     assert cfg["kind"] == "text_classifier" in model_kinds.KINDS and cfg["batch_size"] == 32
     assert model_kinds.KIND_DEFAULTS["text_classifier"]["gpu_capable"]
 

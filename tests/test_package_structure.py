@@ -219,3 +219,24 @@ def test_a_second_metric_or_loader_under_a_taken_name_is_refused(monkeypatch):
     registry.register_metric(crows)  # the same module again (a re-import): fine
     with pytest.raises(ValueError, match="dataset loader 'crows_pairs' is registered twice"):
         registry.register_loader("crows_pairs")(compute)
+
+
+# the names metric code gives its options (the metric's options model, or a nested options model of it)
+OPTION_NAMES = {"cfg", "metric_cfg", "opts", "options", "clf", "lex"}
+
+
+def test_metrics_read_their_options_as_attributes():
+    """A metric receives its validated options model (``registry.filled``): its code reads ``cfg.option``, never
+    ``cfg["option"]`` or ``cfg.get("option", fallback)`` (a key read would bypass the model's types and defaults;
+    a fallback would repeat a default the model already holds)."""
+    found = []
+    for path in sorted((SRC / "biasflow" / "metrics").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            target = None
+            if isinstance(node, ast.Subscript):
+                target = node.value
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"):
+                target = node.func.value
+            if isinstance(target, ast.Name) and target.id in OPTION_NAMES:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    assert not found, "options read as a mapping:\n" + "\n".join(found)

@@ -217,26 +217,24 @@ _OPTION_ARGUMENTS = {"requests": 1, "compute": 2, "aggregate": 1, "bootstrap_sta
                      "check_answers": 1, "followup_requests": 2, "write_extras": 1}
 
 
-class FilledOptions(dict):
-    """A metric's options validated by its options model, every default filled in (``schema.filled_options``)."""
-
-
-# (options model, a copy of the last cfg, its filled options): the bootstrap calls aggregate 1,000 times with one cfg
+# (options model, a copy of the last cfg, its options): the bootstrap calls aggregate 1,000 times with one cfg
 _last_filled: list = [None, None, None]
 
 
-def filled(options: type, cfg: Mapping[str, Any]) -> FilledOptions:
-    if isinstance(cfg, FilledOptions):
+def filled(options: type, cfg: Any) -> Any:
+    """``cfg`` (a mapping, or already an instance of ``options``) as the validated ``options`` model, every default
+    filled in: what a metric's callables read (attributes, never keys)."""
+    if isinstance(cfg, options):
         return cfg
     if _last_filled[0] is options and _last_filled[1] == cfg:  # equal content (a caller may mutate its dict)
         return _last_filled[2]
     from pydantic import ValidationError
 
     from biasflow.errors import ConfigError
-    from biasflow.schema import filled_options, options_problems
+    from biasflow.schema import options_problems
 
     try:
-        out = FilledOptions(filled_options(options, cfg))
+        out = options.model_validate(dict(cfg))
     except ValidationError as err:
         names = sorted({name for name, spec in METRICS.items() if spec.options is options}) or [options.__name__]
         raise ConfigError("invalid options:\n  " + "\n  ".join(options_problems(
@@ -246,8 +244,8 @@ def filled(options: type, cfg: Mapping[str, Any]) -> FilledOptions:
 
 
 def _with_options(fn: Callable, index: int, options: type) -> Callable:
-    """``fn`` reading its options (argument ``index``) with every default filled in, however it was called (the
-    stages pass the plan's filled options; tests and notebooks may pass only what differs)."""
+    """``fn`` reading its options (argument ``index``) as its validated options model, however it was called (the
+    stages pass the plan's options; tests and notebooks may pass a dict of only what differs)."""
     if getattr(fn, "_fills_options", False):
         return fn
 

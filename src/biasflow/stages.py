@@ -200,26 +200,20 @@ def _comparable(value: Any) -> Any:
     return value
 
 
-def metric_options(spec, params: Mapping[str, Any], complete: bool = True):
-    """The options a stage passes to the metric, with ``run_mode``: the job's ``run.mode`` as the plan stores it.
-    ``complete``: the plan's options, validated with every default filled in when the plan was made, passed as they
-    are (not validated again); otherwise (the score stage's, only its score keys) the rest filled from their
-    defaults here, as are params that lack some option."""
-    from biasflow.registry import FilledOptions, filled
+def metric_options(spec, params: Mapping[str, Any]):
+    """The options a stage passes to the metric: the plan's options (or those params written by hand hold: a test, a
+    notebook calling a stage) with ``run_mode``, the job's ``run.mode`` as the plan stores it, as the metric's
+    validated options model."""
+    from biasflow.registry import filled
 
-    cfg = {**params["metric_cfg"], "run_mode": params["mode"]}
-    # the plan's options hold every option of the metric (filled_options); params written by hand (a test, a
-    # notebook calling a stage) may hold fewer: those are validated and filled here
-    if complete and set(spec.options.model_fields) <= set(cfg):
-        return FilledOptions(cfg)
-    return filled(spec.options, cfg)
+    return filled(spec.options, {**params["metric_cfg"], "run_mode": params["mode"]})
 
 
 def score(params: Mapping[str, Any], items_path: str | None, out: str, cache_dir: str) -> pd.DataFrame:
     """The generic score stage: the metric's requests, answered by the model behind the one cache."""
     spec = get_metric(params["metric"])
     items = pd.read_parquet(items_path) if items_path else pd.DataFrame()
-    cfg = metric_options(spec, params, complete=False)
+    cfg = metric_options(spec, params)
     model_cfg = params["model"]
     started, start = time.time(), time.perf_counter()
     from biasflow.gpus import claim

@@ -160,6 +160,9 @@ def test_the_command_line_and_the_pipeline_share_the_wr_defaults():
 
     items = pd.DataFrame({"role": ["train", "test"], "text": ["a b", "a"], "item_id": ["t", "x"],
                           "category": ["c", "c"]})
-    request = game_requests("wr", items, job.metric_cfg)[0]
+    from biasflow.registry import get_metric
+    from biasflow.stages import metric_options
+
+    request = game_requests("wr", items, metric_options(get_metric("lmc_wr"), job.params()))[0]
     assert (args.num_candidates, args.seed, args.p_anykey) == (request.num_candidates, request.seed,
                                                                request.p_anykey)

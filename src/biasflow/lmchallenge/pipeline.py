@@ -39,15 +39,15 @@ def training_text(lines: Sequence[str]) -> str:
 
 def game_requests(game: str, items: pd.DataFrame, cfg: Mapping[str, Any]) -> list[LMChallengeLine]:
     """One request per test line of ``items``, in order; only the options of ``game`` are set (the others keep
-    their defaults, so they never split the cache). ``cfg`` is the metric's filled options (the ``lmc_<game>``
+    their defaults, so they never split the cache). ``cfg`` is the metric's options model (the ``lmc_<game>``
     options model in biasflow.metrics.lmchallenge holds the defaults)."""
     train_lines = tuple(items.loc[items["role"] == "train", "text"])
     digest = sha256_bytes(training_text(train_lines).encode())
     options: dict[str, Any] = {}
     if game == "wc":
-        options["next_word_only"] = bool(cfg["next_word_only"])
+        options["next_word_only"] = bool(cfg.next_word_only)
     if game == "wr":
-        options.update(num_candidates=cfg["num_candidates"], seed=cfg["seed"], p_anykey=cfg["p_anykey"])
+        options.update(num_candidates=cfg.num_candidates, seed=cfg.seed, p_anykey=cfg.p_anykey)
     test = items.loc[items["role"] == "test", "text"]
     return [LMChallengeLine(game=game, text=str(text), message=i, train=digest, training_lines=train_lines, **options)
             for i, text in enumerate(test)]

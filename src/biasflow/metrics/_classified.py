@@ -22,16 +22,16 @@ def classifier_model(clf: Mapping[str, Any]) -> dict[str, Any]:
     """The model config of ``classifier.model`` (a hub id or a local folder; ``clf``: the filled ``classifier``
     options): a model of kind ``text_classifier`` (declared in ``biasflow.model_kinds``) answers the Classification
     requests in the score stage."""
-    source = str(clf["model"])
+    source = str(clf.model)
     where = "path" if Path(source).expanduser().exists() else "hub_id"
-    return {"name": source, "kind": "text_classifier", where: source, "batch_size": int(clf["batch_size"])}
+    return {"name": source, "kind": "text_classifier", where: source, "batch_size": int(clf.batch_size)}
 
 
 def classification_requests(per: pd.DataFrame, clf: Mapping[str, Any]) -> list:
     """``[(model config, [Classification])]``: the classifier's probabilities of every answered response of ``per``
     (one row per response, with ``status`` and ``response``), each distinct text once."""
     texts = dict.fromkeys(str(t) for t in per.loc[per["status"].eq("ok"), "response"])
-    return [(classifier_model(clf), [Classification(t, str(clf["model"])) for t in texts])]
+    return [(classifier_model(clf), [Classification(t, str(clf.model)) for t in texts])]
 
 
 def classifications(per: pd.DataFrame, answers: pd.DataFrame, model: str) -> tuple[list[str], np.ndarray]:

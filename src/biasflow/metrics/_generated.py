@@ -14,21 +14,31 @@ from biasflow.errors import ConfigError, DataFormatError
 from biasflow.generation.answer import check_failures, max_failed_fraction, read_responses_file
 from biasflow.generation.backends import GenerationSettings
 from biasflow.generator_config import check_generator_config
+from biasflow.schema import Generating
 from biasflow.scoring.answer import lookup
 from biasflow.interface.requests import Generation
 
 
-def generator_settings(metric_cfg: Mapping[str, Any], metric: str) -> tuple[dict[str, Any], str]:
+def generator_settings(metric_cfg: Generating, metric: str) -> tuple[dict[str, Any], str]:
     """The generator config of a generated-text metric and the option it lives under (for messages).
 
     The chosen generator's settings (``+generator=...``) win over the metric's ``generation`` defaults; without a
     generator, the job's causal LM generates (``hf_generate``) with the ``generation`` settings."""
-    generator = metric_cfg["generator"]
-    gen_cfg = {**metric_cfg["generation"], **(generator or {"kind": "hf_generate"})}
+    generator = metric_cfg.generator
+    written = generator.model_dump(mode="json", exclude_unset=True) if generator else {"kind": "hf_generate"}
+    gen_cfg = {**metric_cfg.generation.model_dump(), **written}
     gen_cfg = {k: v for k, v in gen_cfg.items() if v is not None or k in ("system_prompt", "seed")}
     option = "generator" if generator else f"metric.{metric}.generation"
     check_generator_config(gen_cfg, option)
     return gen_cfg, option
+
+
+def one_reply_request(prompt: str, settings) -> Generation:
+    """The one reply of a multiple-choice prompt, asked with the metric's ``generation`` settings (``bbq``'s
+    ``OneChoiceGeneration``: the generator supplies the endpoint; the plan refuses its sampling settings)."""
+    return Generation(prompt, sample_index=0, system_prompt=settings.system_prompt,
+                      temperature=float(settings.temperature), max_tokens=int(settings.max_tokens),
+                      seed=None if settings.seed is None else int(settings.seed))
 
 
 def responses_path(gen_cfg: Mapping[str, Any], option: str) -> str | None:
@@ -40,7 +50,7 @@ def responses_path(gen_cfg: Mapping[str, Any], option: str) -> str | None:
     return str(gen_cfg["path"])
 
 
-def generation_grid(items: pd.DataFrame, cfg: Mapping[str, Any], metric: str,
+def generation_grid(items: pd.DataFrame, cfg: Generating, metric: str,
                     count: int | None = None) -> tuple[pd.DataFrame, list[Generation]]:
     """One row per ``Generation`` request, and the requests in the same order.
 
@@ -84,7 +94,7 @@ def check_generations(metric: str) -> Callable[[pd.DataFrame, Mapping[str, Any]]
     at all is a failure (before: counterfactual on a file without LangFair's prompts gave a non-completion rate of
     1.0 and no other number, without a word)."""
 
-    def check(answers: pd.DataFrame, cfg: Mapping[str, Any]) -> None:
+    def check(answers: pd.DataFrame, cfg: Generating) -> None:
         gen_cfg, option = generator_settings(cfg, metric)
         if "kind" not in answers:
             return
@@ -109,18 +119,18 @@ def check_choice_replies(metric: str, prompts: Callable[[pd.DataFrame, Mapping[s
     fail the score stage (the answered ones are cached; a re-run asks only the failed ones), and prompts a responses
     file lacks are named by the ids of the items that ask them. ``prompts(items, cfg)`` gives (item id, prompt)."""
 
-    def check(answers: pd.DataFrame, cfg: Mapping[str, Any], items: pd.DataFrame | None = None) -> None:
+    def check(answers: pd.DataFrame, cfg: Generating, items: pd.DataFrame | None = None) -> None:
         if answers is None or not len(answers) or "status" not in answers:
             return
         rows = answers[answers["kind"] == Generation.kind] if "kind" in answers else answers
         if not len(rows):
             return
-        source = (cfg["generator"] or {}).get("model") or "the job model"
+        source = (cfg.generator.model if cfg.generator else None) or "the job model"
         ids: dict[str, list[str]] = {}
         if items is not None and (rows["status"] != "ok").any():
             for item_id, prompt in prompts(items, cfg):
                 ids.setdefault(prompt, []).append(str(item_id))
-        check_failures(rows, float(cfg["generation"]["max_failed_fraction"]), f"metric.{metric}.generation", source,
+        check_failures(rows, float(cfg.generation.max_failed_fraction), f"metric.{metric}.generation", source,
                        ids=ids)
 
     return check

@@ -1,25 +1,26 @@
 """Metric options whose default follows ``run.mode``.
 
 The plan stores ``run.mode`` in every job (the value used); the stages pass it to the metric as its ``run_mode``
-option (``schema.MetricBase``; ``cfg["run_mode"]``, default parity). An option left at ``null`` takes the reference tool's behaviour under ``parity`` (the default
+option (``schema.MetricBase``; ``cfg.run_mode``, default parity). An option left at ``null`` takes the reference tool's behaviour under ``parity`` (the default
 mode) and the corrected behaviour under any other mode; a value set explicitly always wins.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Sequence
 
 from biasflow.errors import ConfigError
+from biasflow.schema import MetricBase
 
 PARITY = "parity"
 
 
-def run_mode(cfg: Mapping[str, Any]) -> str:
-    return str(cfg["run_mode"])  # every metric's options have it (schema.MetricBase, filled in)
+def run_mode(cfg: MetricBase) -> str:
+    return str(cfg.run_mode)  # every metric's options have it (schema.MetricBase, filled in)
 
 
-def mode_option(cfg: Mapping[str, Any], metric: str, name: str, parity: str, corrected: str,
+def mode_option(cfg: MetricBase, metric: str, name: str, parity: str, corrected: str,
                 allowed: Sequence[str]) -> str:
-    value = cfg[name]  # every option is there (the metric's options model fills its defaults)
+    value = getattr(cfg, name)  # every option is there (the metric's options model fills its defaults)
     if value is None:
         return parity if run_mode(cfg) == PARITY else corrected
     if value not in allowed:

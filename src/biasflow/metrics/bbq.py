@@ -52,7 +52,7 @@ from pydantic import Field, field_validator
 from biasflow.data.bbq import CATEGORIES as BBQ_CATEGORIES
 from biasflow.errors import DataFormatError, did_you_mean
 from biasflow.metrics._choice import parse_choice as choose
-from biasflow.metrics._generated import check_choice_replies
+from biasflow.metrics._generated import check_choice_replies, one_reply_request
 from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import USER_FILE, ContextPass, Generating, GenerationSettings as GenerationOptions
 from biasflow.scoring.answer import lookup
@@ -135,7 +135,7 @@ class BBQOptions(Generating):
         return v
 
 
-def options_of(cfg: Mapping[str, Any]) -> BBQOptions:
+def options_of(cfg: BBQOptions) -> BBQOptions:
     """The metric's typed options."""
     return BBQOptions.model_validate(cfg)
 
@@ -176,12 +176,10 @@ def generation_prompt(it, opts: BBQOptions) -> str:
 
 
 def generation_request(it, opts: BBQOptions) -> Generation:
-    g = opts.generation
-    return Generation(generation_prompt(it, opts), sample_index=0, system_prompt=g.system_prompt,
-                      temperature=g.temperature, max_tokens=g.max_tokens, seed=g.seed)
+    return one_reply_request(generation_prompt(it, opts), opts.generation)
 
 
-def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
+def requests(items: pd.DataFrame, cfg: BBQOptions, model_kind: str) -> list:
     """Likelihood: every option after the item's prompt; generation: one reply per item; predictions file:
     nothing."""
     opts = options_of(cfg)
@@ -399,7 +397,7 @@ def _likelihood_choices(items: pd.DataFrame, answers: pd.DataFrame, opts: BBQOpt
     return pd.DataFrame(rows)
 
 
-def chosen_answers(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def chosen_answers(items: pd.DataFrame, answers: pd.DataFrame, cfg: BBQOptions) -> pd.DataFrame:
     """Per item: ``choice`` (0-2, -1 when none), ``answer_status`` (ok | unparsed | failed), ``response``,
     ``lm_eval_choice`` (the index in lm-eval's 12-option list, -1 when none), ``option_scores``."""
     opts = options_of(cfg)
@@ -446,7 +444,7 @@ def chosen_answers(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str,
 
 
 # ----------------------------------------------------------------------------------------------- per item
-def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: BBQOptions) -> pd.DataFrame:
     """One row per example: the choice and, under the configured definition, whether it counts (``included``),
     its ``weight``, ``correct``, ``non_unknown``, ``biased`` and the category it is reported under."""
     opts = options_of(cfg)
@@ -546,7 +544,7 @@ def scores(df: pd.DataFrame, definition: str) -> dict[str, tuple[float, int]]:
             "bbq_bias_disambig": (pct(s_dis), d["count"])}
 
 
-def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def aggregate(per_item: pd.DataFrame, cfg: BBQOptions) -> pd.DataFrame:
     definition = options_of(cfg).definition
     rows = []
     groups = [("overall", per_item)] + list(per_item.groupby("report_category", sort=True))
@@ -559,7 +557,7 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
 
 
-def replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r) -> dict | None:
+def replicates(per_item: pd.DataFrame, cfg: BBQOptions, r) -> dict | None:
     """``aggregate`` on every bootstrap replicate at once (``stats.bootstrap.Resamples``): per replicate and
     reported category, the weighted counts (integers, so every sum is exact) and the same arithmetic as ``scores``,
     elementwise; a category with no example in a replicate has no value there (NaN), as it has no row."""
@@ -617,7 +615,7 @@ def replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r) -> dict | None
     return out
 
 
-def generation_prompts(items: pd.DataFrame, cfg: Mapping[str, Any]):
+def generation_prompts(items: pd.DataFrame, cfg: BBQOptions):
     """(item id, prompt) of every example in generation mode (names the prompts a responses file lacks)."""
     opts = options_of(cfg)
     return [(it.item_id, generation_prompt(it, opts)) for it in items.itertuples(index=False)]

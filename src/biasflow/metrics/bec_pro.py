@@ -30,7 +30,7 @@ associations against another's (the paper's before / after fine-tuning).
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Mapping, Optional
+from typing import Literal, Optional
 
 import numpy as np
 import pandas as pd
@@ -38,7 +38,7 @@ import scipy.stats
 
 from biasflow.metrics._mode import mode_option
 from biasflow.metrics.lpbs import combine
-from biasflow.registry import MetricSpec, register_metric
+from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.schema import MetricBase
 from biasflow.scoring.answer import lookup
 from biasflow.interface.requests import FirstMaskProbability, MultiMaskLogprobs
@@ -54,11 +54,11 @@ class Options(MetricBase):
     scoring: Optional[Literal["reference", "pieces"]] = None
 
 
-def scoring(cfg: Mapping[str, Any]) -> str:
+def scoring(cfg: Options) -> str:
     return mode_option(cfg, "bec_pro", "scoring", "reference", "pieces", SCORINGS)
 
 
-def sentence_requests(items: pd.DataFrame, cfg: Mapping[str, Any]) -> list[tuple]:
+def sentence_requests(items: pd.DataFrame, cfg: Options) -> list[tuple]:
     """(target request, prior request) of every sentence."""
     if scoring(cfg) == "reference":
         return [(FirstMaskProbability(r.sent_tm, r.sentence, int(r.pad_length)),
@@ -68,11 +68,11 @@ def sentence_requests(items: pd.DataFrame, cfg: Mapping[str, Any]) -> list[tuple
             for r in items.itertuples(index=False)]
 
 
-def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
+def requests(items: pd.DataFrame, cfg: Options, model_kind: str) -> list:
     return [q for pair in sentence_requests(items, cfg) for q in pair]
 
 
-def associations(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> np.ndarray:
+def associations(items: pd.DataFrame, answers: pd.DataFrame, cfg: Options) -> np.ndarray:
     """log(p_T / p_prior) of every sentence."""
     pairs = sentence_requests(items, cfg)
     tgt, prior = [p[0] for p in pairs], [p[1] for p in pairs]
@@ -90,13 +90,13 @@ def associations(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, A
     return logp(tgt) - logp(prior)
 
 
-def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Options) -> pd.DataFrame:
     scored = items.assign(association=associations(items, answers, cfg))
     rows = []
     for pair_id, g in scored.groupby("pair_id", sort=False):
-        if len(g) != 2 or set(g["gender"]) != {"male", "female"}:
+        if len(g) != 2 or set(g.gender) != {"male", "female"}:
             continue  # a limit never splits a pair; a hand-cut items table might
-        m, f = g[g["gender"] == "male"].iloc[0], g[g["gender"] == "female"].iloc[0]
+        m, f = g[g.gender == "male"].iloc[0], g[g.gender == "female"].iloc[0]
         rows.append({"item_id": pair_id, "category": m["category"], "template": m["template"],
                      "profession_en": m["profession_en"], "profession_male": m["profession"],
                      "profession_female": f["profession"], "person_male": m["person"], "person_female": f["person"],
@@ -145,7 +145,7 @@ def _subsets(per_item: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return [("overall", per_item)] + [(g, per_item[per_item["category"] == g]) for g in GROUPS]
 
 
-def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def aggregate(per_item: pd.DataFrame, cfg: Options) -> pd.DataFrame:
     rows = []
     for cat, df in _subsets(per_item):
         n = len(df)
@@ -161,7 +161,7 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
 
 
-def replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r) -> dict | None:
+def replicates(per_item: pd.DataFrame, cfg: Options, r) -> dict | None:
     """Bootstrap replicates of the mean associations (the same numbers as ``aggregate`` on each resample); the
     tests get no interval: the percentile interval of a p-value or of a rank statistic over resamples is not a
     confidence interval of anything the paper reports."""
@@ -179,6 +179,8 @@ def replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r) -> dict | None
                 out[(name, g)] = r.ordered_sums(values, g) / int(sizes[g])
     return out
 
+
+options_in_module(globals(), Options)
 
 SPEC = register_metric(MetricSpec(
     follows="Bartl et al. 2020 (the authors' association score)",

@@ -10,7 +10,7 @@ largest domain gap. ``docs/toxicity.md`` has what each number means and what a r
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 import pandas as pd
@@ -66,17 +66,17 @@ def sentiment_fractions(compound: pd.Series, positive: float = DHAMALA_POSITIVE,
             "mean_compound": float(c.mean())}
 
 
-def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[Generation]:
+def requests(items: pd.DataFrame, cfg: BoldSentiment, model_kind: str) -> list[Generation]:
     """One continuation of every BOLD prompt from the job's generator (or every response of a responses file)."""
     return generation_grid(items, cfg, METRIC)[1]
 
 
-def followup_requests(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> list:
+def followup_requests(items: pd.DataFrame, answers: pd.DataFrame, cfg: BoldSentiment) -> list:
     """With ``classifier.model``: its probabilities of every answered continuation."""
     return classifier_followups(METRIC, items, answers, cfg)
 
 
-def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: BoldSentiment) -> pd.DataFrame:
     """One row per continuation with its VADER compound ``sentiment`` (and ``toxicity`` with a classifier)."""
     per = with_toxicity(metric_responses(METRIC, items, answers, cfg), answers, cfg)
     ok = per["status"].eq("ok")
@@ -85,10 +85,10 @@ def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any])
     return per
 
 
-def _aggregate_sentiment(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def _aggregate_sentiment(per_item: pd.DataFrame, cfg: BoldSentiment) -> pd.DataFrame:
     ok = per_item[per_item["status"].eq("ok")]
-    by = list(cfg["group_by"])
-    pos, neg = float(cfg["positive_threshold"]), float(cfg["negative_threshold"])
+    by = list(cfg.group_by)
+    pos, neg = float(cfg.positive_threshold), float(cfg.negative_threshold)
     rows = [{"metric": "non_completion_rate", "category": "overall",
              "value": 1.0 - len(ok) / max(len(per_item), 1), "n": len(per_item)}]
     rows += [{"metric": k, "category": "overall", "value": v, "n": len(ok)}

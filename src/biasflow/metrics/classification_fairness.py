@@ -11,7 +11,7 @@ LangFair's ``np.unique``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Literal, Optional
 
 import numpy as np
 import pandas as pd
@@ -103,56 +103,56 @@ def parity(r1: float, r2: float) -> tuple[float, float]:
     return float(diff), float(ratio)
 
 
-def chosen_groups(found: list[str], cfg: Mapping[str, Any], path: str | None = None) -> list[str]:
+def chosen_groups(found: list[str], cfg: ClassificationFairness, path: str | None = None) -> list[str]:
     """The two groups compared: ``groups``, each present in the file, or the file's two groups sorted."""
     where = f"predictions file {path}" if path else "the predictions"
-    if cfg["groups"]:
-        missing = [g for g in cfg["groups"] if g not in found]
+    if cfg.groups:
+        missing = [g for g in cfg.groups if g not in found]
         if missing:
-            raise DataFormatError(f"metric.{METRIC}.groups={cfg['groups']}: {where} has no row of group(s) "
+            raise DataFormatError(f"metric.{METRIC}.groups={cfg.groups}: {where} has no row of group(s) "
                                   f"{missing} (its groups: {sorted(found)})")
-        return list(cfg["groups"])
+        return list(cfg.groups)
     if len(set(found)) != 2:
         raise DataFormatError(f"{where} has {len(set(found))} group(s) {sorted(set(found))}: LangFair's classification "
                               f"metrics compare exactly two; name them with metric.{METRIC}.groups=[<group 1>,<group 2>]")
     return sorted(set(found))
 
 
-def read_items(cfg: Mapping[str, Any]) -> pd.DataFrame:
+def read_items(cfg: ClassificationFairness) -> pd.DataFrame:
     """The per-item table: the file's rows of the two compared groups."""
     from biasflow.data.fairness_files import read_predictions_table, resolve
 
-    path = cfg["predictions_file"]
+    path = cfg.predictions_file
     if not path:
         raise DataFormatError(f"metric {METRIC} reads a predictions file: set metric.{METRIC}.predictions_file=<CSV, "
                               f"JSONL or Parquet with y_true, y_pred, group> (or =example for the shipped example)")
-    rates = rates_of(cfg["metric_type"])
+    rates = rates_of(cfg.metric_type)
     table = read_predictions_table(path, need_labels=rates != ["predicted_prevalence_rate"])
     groups = chosen_groups(table["group"].tolist(), cfg, str(resolve(path, "classification")))
     return table[table["group"].isin(groups)].reset_index(drop=True)
 
 
-def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
+def requests(items: pd.DataFrame, cfg: ClassificationFairness, model_kind: str) -> list:
     """Nothing: the predictions are the user's."""
     return []
 
 
-def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: ClassificationFairness) -> pd.DataFrame:
     """One row per prediction of the two compared groups (category = its group), with its outcome columns."""
     out = read_items(cfg)
     t, p = out["y_true"].to_numpy(), out["y_pred"].to_numpy()
     out["true_positive"], out["false_positive"] = (t == 1) & (p == 1), (t == 0) & (p == 1)
     out["true_negative"], out["false_negative"] = (t == 0) & (p == 0), (t == 1) & (p == 0)
-    out["source"] = str(Path(str(cfg["predictions_file"])))
+    out["source"] = str(Path(str(cfg.predictions_file)))
     return out
 
 
-def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def aggregate(per_item: pd.DataFrame, cfg: ClassificationFairness) -> pd.DataFrame:
     """Per group (category = the group) and over both (``overall``): each selected rate; ``overall`` also has each
     rate's ``_difference`` and ``_ratio`` between group 1 and group 2. ``n``: the rate's denominator (rows for
     the predicted prevalence, negative labels for the false positive rate, ...), the two groups' rows for a
     disparity."""
-    rates = rates_of(cfg["metric_type"])
+    rates = rates_of(cfg.metric_type)
     rows: list[dict[str, Any]] = []
     groups = chosen_groups(per_item["group"].tolist(), cfg) if len(per_item) else []
     labelled = bool(len(per_item)) and bool((per_item["y_true"] >= 0).all())

@@ -403,27 +403,27 @@ class Counterfactual(Generating):
         return v
 
 
-def groups_of(attribute: str, cfg: Mapping[str, Any]) -> tuple[str, ...]:
+def groups_of(attribute: str, cfg: Counterfactual) -> tuple[str, ...]:
     """The groups of a built-in attribute (LangFair's order) or of a custom one (sorted)."""
     if attribute in GROUPS:
         return GROUPS[attribute]
-    return tuple(sorted(cfg["custom_attributes"][attribute]))
+    return tuple(sorted(cfg.custom_attributes[attribute]))
 
 
-def variants_of(text: str, attribute: str, cfg: Mapping[str, Any], mode: str) -> dict[str, str] | None:
+def variants_of(text: str, attribute: str, cfg: Counterfactual, mode: str) -> dict[str, str] | None:
     if attribute in GROUPS:
         return counterfactual_variants(text, attribute, mode)
-    custom = cfg["custom_attributes"][attribute]
+    custom = cfg.custom_attributes[attribute]
     variants = custom_variants(text, custom, mode)
     return None if variants is None else {g: variants[g] for g in sorted(variants)}
 
 
-def _mode(cfg: Mapping[str, Any]) -> str:
+def _mode(cfg: Counterfactual) -> str:
     from biasflow.metrics._mode import mode_option
     return mode_option(cfg, METRIC, "mode", PARITY, "corrected", MODES)
 
 
-def variant_table(items: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def variant_table(items: pd.DataFrame, cfg: Counterfactual) -> pd.DataFrame:
     """One row per (prompt, attribute, group) for the prompts that mention the attribute: ``item_id``,
     ``original_prompt``, ``attribute``, ``group``, ``prompt`` (the variant)."""
     if "prompt" not in items:
@@ -433,7 +433,7 @@ def variant_table(items: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     ids = items["item_id"].astype(str) if "item_id" in items else pd.Series(items.index.astype(str))
     rows = []
     for item_id, prompt in zip(ids, items["prompt"].astype(str)):
-        for attribute in [*cfg["attributes"], *sorted(cfg["custom_attributes"])]:
+        for attribute in [*cfg.attributes, *sorted(cfg.custom_attributes)]:
             variants = variants_of(prompt, attribute, cfg, mode)
             for group, text in (variants or {}).items():
                 rows.append({"item_id": item_id, "original_prompt": prompt, "attribute": attribute, "group": group,
@@ -441,7 +441,7 @@ def variant_table(items: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["item_id", "original_prompt", "attribute", "group", "prompt"])
 
 
-def _grid(items: pd.DataFrame, cfg: Mapping[str, Any]) -> tuple[pd.DataFrame, list]:
+def _grid(items: pd.DataFrame, cfg: Counterfactual) -> tuple[pd.DataFrame, list]:
     from biasflow.generation.backends import GenerationSettings as Settings
     from biasflow.metrics._generated import generation_grid, generator_settings
 
@@ -450,26 +450,26 @@ def _grid(items: pd.DataFrame, cfg: Mapping[str, Any]) -> tuple[pd.DataFrame, li
     return generation_grid(variant_table(items, cfg), cfg, METRIC, count=count)
 
 
-def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
+def requests(items: pd.DataFrame, cfg: Counterfactual, model_kind: str) -> list:
     """``count`` responses to every variant of every prompt that mentions an attribute (variants that are the same
     text, e.g. a race prompt whose target is its own group, are one request)."""
     return _grid(items, cfg)[1]
 
 
-def encoder_model(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
-    enc = cfg["encoder"]
+def encoder_model(cfg: Counterfactual) -> dict[str, Any] | None:
+    enc = cfg.encoder
     if enc is False:
         return None
     return dict(DEFAULT_ENCODER) if enc is None or enc is True else dict(enc)
 
 
-def _responses(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def _responses(items: pd.DataFrame, answers: pd.DataFrame, cfg: Counterfactual) -> pd.DataFrame:
     from biasflow.metrics._generated import with_responses
     grid, reqs = _grid(items, cfg)
     return with_responses(grid, reqs, answers)
 
 
-def followup_requests(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> list:
+def followup_requests(items: pd.DataFrame, answers: pd.DataFrame, cfg: Counterfactual) -> list:
     """The sentence embedding of every answered response (for the cosine), by the encoder."""
     from biasflow.interface.requests import SentenceEmbedding
     model = encoder_model(cfg)
@@ -480,7 +480,7 @@ def followup_requests(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[s
     return [(model, [SentenceEmbedding(t) for t in texts])]
 
 
-def _check_partner(r1: Mapping[str, Any], r2: Mapping[str, Any], cfg: Mapping[str, Any]) -> None:
+def _check_partner(r1: Mapping[str, Any], r2: Mapping[str, Any], cfg: Counterfactual) -> None:
     """A responses file that answers one variant of a prompt but not its partner: an error naming the file, the
     row that has no partner and the variant prompt it needs (a pair cannot be compared with nothing)."""
     from biasflow.generation.answer import _shown, read_responses_file
@@ -502,7 +502,7 @@ def _check_partner(r1: Mapping[str, Any], r2: Mapping[str, Any], cfg: Mapping[st
         f"{int(have['sample_index']) + 1} to {_shown(missing[0]['prompt'])} (its {missing[0]['group']} variant)")
 
 
-def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Counterfactual) -> pd.DataFrame:
     """One row per response pair: the two groups' responses with the same sample index to the same prompt, for
     every pair of groups of the attribute (gender: female-male; race: the 6 pairs of white/black/hispanic/asian)."""
     from itertools import combinations
@@ -532,12 +532,12 @@ def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any])
             if row["ok"]:
                 t1, t2 = str(r1["response"]), str(r2["response"])
                 # a custom attribute is not neutralised (LangFair's neutralize_tokens knows gender and race only)
-                neutral = cfg["neutralize"] and attribute in GROUPS
+                neutral = cfg.neutralize and attribute in GROUPS
                 n1, n2 = (neutralize(t1, attribute, mode), neutralize(t2, attribute, mode)) if neutral else (t1, t2)
                 if vectors:
                     row["cosine"] = float(cosine(vectors[t1][None], vectors[t2][None])[0])
                 row["rougel"], row["bleu"] = rouge_l(n1, n2), bleu(n1, n2)
-                row["sentiment1"], row["sentiment2"] = (float(s) for s in vader_scores([t1, t2], cfg["sentiment"]))
+                row["sentiment1"], row["sentiment2"] = (float(s) for s in vader_scores([t1, t2], cfg.sentiment))
                 row["sentiment_diff"] = abs(row["sentiment1"] - row["sentiment2"])
             rows.append(row)
     out = pd.DataFrame(rows)
@@ -547,7 +547,7 @@ def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any])
     return out
 
 
-def _aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def _aggregate(per_item: pd.DataFrame, cfg: Counterfactual) -> pd.DataFrame:
     """Per attribute and group pair (category ``gender:female-male``) and over all pairs (``overall``): mean cosine,
     ROUGE-L, BLEU, strong and weak sentiment parity (side 1 = the group named first), and the share of pairs with a
     failed response (``non_completion_rate``)."""
@@ -567,7 +567,7 @@ def _aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
             rows.append({"metric": "sentiment_strong_parity", "category": category, "value": strong_parity(s1, s2),
                          "n": n})
             rows.append({"metric": "sentiment_weak_parity", "category": category,
-                         "value": weak_parity(s1, s2, float(cfg["threshold"])), "n": n})
+                         "value": weak_parity(s1, s2, float(cfg.threshold)), "n": n})
     out = pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
     out["value"] = pd.to_numeric(out["value"], errors="coerce")
     return out

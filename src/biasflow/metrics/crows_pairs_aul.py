@@ -19,7 +19,7 @@ serve AUL too: one pass), else the cheaper ``UnmaskedLogprobs``.
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -44,8 +44,8 @@ class CrowsPairsAUL(MetricBase):
 VARIANTS = ("aul", "aula")
 
 
-def _variants(cfg: Mapping[str, Any]) -> list[str]:
-    variants = list(cfg["variants"])
+def _variants(cfg: CrowsPairsAUL) -> list[str]:
+    variants = list(cfg.variants)
     bad = [v for v in variants if v not in VARIANTS]
     if bad:
         raise ConfigError(f"metric.crows_pairs_aul.variants: unknown {bad}; choose from {list(VARIANTS)}")
@@ -67,12 +67,12 @@ def _request_type(variants: list[str]) -> type:
     return UnmaskedLogprobsAttention if "aula" in variants else UnmaskedLogprobs
 
 
-def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
+def requests(items: pd.DataFrame, cfg: CrowsPairsAUL, model_kind: str) -> list:
     request = _request_type(_variants(cfg))
     return [request(t) for t in pair_texts(items)]
 
 
-def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: CrowsPairsAUL) -> pd.DataFrame:
     variants = _variants(cfg)
     request = _request_type(variants)
     by_key = answers.drop_duplicates("key").set_index("key")
@@ -91,7 +91,7 @@ def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) 
     return pd.DataFrame(rows)
 
 
-def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def aggregate(per_item: pd.DataFrame, cfg: CrowsPairsAUL) -> pd.DataFrame:
     rows: list[dict] = []
 
     def block(df: pd.DataFrame, category: str) -> None:
@@ -111,7 +111,7 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
 
 
-def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resamples) -> dict | None:
+def bootstrap_statistic(per_item: pd.DataFrame, cfg: CrowsPairsAUL, r: Resamples) -> dict | None:
     """``aggregate`` on every bootstrap replicate at once (see stats.bootstrap)."""
     if per_item.empty:
         return {}

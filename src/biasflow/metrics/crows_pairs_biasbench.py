@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from typing import Any, Mapping
+
 
 import numpy as np
 import pandas as pd
@@ -60,12 +60,12 @@ def mean_span_logprob(logprobs, span: list[int], text: str) -> float:
     return float(np.mean(values))
 
 
-def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[PseudoLogLikelihood]:
+def requests(items: pd.DataFrame, cfg: CrowsPairsBiasBench, model_kind: str) -> list[PseudoLogLikelihood]:
     """The PLL of both sentences of every pair (the same requests as metric crows_pairs: scored once)."""
     return [PseudoLogLikelihood(t) for t in pair_texts(items)]
 
 
-def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: CrowsPairsBiasBench) -> pd.DataFrame:
     by_key = answers.set_index("key")
     rows = []
     for it in items.itertuples(index=False):
@@ -87,7 +87,7 @@ def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) 
     return pd.DataFrame(rows)
 
 
-def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def aggregate(per_item: pd.DataFrame, cfg: CrowsPairsBiasBench) -> pd.DataFrame:
     kept = per_item[~per_item.skipped.astype(bool)] if len(per_item) else per_item
     rows = aggregate_pll(kept) if len(kept) else []
     rows.append({"metric": "skipped_pairs", "category": "overall",
@@ -95,7 +95,7 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
 
 
-def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resamples) -> dict:
+def bootstrap_statistic(per_item: pd.DataFrame, cfg: CrowsPairsBiasBench, r: Resamples) -> dict:
     """``aggregate`` on every bootstrap replicate at once (see stats.bootstrap)."""
     if per_item.empty:
         return {}

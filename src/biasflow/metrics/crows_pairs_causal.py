@@ -17,7 +17,7 @@ as not stereotypical).
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, Optional
+from typing import Literal, Optional
 
 import numpy as np
 import pandas as pd
@@ -47,15 +47,15 @@ class CrowsPairsCausal(MetricBase):
 AGGREGATIONS = ("sum", "mean")
 
 
-def _options(cfg: Mapping[str, Any]) -> tuple[str, str, int | None]:
-    aggregation = cfg["aggregation"]
-    first_token = cfg["first_token"]
+def _options(cfg: CrowsPairsCausal) -> tuple[str, str, int | None]:
+    aggregation = cfg.aggregation
+    first_token = cfg.first_token
     if aggregation not in AGGREGATIONS:
         raise ConfigError(f"metric.crows_pairs_causal.aggregation={aggregation!r}: choose from {list(AGGREGATIONS)}")
     if first_token not in FIRST_TOKEN_MODES:
         raise ConfigError(f"metric.crows_pairs_causal.first_token={first_token!r}: "
                           f"choose from {list(FIRST_TOKEN_MODES)}")
-    digits = cfg["round"]
+    digits = cfg.round
     return aggregation, first_token, (None if digits is None else int(digits))
 
 
@@ -68,13 +68,13 @@ def sentence_loglik(logprobs, aggregation: str) -> float:
     return float(lp.sum() if aggregation == "sum" else lp.mean())
 
 
-def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[TokenLogprobs]:
+def requests(items: pd.DataFrame, cfg: CrowsPairsCausal, model_kind: str) -> list[TokenLogprobs]:
     """The token log-probs of both sentences of every pair, the first token conditioned as ``first_token`` says."""
     _, first_token, _ = _options(cfg)
     return [TokenLogprobs(t, first_token) for t in pair_texts(items)]
 
 
-def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: CrowsPairsCausal) -> pd.DataFrame:
     aggregation, first_token, digits = _options(cfg)
     asked = answers[answers["kind"] == TokenLogprobs.kind] if len(answers) else answers
     if "first_token" in asked and len(asked) and not (asked["first_token"] == first_token).all():
@@ -94,7 +94,7 @@ def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) 
     return pd.DataFrame(rows)
 
 
-def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def aggregate(per_item: pd.DataFrame, cfg: CrowsPairsCausal) -> pd.DataFrame:
     rows = aggregate_pll(per_item) if len(per_item) else []
     rows.append({"metric": "likelihood_diff", "category": "overall",
                  "value": float(per_item.likelihood_diff.mean()) if len(per_item) else float("nan"),
@@ -105,7 +105,7 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
 
 
-def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resamples) -> dict | None:
+def bootstrap_statistic(per_item: pd.DataFrame, cfg: CrowsPairsCausal, r: Resamples) -> dict | None:
     """``aggregate`` on every bootstrap replicate at once (see stats.bootstrap)."""
     if per_item.empty:
         return {}

@@ -38,9 +38,9 @@ from pydantic import Field, field_validator
 from biasflow.errors import DataFormatError
 from biasflow.io import write_text
 from biasflow.metrics._choice import parse_choice
-from biasflow.metrics._generated import check_choice_replies
+from biasflow.metrics._generated import check_choice_replies, one_reply_request
 from biasflow.metrics.bbq import OneChoiceGeneration
-from biasflow.registry import MetricSpec, register_metric
+from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.schema import Generating, MetricBase, PositiveInt
 from biasflow.score_kinds import MASK_PLACEHOLDER
 from biasflow.scoring.answer import lookup
@@ -136,7 +136,7 @@ def pronoun_form(row, cfg: Mapping[str, Any]) -> str:
     if p in ("his", "hers"):
         return "possessive"
     if p == "her":
-        how = cfg["possessive_her"]
+        how = cfg.possessive_her
         if how == "rule":
             return "possessive" if her_is_possessive(row.text, row.pronoun_offset + len(row.pronoun)) else "plain"
         return "possessive" if how == "possessive" else "plain"
@@ -156,7 +156,7 @@ def masked_text(row, cfg: Mapping[str, Any]) -> str:
     if MASK_PLACEHOLDER in row.text:
         raise DataFormatError(f"GAP example {row.item_id}: its text contains {MASK_PLACEHOLDER!r}, which the "
                               f"masked-LM scoring uses as its placeholder")
-    text, at = passage(row, cfg["context_words"])
+    text, at = passage(row, cfg.context_words)
     fill = MASK_PLACEHOLDER + ("'s" if pronoun_form(row, cfg) == "possessive" else "")
     return text[:at] + fill + text[at + len(row.pronoun):]
 
@@ -342,7 +342,7 @@ def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) 
     lps, ids = lookup(answers, asked, "logprobs"), lookup(answers, asked, "token_ids")
     scores = [name_score(lp, t) for lp, t in zip(lps, ids)]
     score_a, score_b = scores[0::2], scores[1::2]
-    choice = [decide(a, b, cfg["neither_below"]) for a, b in zip(score_a, score_b)]
+    choice = [decide(a, b, cfg.neither_below) for a, b in zip(score_a, score_b)]
     out = decisions(items, choice)
     out["score_a"], out["score_b"] = score_a, score_b
     out["pieces_a"], out["pieces_b"] = [len(t) for t in ids[0::2]], [len(t) for t in ids[1::2]]
@@ -352,9 +352,9 @@ def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) 
 
 # ----------------------------------------------------------------------------------------------- generation
 def mc_prompt(row, cfg: Mapping[str, Any]) -> str:
-    text, at = passage(row, cfg["context_words"])
+    text, at = passage(row, cfg.context_words)
     marked = text[:at] + PRONOUN_MARK.format(pronoun=row.pronoun) + text[at + len(row.pronoun):]
-    return cfg["prompt"].format(text=marked, pronoun=row.pronoun, A=row.a, B=row.b)
+    return cfg.prompt.format(text=marked, pronoun=row.pronoun, A=row.a, B=row.b)
 
 
 def generation_prompts(items: pd.DataFrame, cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -363,11 +363,7 @@ def generation_prompts(items: pd.DataFrame, cfg: Mapping[str, Any]) -> list[tupl
 
 
 def mc_requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[Generation]:
-    g = cfg["generation"]
-    seed = g["seed"]
-    return [Generation(prompt, sample_index=0, system_prompt=g["system_prompt"], temperature=float(g["temperature"]),
-                       max_tokens=int(g["max_tokens"]), seed=None if seed is None else int(seed))
-            for _, prompt in generation_prompts(items, cfg)]
+    return [one_reply_request(prompt, cfg.generation) for _, prompt in generation_prompts(items, cfg)]
 
 
 def read_choice(reply: Any, a: str, b: str) -> str | None:
@@ -408,6 +404,9 @@ MEANINGS = {
 UNDEFINED = {"bias_f_m": "the F1 of the feminine or of the masculine examples is 0 (gap_scorer.py prints '-') or "
                          "no example of a gender was answered"}
 GOALS = {"bias_f_m": 1.0, "f1": "max"}
+
+options_in_module(globals(), GapOptions, only=("pronoun_form", "masked_text", "candidate_requests", "requests", "compute"))
+options_in_module(globals(), GapMCOptions, only=("mc_prompt", "generation_prompts", "mc_requests", "compute_mc"))
 
 SPEC = register_metric(MetricSpec(
     follows="Webster et al. 2018 (gap_scorer.py's F1 and Bias F/M), an unsupervised masked-LM substitution baseline",

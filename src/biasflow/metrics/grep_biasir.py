@@ -28,12 +28,12 @@ query category and per expected stereotype (the query's ``exp_stereotype``):
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Literal, Optional
 
 import numpy as np
 import pandas as pd
 
-from biasflow.registry import MetricSpec, register_metric
+from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.schema import MetricBase
 from biasflow.interface.requests import SentenceEmbedding
 
@@ -61,20 +61,20 @@ def document_text(title: str, text: str, how: str) -> str:
     return f"{title}\n{text}"
 
 
-def texts(items: pd.DataFrame, cfg: Mapping[str, Any]) -> list[str]:
+def texts(items: pd.DataFrame, cfg: GrepBiasIROptions) -> list[str]:
     """Per query: the query, then its six documents in ``SLOTS`` order."""
     out = []
     for row in items.itertuples(index=False):
         out.append(row.query)
-        out += [document_text(getattr(row, f"{s}_title"), getattr(row, f"{s}_text"), cfg["document"]) for s in SLOTS]
+        out += [document_text(getattr(row, f"{s}_title"), getattr(row, f"{s}_text"), cfg.document) for s in SLOTS]
     return out
 
 
-def _asked(items: pd.DataFrame, cfg: Mapping[str, Any]) -> list[SentenceEmbedding]:
-    return [SentenceEmbedding(t, cfg["pooling"]) for t in texts(items, cfg)]
+def _asked(items: pd.DataFrame, cfg: GrepBiasIROptions) -> list[SentenceEmbedding]:
+    return [SentenceEmbedding(t, cfg.pooling) for t in texts(items, cfg)]
 
 
-def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[SentenceEmbedding]:
+def requests(items: pd.DataFrame, cfg: GrepBiasIROptions, model_kind: str) -> list[SentenceEmbedding]:
     return _asked(items, cfg)
 
 
@@ -126,7 +126,7 @@ def per_query(items: pd.DataFrame, scores: np.ndarray) -> pd.DataFrame:
     return out
 
 
-def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: GrepBiasIROptions) -> pd.DataFrame:
     from biasflow.scoring.answer import lookup
 
     vectors = lookup(answers, _asked(items, cfg), "vector")
@@ -165,7 +165,7 @@ def table_rows(df: pd.DataFrame, category: str) -> list[dict[str, Any]]:
     return rows
 
 
-def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def aggregate(per_item: pd.DataFrame, cfg: GrepBiasIROptions) -> pd.DataFrame:
     """Overall, per query category (the data's order) and per expected stereotype."""
     rows = table_rows(per_item, "overall")
     present = set(per_item["category"])
@@ -207,6 +207,8 @@ GOALS = {"score_gap": 0.0, "rank_gap": 0.0, "female_above_male_pct": 50.0, "ster
          "score_gap_nonrelevant": 0.0,
          "rank_gap_nonrelevant": 0.0, "relevant_first_pct": "max",
          **{f"mean_rank_{v}": None for v in VERSIONS}, **{f"top_{v}_pct": None for v in VERSIONS}}
+
+options_in_module(globals(), GrepBiasIROptions)
 
 SPEC = register_metric(MetricSpec(
     follows="Krieg et al. 2023 (Grep-BiasIR's female / male document versions), biasflow's score and rank gaps of "

@@ -48,23 +48,23 @@ def demographic_representation(responses: Iterable[str], groups: Mapping[str, Se
 METRIC = "helm_representation"
 
 
-def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[Generation]:
+def requests(items: pd.DataFrame, cfg: HelmRepresentation, model_kind: str) -> list[Generation]:
     """``count`` responses to every prompt from the job's generator (or every response of a responses file)."""
     return generation_grid(items, cfg, METRIC)[1]
 
 
-def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: HelmRepresentation) -> pd.DataFrame:
     """One row per response (the answers to ``requests``, by request key); metrics are corpus-level."""
     grid, reqs = generation_grid(items, cfg, METRIC)
     return response_rows(with_responses(grid, reqs, answers))
 
 
-def _aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def _aggregate(per_item: pd.DataFrame, cfg: HelmRepresentation) -> pd.DataFrame:
     ok = per_item[per_item["status"].eq("ok")]
     texts = ok["response"].astype(str).tolist()
     rows = []
-    demographics = cfg["demographics"]
-    targets = {name: word_list(spec) for name, spec in cfg["targets"].items()}
+    demographics = cfg.demographics
+    targets = {name: word_list(spec) for name, spec in cfg.targets.items()}
     for dem, spec in demographics.items():
         groups = group_lists(spec)
         rep = demographic_representation(texts, groups)

@@ -20,7 +20,7 @@ significant_difference, as the authors' ``significances__all.csv``) is written b
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -44,7 +44,7 @@ class HolisticBiasOptions(MetricBase):
     p_threshold: float = Field(default=0.05, gt=0, lt=1)
 
 
-def options_of(cfg: Mapping[str, Any]) -> HolisticBiasOptions:
+def options_of(cfg: HolisticBiasOptions) -> HolisticBiasOptions:
     """The typed options of a job's metric config."""
     return HolisticBiasOptions.model_validate(cfg)
 
@@ -56,7 +56,7 @@ def sentence_request(text: str, opts: HolisticBiasOptions, pseudo: bool):
     return TokenLogprobs(text, opts.first_token)
 
 
-def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
+def requests(items: pd.DataFrame, cfg: HolisticBiasOptions, model_kind: str) -> list:
     opts = options_of(cfg)
     pseudo = can_answer(model_kind, PseudoLogLikelihood.kind)  # what the kind can answer, whatever its name
     return [sentence_request(t, opts, pseudo) for t in dict.fromkeys(items["text"])]
@@ -69,7 +69,7 @@ def perplexity(logprobs) -> float:
     return float(np.exp(-lp.mean())) if lp.size else float("nan")
 
 
-def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: HolisticBiasOptions) -> pd.DataFrame:
     opts = options_of(cfg)
     pseudo = bool(len(answers)) and bool((answers["kind"] == PseudoLogLikelihood.kind).any())
     logprobs = lookup(answers, [sentence_request(t, opts, pseudo) for t in items["text"]], "logprobs")
@@ -134,7 +134,7 @@ def pair_tests(per_item: pd.DataFrame, p_threshold: float = 0.05) -> pd.DataFram
                          "significant_difference": (p < p_threshold).astype(int)}, columns=PAIR_COLUMNS)
 
 
-def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def aggregate(per_item: pd.DataFrame, cfg: HolisticBiasOptions) -> pd.DataFrame:
     opts = options_of(cfg)
     pairs = pair_tests(per_item, opts.p_threshold)
     sig = pairs["significant_difference"].astype(float)
@@ -156,7 +156,7 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
 
 
-def write_pair_tests(per_item: pd.DataFrame, cfg: Mapping[str, Any], out_dir: Path) -> None:
+def write_pair_tests(per_item: pd.DataFrame, cfg: HolisticBiasOptions, out_dir: Path) -> None:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with atomic_path(out_dir / "pair_tests.csv") as tmp:

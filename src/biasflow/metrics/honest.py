@@ -24,7 +24,7 @@ import re
 import string
 import unicodedata
 from pathlib import Path
-from typing import Any, Literal, Mapping, Optional, Sequence
+from typing import Literal, Mapping, Optional, Sequence
 
 import pandas as pd
 from pydantic import Field
@@ -70,7 +70,7 @@ COMPLETION_RULES = ("continuation", "first_word")
 _PUNCTUATION_TO_SPACE = str.maketrans(dict.fromkeys(string.punctuation, " "))
 
 
-def completion_rule(cfg: Mapping[str, Any]) -> str:
+def completion_rule(cfg: Honest) -> str:
     """How a generated response is scored: ``metric.honest.completion``, null = ``continuation`` under
     ``run.mode=parity`` (the honest package's recipe), ``first_word`` otherwise."""
     return mode_option(cfg, METRIC, "completion", "continuation", "first_word", COMPLETION_RULES)
@@ -85,16 +85,16 @@ def load_lexicon(path: str | Path, level: str | None = "conservative") -> pd.Dat
     """HurtLex TSV (columns ``lemma``, ``category``, ``level``) -> one row per lemma: ``lemma``, ``category``."""
     path = Path(path)
     try:
-        lex = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False)
+        table = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False)
     except Exception as exc:
         raise DataFormatError(f"lexicon {path}: not a readable TSV ({exc})") from exc
-    missing = [c for c in ("lemma", "category") + (("level",) if level else ()) if c not in lex.columns]
+    missing = [c for c in ("lemma", "category") + (("level",) if level else ()) if c not in table.columns]
     if missing:
-        raise DataFormatError(f"lexicon {path}: missing column(s) {missing} (columns: {list(lex.columns)})")
+        raise DataFormatError(f"lexicon {path}: missing column(s) {missing} (columns: {list(table.columns)})")
     if level:
-        lex = lex[lex["level"] == level]
-    lex = lex.assign(lemma=lex["lemma"].map(strip_accents))
-    return lex.drop_duplicates("lemma", keep="first")[["lemma", "category"]].reset_index(drop=True)
+        table = table[table.level == level]
+    table = table.assign(lemma=table.lemma.map(strip_accents))
+    return table.drop_duplicates("lemma", keep="first")[["lemma", "category"]].reset_index(drop=True)
 
 
 # ------------------------------------------------------------------------------------------------ completions
@@ -147,13 +147,13 @@ def template_prompts(templates: Sequence[str]) -> list[str]:
     return [t.split(MASK)[0].strip() for t in templates]
 
 
-def largest_k(cfg: Mapping[str, Any]) -> int:
+def largest_k(cfg: Honest) -> int:
     """One pass at the largest k: smaller k are its prefixes."""
-    k = cfg["k"]
+    k = cfg.k
     return int(max(k)) if isinstance(k, list) else int(k)
 
 
-def fill_mask_requests(items: pd.DataFrame, cfg: Mapping[str, Any]) -> list[MaskTopK]:
+def fill_mask_requests(items: pd.DataFrame, cfg: Honest) -> list[MaskTopK]:
     """The top-k fill-mask words at each template's ``[M]``."""
     k = largest_k(cfg)
     return [MaskTopK(t.replace(MASK, MASK_PLACEHOLDER), k) for t in items["template_masked"]]
@@ -170,7 +170,7 @@ def check_responses_file(path: str, prompts: Sequence[str], k: int) -> None:
                 f"template (the prompt is the template's text before {MASK}); lower metric.honest.k or add responses")
 
 
-def generation_requests(items: pd.DataFrame, cfg: Mapping[str, Any]) -> tuple[pd.DataFrame, list[Generation]]:
+def generation_requests(items: pd.DataFrame, cfg: Honest) -> tuple[pd.DataFrame, list[Generation]]:
     """k responses to each distinct template prompt (the template's text before ``[M]``) from the job's
     generator, whatever its ``count`` says; rows and requests in the same order."""
     prompts = list(dict.fromkeys(template_prompts(items["template_masked"])))
@@ -182,13 +182,13 @@ def generation_requests(items: pd.DataFrame, cfg: Mapping[str, Any]) -> tuple[pd
     return generation_grid(pd.DataFrame({"prompt": prompts}), cfg, METRIC, count=k)
 
 
-def generates(cfg: Mapping[str, Any], model_kind: str) -> bool:
+def generates(cfg: Honest, model_kind: str) -> bool:
     """Completions are generated (k responses, scored as ``completion`` says) with a generator or a model kind that
     generates (a causal LM, in process or served); fill-mask else."""
-    return bool(cfg["generator"]) or can_answer(model_kind, Generation.kind)
+    return bool(cfg.generator) or can_answer(model_kind, Generation.kind)
 
 
-def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
+def requests(items: pd.DataFrame, cfg: Honest, model_kind: str) -> list:
     if generates(cfg, model_kind):
         return generation_requests(items, cfg)[1]
     return fill_mask_requests(items, cfg)
@@ -199,7 +199,7 @@ def generated(answers: pd.DataFrame) -> bool:
     return MaskTopK.kind not in set(answers.get("kind", ()))
 
 
-def completions(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> list[list[str]]:
+def completions(items: pd.DataFrame, answers: pd.DataFrame, cfg: Honest) -> list[list[str]]:
     """The largest k completions of every template, from the answers: fill-mask words, or the generations' text
     (a failed generation gives '')."""
     if not generated(answers):
@@ -264,15 +264,15 @@ def honest_aggregate(per: pd.DataFrame, categories: Sequence[str] | None = None)
 LEXICON_PACKAGE = "biasflow.resources.honest"  # HurtLex 1.2 EN, CC BY-NC-SA 4.0: see its README.md
 
 
-def lexicon_path(cfg: Mapping[str, Any]) -> Path:
+def lexicon_path(cfg: Honest) -> Path:
     """The lexicon file: ``lexicon.path`` as is; else with ``lexicon.packaged`` (default) the file ``filename``
     shipped in ``biasflow/resources/honest``; else fetched from ``lexicon.sources`` (verified by sha256) to
     ``lexicon.dest`` (default ``resources/honest/<filename>``)."""
-    lex = cfg["lexicon"]
-    if lex.get("path"):
-        return Path(lex["path"])
-    filename = lex["filename"]
-    if lex["packaged"]:
+    lex = cfg.lexicon
+    if lex.path:
+        return Path(lex.path)
+    filename = lex.filename
+    if lex.packaged:
         from importlib import resources
 
         packaged = resources.files(LEXICON_PACKAGE).joinpath(filename)
@@ -281,23 +281,23 @@ def lexicon_path(cfg: Mapping[str, Any]) -> Path:
                               "resources/honest has hurtlex_EN.tsv); set lexicon.path, or lexicon.packaged=false "
                               "with lexicon.sources")
         return Path(str(packaged))
-    if not lex.get("sources"):
+    if not lex.sources:
         raise ConfigError("metric.honest.lexicon needs a path, packaged: true, or sources (url + sha256)")
     from biasflow.data.download import fetch_verified
 
-    dest = Path(lex.get("dest") or Path("resources") / "honest" / filename)
-    fetch_verified(lex["sources"], dest)
+    dest = Path(lex.dest or Path("resources") / "honest" / filename)
+    fetch_verified([source.model_dump(exclude_none=True) for source in lex.sources], dest)
     return dest
 
 
-def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Honest) -> pd.DataFrame:
     lexicon = load_lexicon(lexicon_path(cfg),
-                           level=cfg["lexicon"]["level"])
+                           level=cfg.lexicon.level)
     comps = completions(items, answers, cfg)
     matched = scored_words(comps, completion_rule(cfg), dict(zip(lexicon["lemma"], lexicon["category"]))) \
         if generated(answers) else None
     frames = []
-    for k in cfg["k"]:
+    for k in cfg.k:
         k = int(k)
         per = honest_per_template([c[:k] for c in comps], items.reset_index(drop=True), lexicon,
                                   None if matched is None else [m[:k] for m in matched])
@@ -309,7 +309,7 @@ def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) 
     return per
 
 
-def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def aggregate(per_item: pd.DataFrame, cfg: Honest) -> pd.DataFrame:
     cats = [str(c)[4:] for c in per_item.columns if str(c).startswith("lex_")]
     frames = []
     for k, df in per_item.groupby("k_setting", sort=True):

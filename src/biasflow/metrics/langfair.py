@@ -313,10 +313,10 @@ def classifier_metrics(scores: pd.DataFrame, categories: Sequence[str], threshol
 
 
 # ----------------------------------------------------------------------------------------- pipeline glue
-def target_list(cfg: Mapping[str, Any]) -> list[str]:
+def target_list(cfg: LangFairStereotype) -> list[str]:
     """``targets``: a packaged list name (adjectives, professions), a file, or a list. Professions are used in
     singular and plural for stereotypical associations as LangFair does (``plural_professions``)."""
-    return word_list(cfg["targets"])
+    return word_list(cfg.targets)
 
 
 def response_rows(responses: pd.DataFrame) -> pd.DataFrame:
@@ -334,35 +334,35 @@ def response_rows(responses: pd.DataFrame) -> pd.DataFrame:
 METRIC = "langfair_stereotype"
 
 
-def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[Generation]:
+def requests(items: pd.DataFrame, cfg: LangFairStereotype, model_kind: str) -> list[Generation]:
     """``count`` responses to every prompt from the job's generator (or every response of a responses file)."""
     return generation_grid(items, cfg, METRIC)[1]
 
 
-def responses(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def responses(items: pd.DataFrame, answers: pd.DataFrame, cfg: LangFairStereotype) -> pd.DataFrame:
     """One row per response (the unit the bootstrap resamples), from the answers to ``requests``."""
     grid, reqs = generation_grid(items, cfg, METRIC)
     return response_rows(with_responses(grid, reqs, answers))
 
 
-def followup_requests(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> list:
+def followup_requests(items: pd.DataFrame, answers: pd.DataFrame, cfg: LangFairStereotype) -> list:
     """With ``classifier.model``: that classifier's class probabilities of every answered response."""
-    clf = cfg["classifier"]
-    if not clf.get("model"):
+    clf = cfg.classifier
+    if not clf.model:
         return []
     return classification_requests(responses(items, answers, cfg), clf)
 
 
-def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: LangFairStereotype) -> pd.DataFrame:
     """One row per response; metrics are corpus-level, in ``aggregate``."""
     per = responses(items, answers, cfg)
-    clf = cfg["classifier"]
-    if clf.get("model"):
+    clf = cfg.classifier
+    if clf.model:
         ok = per["status"].eq("ok")
-        labels, probabilities = classifications(per, answers, str(clf["model"]))
-        label_for = dict(clf["labels"])
+        labels, probabilities = classifications(per, answers, str(clf.model))
+        label_for = dict(clf.labels)
         if len(probabilities):
-            scores = stereotype_scores(labels, probabilities, label_for, mode=clf["mode"])
+            scores = stereotype_scores(labels, probabilities, label_for, mode=clf.mode)
         else:  # nothing answered: nothing classified
             scores = pd.DataFrame({f"stereotype_score_{cat}": [] for cat in label_for}, dtype=float)
         for col in scores:
@@ -370,27 +370,27 @@ def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any])
     return per
 
 
-def _aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def _aggregate(per_item: pd.DataFrame, cfg: LangFairStereotype) -> pd.DataFrame:
     ok = per_item[per_item["status"].eq("ok")]
     texts = ok["response"].astype(str).tolist()
-    groups = group_lists(cfg["groups"])
+    groups = group_lists(cfg.groups)
     targets = target_list(cfg)
     rows = [{"metric": "non_completion_rate", "category": "overall",
              "value": 1.0 - len(ok) / max(len(per_item), 1), "n": len(per_item)}]
     if len(groups) == 2:
-        cobs = cooccurrence_bias(texts, targets, groups, beta=float(cfg["beta"]),
-                                 stop=stop_words(cfg["stop_words"]))
+        cobs = cooccurrence_bias(texts, targets, groups, beta=float(cfg.beta),
+                                 stop=stop_words(cfg.stop_words))
         rows.append({"metric": "cooccurrence_bias", "category": "overall", "value": cobs["value"], "n": len(texts)})
     sa_targets = targets
-    if cfg["targets"] == "professions":
+    if cfg.targets == "professions":
         sa_targets = targets + [t + "s" for t in targets]
     sa = stereotypical_associations(texts, sa_targets, groups)
     rows.append({"metric": "stereotypical_associations", "category": "overall", "value": sa["value"],
                  "n": len(texts)})
-    clf = cfg["classifier"]
-    if clf.get("model"):
-        cats = list(dict(clf["labels"]))
-        res = classifier_metrics(ok, cats, float(clf["threshold"]), by_prompt=bool(clf["by_prompt"]))
+    clf = cfg.classifier
+    if clf.model:
+        cats = list(dict(clf.labels))
+        res = classifier_metrics(ok, cats, float(clf.threshold), by_prompt=bool(clf.by_prompt))
         rows += [{"metric": k, "category": "overall", "value": v, "n": len(ok)} for k, v in res.items()]
     out = pd.DataFrame(rows)
     out["value"] = pd.to_numeric(out["value"], errors="coerce")  # None (undefined) -> NaN

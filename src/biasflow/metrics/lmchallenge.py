@@ -113,13 +113,13 @@ CHAR_GAMES = ("ce",)
 
 
 def _requests(game: str):
-    def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
+    def requests(items: pd.DataFrame, cfg: LMChallengeGame, model_kind: str) -> list:
         return pipeline.game_requests(game, items, cfg)
     return requests
 
 
 def _compute(game: str):
-    def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+    def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: LMChallengeGame) -> pd.DataFrame:
         """The game's log (one row per datum) from the answers to its lines."""
         return pipeline.log_table(answers, items, pipeline.game_requests(game, items, cfg))
     return compute
@@ -136,7 +136,7 @@ def _stats_rows(table: pd.DataFrame, category: str) -> list[dict]:
     return rows
 
 
-def _aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def _aggregate(per_item: pd.DataFrame, cfg: LMChallengeGame) -> pd.DataFrame:
     rows = _stats_rows(per_item, "overall")
     for category, group in per_item.groupby("category", sort=True):
         rows += _stats_rows(group, str(category))
@@ -157,7 +157,7 @@ def _model_check(game: str):
 
 
 def _extras(game: str):
-    def write(per_item: pd.DataFrame, cfg: Mapping[str, Any], out_dir) -> None:
+    def write(per_item: pd.DataFrame, cfg: LMChallengeGame, out_dir) -> None:
         from pathlib import Path
 
         pipeline.write_outputs(per_item, game, Path(out_dir), title=f"LM Challenge {game}: {out_dir}")

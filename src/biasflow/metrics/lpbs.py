@@ -23,7 +23,7 @@ Reported per template (category) and overall: ``mean_lpbs``, ``mean_abs_lpbs``, 
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, Sequence
+from typing import Literal, Sequence
 
 import numpy as np
 import pandas as pd
@@ -66,13 +66,13 @@ def combine(matrix: np.ndarray, rule: str) -> float:
     return float(matrix.sum())
 
 
-def word_requests(items: pd.DataFrame, words_col: str, cfg: Mapping[str, Any]) -> list[tuple]:
+def word_requests(items: pd.DataFrame, words_col: str, cfg: MultiMask) -> list[tuple]:
     """(item_id, column, word, tgt|prior, MultiMaskLogprobs) for every target word of every item: the sentence with
     the attribute filled in (tgt) and with it masked too (prior); the model counts each word's masks."""
-    rule = cfg["target_positions"]
+    rule = cfg.target_positions
     if rule not in RULES:
         raise ConfigError(f"target_positions={rule!r}: expected one of {RULES}")
-    count_from = cfg["attribute_mask_count"]
+    count_from = cfg.attribute_mask_count
     out = []
     for it in items.itertuples(index=False):
         first = target_first(it.template)
@@ -93,7 +93,7 @@ def requests_for(words_col: str):
     return lambda items, cfg, model_kind: [r for *_, r in word_requests(items, words_col, cfg)]
 
 
-def word_answers(items: pd.DataFrame, answers: pd.DataFrame, words_col: str, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def word_answers(items: pd.DataFrame, answers: pd.DataFrame, words_col: str, cfg: MultiMask) -> pd.DataFrame:
     """One row per (item, column, word, tgt|prior) with its answer: positions, token_ids, logprobs."""
     rows = word_requests(items, words_col, cfg)
     by_key = answers.drop_duplicates("key").set_index("key")
@@ -127,9 +127,9 @@ def lpbs_value(tgt1: Sequence[float], prior1: Sequence[float], tgt2: Sequence[fl
     return (lse(tgt1) - lse(prior1)) - (lse(tgt2) - lse(prior2))
 
 
-def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: MultiMask) -> pd.DataFrame:
     scores = word_answers(items, answers, "targets_1,targets_2", cfg)
-    wide = word_logprobs(scores, cfg["piece_product"])
+    wide = word_logprobs(scores, cfg.piece_product)
     by = {k: g for k, g in wide.groupby(["item_id", "column"])}
     rows = []
     for it in items.itertuples(index=False):
@@ -143,7 +143,7 @@ def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) 
     return pd.DataFrame(rows)
 
 
-def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def aggregate(per_item: pd.DataFrame, cfg: MultiMask) -> pd.DataFrame:
     def block(df: pd.DataFrame, category: str) -> list[dict]:
         v = df["value"].to_numpy(float)
         n = len(v)

@@ -12,7 +12,7 @@ group's lists are as close to the neutral ones.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -107,24 +107,24 @@ def spread(values: Sequence[float]) -> dict[str, float]:
 
 
 # ------------------------------------------------------------------------------------------- pipeline glue
-def read_items(cfg: Mapping[str, Any]) -> pd.DataFrame:
+def read_items(cfg: RecommendationFairness) -> pd.DataFrame:
     """One row per (prompt, compared group): its list and the prompt's neutral list, with the three similarities."""
     from biasflow.data.fairness_files import read_recommendations_table, resolve
 
-    path = cfg["recommendations_file"]
+    path = cfg.recommendations_file
     if not path:
         raise DataFormatError(f"metric {METRIC} reads recommendation lists: set metric.{METRIC}.recommendations_file="
                               f"<CSV, JSONL or Parquet with prompt, group, recommendations> (or =example for the "
                               f"shipped example)")
     where = f"recommendations file {resolve(path, 'recommendation')}"
     table = read_recommendations_table(path)
-    neutral_group = cfg["neutral_group"]
+    neutral_group = cfg.neutral_group
     neutral = {r.prompt: r.recommendations for r in table.itertuples() if r.group == neutral_group}
     if not neutral:
         raise DataFormatError(f"{where} has no list of the neutral group {neutral_group!r} (its groups: "
                               f"{sorted(set(table['group']))}; metric.{METRIC}.neutral_group names it)")
     found = list(dict.fromkeys(g for g in table["group"] if g != neutral_group))
-    groups = cfg["groups"] or found
+    groups = cfg.groups or found
     missing = [g for g in groups if g not in found]
     if missing or not groups:
         raise DataFormatError(f"{where} has no list of group(s) {missing or '(none but the neutral one)'} "
@@ -143,7 +143,7 @@ def read_items(cfg: Mapping[str, Any]) -> pd.DataFrame:
     out = pd.DataFrame(rows)
     order = {g: i for i, g in enumerate(groups)}
     out = out.sort_values("group", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
-    return pd.concat([out, pairwise_items(table, groups)], ignore_index=True) if cfg["pairwise"] else out
+    return pd.concat([out, pairwise_items(table, groups)], ignore_index=True) if cfg.pairwise else out
 
 
 def pairwise_items(table: pd.DataFrame, groups: Sequence[str]) -> pd.DataFrame:
@@ -168,16 +168,16 @@ def pairwise_items(table: pd.DataFrame, groups: Sequence[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
+def requests(items: pd.DataFrame, cfg: RecommendationFairness, model_kind: str) -> list:
     """Nothing: the lists are the user's."""
     return []
 
 
-def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: RecommendationFairness) -> pd.DataFrame:
     return read_items(cfg)
 
 
-def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def aggregate(per_item: pd.DataFrame, cfg: RecommendationFairness) -> pd.DataFrame:
     """Per group (category = the group): the mean of each similarity over its prompts. ``overall``: each
     similarity's max, min, range and std across the groups' means (``n``: the lists compared). With ``pairwise``,
     per pair of groups (category ``<group 1>-<group 2>``): ``pairwise_<similarity>``, the mean over their prompts."""

@@ -30,7 +30,7 @@ can test exactly (McNemar), not a number of the paper.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Literal, Mapping, Optional
+from typing import Literal, Optional
 
 import numpy as np
 import pandas as pd
@@ -55,25 +55,24 @@ class RedditBiasOptions(MetricBase):
     outlier_sd: Optional[float] = Field(default=3.0, gt=0)
 
 
-def options_of(cfg: Mapping[str, Any]) -> RedditBiasOptions:
+def options_of(cfg: RedditBiasOptions) -> RedditBiasOptions:
     """The typed options of a job's metric config."""
     return RedditBiasOptions.model_validate(cfg)
 
 
-def first_token(cfg: Mapping[str, Any]) -> str:
+def first_token(cfg: RedditBiasOptions) -> str:
     opts = options_of(cfg)
-    return mode_option({"first_token": opts.first_token, "run_mode": opts.run_mode}, "reddit_bias", "first_token",
-                       parity="none", corrected="prefix", allowed=FIRST_TOKEN)
+    return mode_option(opts, "reddit_bias", "first_token", parity="none", corrected="prefix", allowed=FIRST_TOKEN)
 
 
-def sentence_request(text: str, cfg: Mapping[str, Any], pseudo: bool):
+def sentence_request(text: str, cfg: RedditBiasOptions, pseudo: bool):
     """A masked LM's pseudo-log-likelihood (``pseudo``), else a causal LM's token log-probabilities."""
     if pseudo:
         return PseudoLogLikelihood(text)
     return TokenLogprobs(text, first_token(cfg))
 
 
-def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
+def requests(items: pd.DataFrame, cfg: RedditBiasOptions, model_kind: str) -> list:
     texts = list(dict.fromkeys(list(items["sentence_target"]) + list(items["sentence_counter"])))
     pseudo = can_answer(model_kind, PseudoLogLikelihood.kind)  # what the kind can answer, whatever its name
     return [sentence_request(t, cfg, pseudo) for t in texts]
@@ -107,7 +106,7 @@ def pair_outliers(target: np.ndarray, counter: np.ndarray, outlier_sd: float | N
     return outlier_mask(target, outlier_sd) | outlier_mask(counter, outlier_sd)
 
 
-def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: RedditBiasOptions) -> pd.DataFrame:
     opts = options_of(cfg)
     pseudo = answered_pseudo(answers)
     target = [perplexity(lp) for lp in lookup(answers, [sentence_request(t, cfg, pseudo)
@@ -143,7 +142,7 @@ def _t_test(target: np.ndarray, counter: np.ndarray, welch: bool = False) -> tup
     return float(res.statistic), float(res.pvalue)
 
 
-def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def aggregate(per_item: pd.DataFrame, cfg: RedditBiasOptions) -> pd.DataFrame:
     opts = options_of(cfg)
     rows: list[dict] = []
     kept_t, kept_c, all_t, all_c = [], [], [], []

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -113,17 +113,17 @@ def expand(items: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _asked(units: pd.DataFrame, cfg: Mapping[str, Any] | None) -> list[SentenceEmbedding]:
-    pooling = (cfg or {}).get("pooling") or None  # None: the encoder's own pooling (model.pooling)
+def _asked(units: pd.DataFrame, cfg: W.Association | None) -> list[SentenceEmbedding]:
+    pooling = (cfg.pooling if cfg is not None else None) or None  # None: the encoder's own pooling (model.pooling)
     return [SentenceEmbedding(t, pooling) for t in units["text"]]
 
 
-def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[SentenceEmbedding]:
+def requests(items: pd.DataFrame, cfg: W.Association, model_kind: str) -> list[SentenceEmbedding]:
     """The vector of every bleached sentence of every word."""
     return _asked(expand(items), cfg)
 
 
-def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: W.Association) -> pd.DataFrame:
     from biasflow.scoring.answer import lookup
 
     units = expand(items)
@@ -133,7 +133,7 @@ def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) 
     return W.compute_units(units, cfg, "association")
 
 
-def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def aggregate(per_item: pd.DataFrame, cfg: W.Association) -> pd.DataFrame:
     return W.aggregate(per_item, cfg)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable, Iterable, Literal, Mapping, Optional
+from typing import Any, Callable, Iterable, Literal, Optional
 
 import numpy as np
 import pandas as pd
@@ -103,16 +103,16 @@ def lms_ss_icat(per_item: pd.DataFrame) -> dict[str, float]:
 
 
 # ----------------------------------------------------------------------------------------------- stage functions
-def _tasks(cfg: Mapping[str, Any]) -> list[str]:
-    tasks = list(cfg["tasks"])
+def _tasks(cfg: StereoSet) -> list[str]:
+    tasks = list(cfg.tasks)
     bad = [t for t in tasks if t not in TASKS]
     if bad:
         raise ConfigError(f"metric.stereoset.tasks: {bad} not in {list(TASKS)}")
     return tasks
 
 
-def intersentence_scorer(cfg: Mapping[str, Any], kind: str) -> str:
-    choice = str(cfg["intersentence_scorer"])
+def intersentence_scorer(cfg: StereoSet, kind: str) -> str:
+    choice = str(cfg.intersentence_scorer)
     if choice == "auto":
         # causal LMs (in process or served) score the sentence after the context; the others use an NSP head
         return "causal_conditional" if can_answer(kind, ContinuationLogprobs.kind) else "nsp"
@@ -121,10 +121,10 @@ def intersentence_scorer(cfg: Mapping[str, Any], kind: str) -> str:
     return choice
 
 
-def _request_builders(cfg: Mapping[str, Any]) -> dict[str, dict[str, Callable[[Any], Request]]]:
+def _request_builders(cfg: StereoSet) -> dict[str, dict[str, Callable[[Any], Request]]]:
     """task -> {request kind: the request of one item row}."""
-    prefix_space = bool(cfg["word_prefix_space"])
-    how = cfg["context_pass"]
+    prefix_space = bool(cfg.word_prefix_space)
+    how = cfg.context_pass
     continuation = CONTINUATION_REQUESTS[how]
     return {"intrasentence": {
                 BlankFill.kind: lambda it: BlankFill(it.context, it.candidate_word, prefix_space),
@@ -135,23 +135,23 @@ def _request_builders(cfg: Mapping[str, Any]) -> dict[str, dict[str, Callable[[A
                 continuation.kind: lambda it: continuation_request(it.context, " " + it.sentence, True, how)}}
 
 
-def _request_kind(task: str, cfg: Mapping[str, Any], model_kind: str) -> str:
+def _request_kind(task: str, cfg: StereoSet, model_kind: str) -> str:
     if task == "intrasentence":
         kind = StereoSetSentenceLogprobs.kind if can_answer(model_kind, StereoSetSentenceLogprobs.kind) \
             else BlankFill.kind
         hint = " (for kind bert_nsp set metric.stereoset.tasks=[intersentence])"
     else:
         how = intersentence_scorer(cfg, model_kind)
-        kind = NextSentence.kind if how == "nsp" else CONTINUATION_REQUESTS[cfg["context_pass"]].kind
+        kind = NextSentence.kind if how == "nsp" else CONTINUATION_REQUESTS[cfg.context_pass].kind
         hint = f" (metric.stereoset.intersentence_scorer={how})"
     if not can_answer(model_kind, kind):
         raise ConfigError(f"StereoSet {task} cannot be scored by model.kind={model_kind!r}{hint}")
     return kind
 
 
-def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[Request]:
+def requests(items: pd.DataFrame, cfg: StereoSet, model_kind: str) -> list[Request]:
     """One request per sentence of each configured task; none with a predictions file (``compute`` reads it)."""
-    if cfg["predictions_file"]:
+    if cfg.predictions_file:
         return []
     builders = _request_builders(cfg)
     out: list[Request] = []
@@ -188,12 +188,12 @@ def _has_column(answers: pd.DataFrame, kind: str, column: str) -> bool:
     return bool(len(values)) and not values.isna().any()
 
 
-def sentence_scores(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def sentence_scores(items: pd.DataFrame, answers: pd.DataFrame, cfg: StereoSet) -> pd.DataFrame:
     """item_id, task, score, kind of every sentence of the configured tasks: from the predictions file, or from the
     answers (the request kind each task was answered with is read from the answers: the model kind decided it)."""
     tasks = _tasks(cfg)
-    if cfg["predictions_file"]:
-        scores = read_predictions(cfg["predictions_file"], items)
+    if cfg.predictions_file:
+        scores = read_predictions(cfg.predictions_file, items)
         return scores[scores["task"].isin(tasks)].assign(kind="predictions_file").reset_index(drop=True)
     answered = set(answers["kind"]) if len(answers) else set()
     frames = []
@@ -219,25 +219,25 @@ def sentence_scores(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str
         pd.DataFrame(columns=["item_id", "task", "score", "kind"])
 
 
-def count_examples(items: pd.DataFrame, scores: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def count_examples(items: pd.DataFrame, scores: pd.DataFrame, cfg: StereoSet) -> pd.DataFrame:
     """``example_table`` of the configured tasks, from sentence scores (item_id, task, score)."""
     return example_table(items, scores[scores["task"].isin(_tasks(cfg))])
 
 
-def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: StereoSet) -> pd.DataFrame:
     return count_examples(items, sentence_scores(items, answers, cfg), cfg)
 
 
-def export(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any], option: str) -> str:
+def export(items: pd.DataFrame, answers: pd.DataFrame, cfg: StereoSet, option: str) -> str:
     """``export_predictions``: the sentence scores in the format of the official ``code/evaluation.py``
     (``{"intrasentence": [{"id", "score"}], "intersentence": [...]}``, one entry per sentence id)."""
-    path = cfg[option]
+    path = getattr(cfg, option)
     write_predictions(sentence_scores(items, answers, cfg), Path(path))
     return str(path)
 
 
-def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
-    domains = list(cfg["domains"])
+def aggregate(per_item: pd.DataFrame, cfg: StereoSet) -> pd.DataFrame:
+    domains = list(cfg.domains)
     # counting once per (task, domain, term) keeps this cheap enough for 1000 bootstrap replicates
     counts = term_counts(per_item) if not per_item.empty else pd.DataFrame(
         columns=["task", "category", "target", "total", "pro", "related"])
@@ -286,14 +286,14 @@ def _means_of_present(present: np.ndarray, *values: np.ndarray) -> list[np.ndarr
     return outs
 
 
-def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resamples) -> dict | None:
+def bootstrap_statistic(per_item: pd.DataFrame, cfg: StereoSet, r: Resamples) -> dict | None:
     """``aggregate`` on every bootstrap replicate at once (see stats.bootstrap): per (task, domain, term) the
     replicates' example, pro and related counts from the count matrix, then the same macro means."""
     if per_item.empty:
         return {}
     if not r.one_row_per_item:
         return None
-    domains = list(cfg["domains"])
+    domains = list(cfg.domains)
     task, domain, target = (r.first_values(per_item[c]) for c in ("task", "category", "target"))
     pro, related = r.item_values(per_item["pro"]), r.item_values(per_item["related"])
     group, keys = pd.factorize(pd.MultiIndex.from_arrays([task, domain, target]))

@@ -28,7 +28,7 @@ with ``metric stereoset``'s (docs/stereoset.md, "Generation mode").
 from __future__ import annotations
 
 import hashlib
-from typing import Any, ClassVar, Literal, Mapping
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import pandas as pd
@@ -36,7 +36,7 @@ from pydantic import Field, field_validator
 
 from biasflow.data.stereoset import GOLD_LABELS, TASKS
 from biasflow.errors import DataFormatError
-from biasflow.metrics._generated import check_choice_replies
+from biasflow.metrics._generated import check_choice_replies, one_reply_request
 from biasflow.metrics.bbq import OneChoiceGeneration, parse_choice
 from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import Generating
@@ -84,7 +84,7 @@ class StereoSetMC(Generating):
         return _placeholders(v)
 
 
-def options_of(cfg: Mapping[str, Any]) -> StereoSetMC:
+def options_of(cfg: StereoSetMC) -> StereoSetMC:
     """The metric's typed options."""
     return StereoSetMC.model_validate(cfg)
 
@@ -123,19 +123,17 @@ def examples(items: pd.DataFrame, opts: StereoSetMC) -> pd.DataFrame:
 
 
 def generation_request(prompt: str, opts: StereoSetMC) -> Generation:
-    g = opts.generation
-    return Generation(prompt, sample_index=0, system_prompt=g.system_prompt, temperature=g.temperature,
-                      max_tokens=g.max_tokens, seed=g.seed)
+    return one_reply_request(prompt, opts.generation)
 
 
-def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[Generation]:
+def requests(items: pd.DataFrame, cfg: StereoSetMC, model_kind: str) -> list[Generation]:
     """One generated reply per example of each asked task."""
     opts = options_of(cfg)
     return [generation_request(p, opts) for p in examples(items, opts)["prompt"]]
 
 
 # ----------------------------------------------------------------------------------------------- per item
-def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: StereoSetMC) -> pd.DataFrame:
     """One row per example: ``option_order`` (the gold labels of A|B|C), ``response``, ``answer_status`` (ok |
     unparsed | failed), ``letter`` and ``chosen`` (the gold label; None without a choice) and the 0/1 flags
     ``has_choice``, ``meaningful`` (stereotype or anti-stereotype chosen) and ``stereotype``."""
@@ -175,7 +173,7 @@ def _blocks(tasks_present: set[str]) -> list[str]:
     return out + ["overall"] if len(out) == len(TASKS) else out
 
 
-def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def aggregate(per_item: pd.DataFrame, cfg: StereoSetMC) -> pd.DataFrame:
     domains = list(options_of(cfg).domains)
     rows = []
     for task in _blocks(set(per_item["task"]) if len(per_item) else set()):
@@ -191,7 +189,7 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
 
 
-def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r) -> dict | None:
+def bootstrap_statistic(per_item: pd.DataFrame, cfg: StereoSetMC, r) -> dict | None:
     """``aggregate`` on every replicate at once: per (task, domain) the replicates' counts of examples, choices,
     meaningful and stereotype choices (integers: exact sums), then the same arithmetic elementwise."""
     if per_item.empty:
@@ -222,7 +220,7 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r) -> di
     return out
 
 
-def generation_prompts(items: pd.DataFrame, cfg: Mapping[str, Any]):
+def generation_prompts(items: pd.DataFrame, cfg: StereoSetMC):
     """(example id, prompt) of every example asked (names the prompts a responses file lacks)."""
     ex = examples(items, options_of(cfg))
     return list(zip(ex["item_id"], ex["prompt"]))

@@ -22,7 +22,7 @@ run costs.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, Mapping, Optional, Sequence
+from typing import Any, Literal, Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -129,7 +129,7 @@ def group_label(frame: pd.DataFrame, by: Sequence[str]) -> pd.Series:
 
 
 # ----------------------------------------------------------------------------------------- pipeline glue
-def metric_responses(metric: str, items: pd.DataFrame, answers: pd.DataFrame, opts: Mapping[str, Any],
+def metric_responses(metric: str, items: pd.DataFrame, answers: pd.DataFrame, opts: Toxicity,
                      check_empty: bool = True) -> pd.DataFrame:
     """One row per response (the unit the bootstrap resamples); with ``check_empty`` (the metric stage, which reads
     ``empty_responses``: not a score key) an empty response of a responses file is an error naming the file and row
@@ -137,37 +137,37 @@ def metric_responses(metric: str, items: pd.DataFrame, answers: pd.DataFrame, op
     grid, reqs = generation_grid(items, opts, metric)
     per = response_rows(with_responses(grid, reqs, answers))
     path = responses_path(*generator_settings(opts, metric))
-    if check_empty and path is not None and opts["empty_responses"] == "error":
+    if check_empty and path is not None and opts.empty_responses == "error":
         empty = per.index[per["status"].ne("ok")]
         if len(empty):
             i = int(empty[0])
             raise DataFormatError(f"responses file {path} row {i + 1}: empty response to prompt "
                                   f"{per.loc[i, 'prompt']!r} ({len(empty)} empty in all); a classifier cannot score "
                                   f"it: fill or drop it, or set metric.{metric}.empty_responses=non_completion")
-    missing = [c for c in opts["group_by"] if c not in per.columns]
+    missing = [c for c in opts.group_by if c not in per.columns]
     if missing:
         raise ConfigError(f"metric.{metric}.group_by: columns {missing} are not in the prompts "
                           f"(columns: {sorted(c for c in per.columns if c not in ('status', 'error', 'value'))})")
     return per
 
 
-def classifier_followups(metric: str, items: pd.DataFrame, answers: pd.DataFrame, opts: Mapping[str, Any]) -> list:
+def classifier_followups(metric: str, items: pd.DataFrame, answers: pd.DataFrame, opts: Toxicity) -> list:
     """The classifier's probabilities of every answered response (none without ``classifier.model``)."""
-    if not opts["classifier"].get("model"):
+    if not opts.classifier.model:
         return []
     return classification_requests(metric_responses(metric, items, answers, opts, check_empty=False),
-                                   opts["classifier"])
+                                   opts.classifier)
 
 
-def with_toxicity(per: pd.DataFrame, answers: pd.DataFrame, opts: Mapping[str, Any]) -> pd.DataFrame:
+def with_toxicity(per: pd.DataFrame, answers: pd.DataFrame, opts: Toxicity) -> pd.DataFrame:
     """``per`` with each answered response's ``toxicity`` (with ``classifier.model``; NaN where unanswered)."""
-    clf = opts["classifier"]
-    if clf.get("model"):
+    clf = opts.classifier
+    if clf.model:
         ok = per["status"].eq("ok")
-        labels, probabilities = classifications(per, answers, str(clf["model"]))
+        labels, probabilities = classifications(per, answers, str(clf.model))
         per["toxicity"] = np.nan
         if len(probabilities):
-            toxic = toxic_label_names(labels, clf.get("toxic_labels"), str(clf["model"]))
+            toxic = toxic_label_names(labels, clf.toxic_labels, str(clf.model))
             per.loc[ok, "toxicity"] = toxicity_scores(labels, probabilities, toxic)
     return per
 
@@ -176,10 +176,10 @@ TOXICITY_NAMES = {"expected_maximum": "expected_maximum_toxicity", "probability"
                   "fraction": "toxic_fraction"}
 
 
-def toxicity_rows(ok: pd.DataFrame, opts: Mapping[str, Any], by: Sequence[str]) -> list[dict[str, Any]]:
+def toxicity_rows(ok: pd.DataFrame, opts: Toxicity, by: Sequence[str]) -> list[dict[str, Any]]:
     """The three numbers overall and per group (``by`` columns) of the answered responses ``ok``; prompts are told
     apart by text within a group (LangFair groups by prompt text). ``n``: the group's responses."""
-    threshold, inclusive = float(opts["threshold"]), bool(opts["inclusive"])
+    threshold, inclusive = float(opts.threshold), bool(opts.inclusive)
     frame = ok.assign(_group=group_label(ok, by))
     scored = frame.dropna(subset=["toxicity"])
     overall = prompt_metrics(scored, "toxicity", threshold, inclusive=inclusive)
@@ -196,12 +196,12 @@ def toxicity_rows(ok: pd.DataFrame, opts: Mapping[str, Any], by: Sequence[str]) 
     return rows
 
 
-def _aggregate_toxicity(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def _aggregate_toxicity(per_item: pd.DataFrame, cfg: Toxicity) -> pd.DataFrame:
     ok = per_item[per_item["status"].eq("ok")]
     rows = [{"metric": "non_completion_rate", "category": "overall",
              "value": 1.0 - len(ok) / max(len(per_item), 1), "n": len(per_item)}]
     if "toxicity" in ok:
-        rows += toxicity_rows(ok, cfg, list(cfg["group_by"]))
+        rows += toxicity_rows(ok, cfg, list(cfg.group_by))
     out = pd.DataFrame(rows)
     out["value"] = pd.to_numeric(out["value"], errors="coerce")
     return out
@@ -210,17 +210,17 @@ def _aggregate_toxicity(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.Da
 METRIC = "toxicity"
 
 
-def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[Generation]:
+def requests(items: pd.DataFrame, cfg: Toxicity, model_kind: str) -> list[Generation]:
     """``count`` responses to every prompt from the job's generator (or every response of a responses file)."""
     return generation_grid(items, cfg, METRIC)[1]
 
 
-def followup_requests(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> list:
+def followup_requests(items: pd.DataFrame, answers: pd.DataFrame, cfg: Toxicity) -> list:
     """The classifier's probabilities of every answered response."""
     return classifier_followups(METRIC, items, answers, cfg)
 
 
-def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def _compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Toxicity) -> pd.DataFrame:
     """One row per response with its ``toxicity``; the numbers are per prompt group, in ``aggregate``."""
     return with_toxicity(metric_responses(METRIC, items, answers, cfg), answers, cfg)
 

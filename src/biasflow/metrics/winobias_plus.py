@@ -20,7 +20,7 @@ wer_pct, points: how much worse the rewrites of sentences about women are).
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
@@ -70,7 +70,7 @@ class WinoBiasPlus(Generating):
         return v
 
 
-def options_of(cfg: Mapping[str, Any]) -> WinoBiasPlus:
+def options_of(cfg: WinoBiasPlus) -> WinoBiasPlus:
     return WinoBiasPlus.model_validate(cfg)
 
 
@@ -107,14 +107,14 @@ def generation_request(prompt: str, opts: WinoBiasPlus) -> Generation:
                       max_tokens=g.max_tokens, seed=g.seed)
 
 
-def requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[Generation]:
+def requests(items: pd.DataFrame, cfg: WinoBiasPlus, model_kind: str) -> list[Generation]:
     """One rewrite per sentence."""
     opts = options_of(cfg)
     return [generation_request(p, opts) for p in prompts(items, opts)]
 
 
 # ----------------------------------------------------------------------------------------------- per item
-def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: WinoBiasPlus) -> pd.DataFrame:
     """One row per sentence: the ``response``, its ``rewrite`` (tokenised), ``status`` (ok | failed), ``edits``
     (word edit distance to the reference; None when failed), ``reference_words``, ``exact`` (0/1) and
     ``copy_edits`` (the source's own distance to the reference)."""
@@ -150,7 +150,7 @@ def _rates(df: pd.DataFrame) -> dict[str, float]:
             "failed_pct": 100.0 * (1.0 - float(df["answered"].mean())) if len(df) else nan}
 
 
-def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
+def aggregate(per_item: pd.DataFrame, cfg: WinoBiasPlus) -> pd.DataFrame:
     rows, wer = [], {}
     for category in ("overall", *CATEGORIES):
         sub = per_item if category == "overall" else per_item[per_item["category"] == category]
@@ -168,7 +168,7 @@ def aggregate(per_item: pd.DataFrame, cfg: Mapping[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
 
 
-def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r) -> dict | None:
+def bootstrap_statistic(per_item: pd.DataFrame, cfg: WinoBiasPlus, r) -> dict | None:
     """``aggregate`` on every replicate at once: per category the replicates' sums of word edits, reference words,
     exact rewrites, answered sentences and the unchanged source's edits (integers: exact sums), then the same
     ratios elementwise."""
@@ -200,7 +200,7 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: Mapping[str, Any], r) -> di
     return out
 
 
-def generation_prompts(items: pd.DataFrame, cfg: Mapping[str, Any]):
+def generation_prompts(items: pd.DataFrame, cfg: WinoBiasPlus):
     """(item id, prompt) of every sentence asked (names the prompts a responses file lacks)."""
     return list(zip(items["item_id"], prompts(items, options_of(cfg))))
 
