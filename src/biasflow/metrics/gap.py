@@ -405,7 +405,8 @@ UNDEFINED = {"bias_f_m": "the F1 of the feminine or of the masculine examples is
                          "no example of a gender was answered"}
 GOALS = {"bias_f_m": 1.0, "f1": "max"}
 
-options_in_module(globals(), GapOptions, only=("pronoun_form", "masked_text", "candidate_requests", "requests", "compute"))
+options_in_module(globals(), GapOptions,
+                  only=("pronoun_form", "masked_text", "candidate_requests", "requests", "compute"))
 options_in_module(globals(), GapMCOptions, only=("mc_prompt", "generation_prompts", "mc_requests", "compute_mc"))
 
 SPEC = register_metric(MetricSpec(
