@@ -409,3 +409,29 @@ def test_mc_tables_from_replies():
     assert agg.loc[("threshold_0.7", "overall"), "value"] == 0.5
     assert agg.loc[("unparsed_pct", "overall"), "value"] == pytest.approx(100 * 2 / 6)
     assert agg.loc[("fraction_neutral", "overall"), "n"] == 4
+
+
+@pytest.mark.parametrize("mc", [False, True])
+def test_array_bootstrap_equals_the_generic_path(mc):
+    """bootstrap_statistic against aggregate on every resampled table: the counts' rates exactly, net neutral to
+    rounding (float sums in another order)."""
+    from biasflow.stats.bootstrap import draw_resamples, generic_replicates, replicate_frame
+
+    rng = np.random.default_rng(3)
+    n = 150
+    if mc:
+        choice = list(rng.choice(np.array(list(M.NLI_LABELS) + [None], dtype=object), size=n))
+        items = per_item([(0.2, 0.5, 0.3)] * n, list(rng.choice(["gender", "religion"], size=n)),
+                         list(rng.choice(["a", "b"], size=n)))
+        per = M.per_item_table(items, None, choice)
+        per["response"] = "x"
+        cfg = M.BiasNLIMCOptions()
+    else:
+        per = per_item([tuple(r) for r in rng.dirichlet([1, 2, 1], size=n)],
+                       list(rng.choice(["gender", "religion"], size=n)), list(rng.choice(["a", "b", "c"], size=n)))
+        cfg = M.BiasNLIOptions()
+    r = draw_resamples(per, 40, seed=1)
+    fast = replicate_frame(M.bootstrap_statistic(per, cfg, r)).set_index(["metric", "category", "replicate"])
+    slow = generic_replicates(per, lambda d: M.aggregate(d, cfg), r).set_index(["metric", "category", "replicate"])
+    assert set(fast.index) == set(slow.index)
+    np.testing.assert_allclose(fast.loc[slow.index, "value"], slow["value"], rtol=0, atol=1e-12)
