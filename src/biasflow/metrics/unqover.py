@@ -40,7 +40,7 @@ import pandas as pd
 from pydantic import Field, field_validator
 
 from biasflow.errors import DataFormatError
-from biasflow.interface.requests import ContinuationLogprobs, Generation, MaskTopK
+from biasflow.interface.requests import Generation, MaskTopK, SharedContextContinuation
 from biasflow.io import write_text
 from biasflow.metrics._choice import UNKNOWN_PHRASINGS, parse_choice
 from biasflow.metrics._generated import check_choice_replies
@@ -313,7 +313,9 @@ def gamma_table(per_item: pd.DataFrame) -> pd.DataFrame:
         grp = long.groupby(["subject", "attribute"], sort=True)
         groups = pd.DataFrame({"gamma": grp["c"].mean(), "eta": grp["sign"].mean(), "n": grp.size()}).reset_index()
         out = pd.concat([out, groups.assign(level="group", category="gender")], ignore_index=True)
-    return out[cols]
+    order = {c: i for i, c in enumerate(CATEGORY_ORDER)}
+    out = out.assign(_c=out["category"].map(order).fillna(len(order)), _l=(out["level"] == "group").astype(int))
+    return out.sort_values(["_l", "_c", "category", "subject", "attribute"], kind="stable")[cols].reset_index(drop=True)
 
 
 def write_gamma(per_item: pd.DataFrame, cfg: Mapping[str, Any], out: Path) -> None:
@@ -368,14 +370,15 @@ def filled(question: str, subject: str) -> str:
     return " " + question.strip().replace(MASK_PLACEHOLDER, subject)
 
 
-def causal_requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[ContinuationLogprobs]:
+def causal_requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str
+                    ) -> list[SharedContextContinuation]:
     _check_items(items, "unqover_causal")
     out = []
     for row in items.itertuples(index=False):
         for order, q in PROMPTS:
             context, question, _, _ = prompt_parts(row, order, q)
-            out += [ContinuationLogprobs(context.strip(), filled(question, row.answer_1)),
-                    ContinuationLogprobs(context.strip(), filled(question, row.answer_2))]
+            out += [SharedContextContinuation(context.strip(), filled(question, row.answer_1)),
+                    SharedContextContinuation(context.strip(), filled(question, row.answer_2))]
     return out
 
 
