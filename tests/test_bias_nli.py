@@ -141,6 +141,8 @@ def test_options_sample_limit_custom_and_errors(tmp_path):
     with pytest.raises(ConfigError, match="not a word list of the adj"):
         D.generate(files, {"attributes": ["x"], "custom_attributes": {
             "x": {"templates": "adj", "premise": "occupations", "hypothesis": "religions"}}})
+    with pytest.raises(ConfigError, match="verb_groups: empty"):
+        D.generate(files, {"attributes": ["gender"], "verb_groups": []})
     with pytest.raises(ConfigError, match="no file for the word list"):
         D.generate({k: v for k, v in files.items() if k != "food"}, {"attributes": ["gender"]})
 

@@ -124,8 +124,7 @@ def needed_lists(cfg: Mapping[str, Any]) -> list[str]:
     """The file keys the chosen attributes and verb groups read."""
     specs = attribute_specs(cfg)
     keys = {k for _, p, h in specs.values() for k in (p, h)}
-    groups = cfg.get("verb_groups") or VERB_GROUPS
-    for g in groups:
+    for g in VERB_GROUPS if cfg.get("verb_groups") is None else cfg["verb_groups"]:
         keys.add(f"{g}_verbs")
         keys |= {"commerce": set(OBJECTS), "interaction": {"person_hyponyms", "rulers"},
                  "driving": {"vehicles"}, "eating": {"food"}}[g]
@@ -210,9 +209,10 @@ def load_lists(files: Mapping[str, str | Path], keys) -> dict[str, list[str]]:
 
 def generate(files: Mapping[str, str | Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     """The items of the configured attributes (each sampled when ``sample`` is set), in generation order."""
+    check_options(cfg)
     specs = attribute_specs(cfg)
     lists = load_lists(files, needed_lists(cfg))
-    tmpl = templates(lists, cfg.get("verb_groups") or VERB_GROUPS)
+    tmpl = templates(lists, VERB_GROUPS if cfg.get("verb_groups") is None else cfg["verb_groups"])
     sample = cfg.get("sample")
     frames = []
     for a, (name, spec) in enumerate(specs.items()):
@@ -231,12 +231,18 @@ def generate(files: Mapping[str, str | Path], cfg: Mapping[str, Any]) -> pd.Data
     return items
 
 
-@register_loader("bias_nli", splits=("all",), options=BiasNLIDataset,
-                 check=lambda cfg: (attribute_specs(cfg), None)[1])
+def check_options(cfg: Mapping[str, Any]) -> None:
+    """What the plan can check without the files: the attributes and their lists, a template family chosen."""
+    attribute_specs(cfg)
+    if cfg.get("verb_groups") is not None and not list(cfg["verb_groups"]):
+        raise ConfigError(f"benchmark.bias_nli.verb_groups: empty (choose one or more of {list(VERB_GROUPS)})")
+
+
+@register_loader("bias_nli", splits=("all",), options=BiasNLIDataset, check=check_options)
 def load_bias_nli(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     items = generate(files, cfg)
     return items.head(int(cfg["limit"])).reset_index(drop=True) if cfg.get("limit") else items
 
 
-__all__ = ["load_bias_nli", "generate", "read_word_list", "templates", "attribute_pairs", "attribute_specs",
+__all__ = ["load_bias_nli", "generate", "check_options", "read_word_list", "templates", "attribute_pairs", "attribute_specs",
            "needed_lists", "pair_id", "articlize", "ATTRIBUTES", "VERB_GROUPS", "BiasNLIDataset", "COLUMNS"]
