@@ -235,12 +235,12 @@ def test_the_authors_top_k_look_up():
 def test_masked_lm_scores_are_the_listed_probabilities(files, tiny_bert, tmp_path):
     """A tiny BERT, top_k = the whole vocabulary: every subject's S is its probability at the mask, checked with a
     forward pass of the model on the authors' input (context, space, statement)."""
-    items = D.load_unqover(files, {"split": "religion", "limit": 3})
+    items = D.load_unqover(files, {"split": "religion", "limit": 1})
     cfg = {**MLM_CFG, "top_k": len(tiny_bert.tokenizer)}
     answers = metric_answers("unqover", items, cfg, None, tmp_path / "cache", model=tiny_bert, progress=False)
     per = get_metric("unqover").compute(items, answers, cfg)
     tok, model = tiny_bert.tokenizer, tiny_bert.model
-    row = items.iloc[1]
+    row = items.iloc[0]
     text = (row.context_21 + " " + row.question_neg).lower().replace("[mask]", tok.mask_token)
     enc = tok(text, return_tensors="pt")
     with torch.no_grad():
@@ -250,7 +250,7 @@ def test_masked_lm_scores_are_the_listed_probabilities(files, tiny_bert, tmp_pat
     for col, word in (("p1_21n", row.answer_1), ("p2_21n", row.answer_2)):
         ids = tok(word.lower(), add_special_tokens=False)["input_ids"]
         want = float(dist[ids[0]]) if len(ids) == 1 else 0.0
-        assert per.loc[1, col] == pytest.approx(want, rel=1e-4, abs=1e-7)
+        assert want > 0 and per.loc[0, col] == pytest.approx(want, rel=1e-4, abs=1e-7)
     # the authors' k = 10 on a random tiny model: the subjects are rarely listed, a miss is 0
     per10 = get_metric("unqover").compute(items, metric_answers("unqover", items, MLM_CFG, None, tmp_path / "c2",
                                                                 model=tiny_bert, progress=False), MLM_CFG)
