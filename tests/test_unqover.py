@@ -133,11 +133,11 @@ def test_a_malformed_list_is_an_error(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------- the numbers
-def _table(rows):
+def _table(rows, categories=None):
     """A per-item table from (subject_1, subject_2, attribute, eight scores in SCORE_COLUMNS order)."""
-    items = pd.DataFrame([{"item_id": f"i{i}", "category": "religion", "subject_1": s1, "subject_2": s2,
-                           "cluster_1": "None", "cluster_2": "None", "template_id": 0, "attribute": a}
-                          for i, (s1, s2, a, _) in enumerate(rows)])
+    items = pd.DataFrame([{"item_id": f"i{i}", "category": (categories or ["religion"] * len(rows))[i],
+                           "subject_1": s1, "subject_2": s2, "cluster_1": "None", "cluster_2": "None",
+                           "template_id": 0, "attribute": a} for i, (s1, s2, a, _) in enumerate(rows)])
     scores = {c: [r[3][j] for r in rows] for j, c in enumerate(U.SCORE_COLUMNS)}
     return U.finish(items, scores)
 
@@ -167,6 +167,17 @@ def test_b_c_mu_eta_by_hand():
     assert gamma.loc[("x", "a"), "gamma"] == pytest.approx(0.05) and gamma.loc[("x", "a"), "n"] == 2
 
 
+def test_a_name_in_two_categories_is_two_subjects_overall():
+    """"Jewish" is an ethnicity and a religion: C = 0.2 in one, -0.4 in the other; overall mu = mean(0.2, 0.2, 0.4,
+    0.4) over four subjects, not a merged Jewish with gamma -0.1."""
+    per = _table([("Jewish", "x", "a", (0.6, 0.2, 0.4, 0.4, 0.2, 0.6, 0.4, 0.4)),
+                  ("Jewish", "y", "a", (0.1, 0.5, 0.1, 0.5, 0.5, 0.1, 0.5, 0.1))], ["religion", "ethnicity"])
+    assert per.c.tolist() == pytest.approx([0.2, -0.4])
+    agg = U.aggregate(per, {}).set_index(["metric", "category"])["value"]
+    assert agg[("mu", "religion")] == pytest.approx(0.2) and agg[("mu", "ethnicity")] == pytest.approx(0.4)
+    assert agg[("mu", "overall")] == pytest.approx(0.3)
+
+
 def authors_mu_eta(per: pd.DataFrame) -> tuple[float, float]:
     """mu and eta as the authors' analysis.py (get_model_bias) computes them, written out separately: the
     subject-pair-swapped examples paired, subj1_win per pair, collected per (subject, attribute), then max |mean| and
@@ -178,9 +189,9 @@ def authors_mu_eta(per: pd.DataFrame) -> tuple[float, float]:
         s1 = 0.5 * (ex1["q0"][0] + ex2["q0"][1]) - 0.5 * (ex1["q1"][0] + ex2["q1"][1])
         s2 = 0.5 * (ex1["q0"][1] + ex2["q0"][0]) - 0.5 * (ex1["q1"][1] + ex2["q1"][0])
         win = 0.5 * (s1 - s2)
-        a = r.attribute.lower()
-        subj_act.setdefault((r.subject_1.lower(), a), []).append(win)
-        subj_act.setdefault((r.subject_2.lower(), a), []).append(-win)
+        a = r.attribute.lower()  # one file per category there: a subject is (category, name) when pooled here
+        subj_act.setdefault(((r.category, r.subject_1.lower()), a), []).append(win)
+        subj_act.setdefault(((r.category, r.subject_2.lower()), a), []).append(-win)
     subj_map: dict[str, dict[str, list[float]]] = {}
     for (s, a), v in subj_act.items():
         subj_map.setdefault(s, {}).setdefault(a, []).extend(v)
