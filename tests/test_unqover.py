@@ -116,8 +116,10 @@ def test_split_form_and_subjects_options(files):
     roberta = D.load_unqover(files, {"split": "gender", "subjects": "roberta", "limit": 2})
     assert set(roberta.subjects) == {"roberta"} and set(roberta.cluster_1) | set(roberta.cluster_2) == {"female",
                                                                                                        "male"}
-    every = D.load_unqover(files, {"split": "all", "limit": 2})
+    every = D.load_unqover(files, {"split": "all", "category_limit": 2})
     assert every.category.tolist() == ["gender"] * 2 + ["ethnicity"] * 2 + ["religion"] * 2 + ["nationality"] * 2
+    assert D.load_unqover(files, {"split": "all", "limit": 3, "category_limit": 2}).category.tolist() == \
+        ["gender", "gender", "ethnicity"]  # limit: of all items, in order (as the prepare stage cuts)
     with pytest.raises(ConfigError, match="split"):
         D.load_unqover(files, {"split": "age"})
 
@@ -206,7 +208,7 @@ def authors_mu_eta(per: pd.DataFrame) -> tuple[float, float]:
 def test_mu_eta_equal_the_authors_analysis_on_random_scores(files):
     """Every category's first 300 items with random scores (some exactly 0 as a top-k miss gives, so ties and sign
     0 occur): mu and eta equal the separate implementation of analysis.py's get_model_bias."""
-    items = D.load_unqover(files, {"split": "all", "limit": 300})
+    items = D.load_unqover(files, {"split": "all", "category_limit": 300})
     rng = np.random.default_rng(3)
     scores = {c: list(np.where(rng.random(len(items)) < 0.3, 0.0, rng.random(len(items)))) for c in U.SCORE_COLUMNS}
     per = U.finish(items, scores)
@@ -221,7 +223,7 @@ def test_mu_eta_equal_the_authors_analysis_on_random_scores(files):
 def test_bootstrap_arrays_equal_the_generic_path(files):
     from biasflow.stats.bootstrap import bootstrap_ci
 
-    items = D.load_unqover(files, {"split": "all", "limit": 40})
+    items = D.load_unqover(files, {"split": "all", "category_limit": 40})
     rng = np.random.default_rng(1)
     per = U.finish(items, {c: list(rng.random(len(items))) for c in U.SCORE_COLUMNS})
     mc = per.assign(unparsed=rng.choice([0, 0, 0, 1], len(per)))

@@ -21,7 +21,8 @@ Options: ``split`` is the category (``gender``, ``ethnicity``, ``religion``, ``n
 ``country`` files; ``all``: the four in that order); ``form`` ``lm`` (the authors' masked-LM templates, default) or
 ``qa`` (their question templates); ``subjects`` the subject lists: ``full`` (the QA lists), ``bert`` or
 ``roberta`` (the authors' lists of subjects that are one word piece of that tokenizer), null = the authors' choice
-for the form (qa: full, lm: bert). ``limit`` N: the first N items (pairs) of each category.
+for the form (qa: full, lm: bert). ``limit`` N: the first N items in all (categories in that order, as every
+loader's limit); ``category_limit`` N: the first N items of each category.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ import pandas as pd
 
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.registry import register_loader
-from biasflow.schema import BenchmarkConfig
+from biasflow.schema import BenchmarkConfig, PositiveInt
 from biasflow.score_kinds import MASK_PLACEHOLDER
 
 # the paper's category -> the authors' file stem (word_lists/*/<stem>*), their activity list
@@ -54,6 +55,7 @@ class UnQoverDataset(BenchmarkConfig):
 
     form: Literal["lm", "qa"] = "lm"
     subjects: Optional[Literal["full", "bert", "roberta"]] = None  # null: qa -> full, lm -> bert (the authors')
+    category_limit: Optional[PositiveInt] = None  # the first N items of each category (limit: of all, in order)
 
 
 def subject_lists(category: str, subjects: str) -> tuple[str, ...]:
@@ -349,11 +351,19 @@ def load_unqover(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFr
     subjects = resolve_subjects(form, cfg.get("subjects"))
     categories = CATEGORIES if split == "all" else (split,)
     limit = int(cfg["limit"]) if cfg.get("limit") else None
+    per_category = int(cfg["category_limit"]) if cfg.get("category_limit") else None
     needed = [k for c in categories for k in (*subject_lists(c, subjects), slot_file(c, form), activity_file(c))]
     missing = [k for k in needed if k not in files]
     if missing:
         raise ConfigError(f"benchmark.unqover: no file for {missing} (files: {sorted(files)})")
-    parts = [load_category(c, files, form, subjects, limit) for c in categories]
+    parts, n = [], 0
+    for c in categories:
+        left = None if limit is None else limit - n
+        if left is not None and left <= 0:
+            break
+        cap = min(x for x in (per_category, left) if x is not None) if (per_category or left) else None
+        parts.append(load_category(c, files, form, subjects, cap))
+        n += len(parts[-1])
     return pd.concat(parts, ignore_index=True)
 
 
