@@ -283,6 +283,8 @@ def test_the_plans_options_are_what_validating_them_again_gives():
     jobs = [job for model in ("gpt2", "bert_base_uncased")
             for job in build_plan([f"metric=[{','.join(names)}]", f"model={model}",
                                    "metric.toxicity.classifier.model=s-nlp/roberta_toxicity_classifier"]).jobs]
+    # the metrics of a sentence-pair classifier (Bias-NLI) run on neither: an NLI model of kind text_classifier
+    jobs += build_plan(["metric=[bias_nli]", "model=roberta_large_mnli"]).jobs
     assert {job.metric for job in jobs} == set(names)
     for job in jobs:
         spec = METRICS[job.metric]

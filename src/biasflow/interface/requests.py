@@ -294,6 +294,17 @@ class Classification(Request):
     classifier: str
 
 
+@dataclass(frozen=True)
+class TextPairClassification(Request):
+    """The class probabilities the job's sequence classifier (model kind ``text_classifier``) gives the sentence pair
+    (``text``, ``text_pair``), encoded as its tokenizer encodes a pair (an NLI model's premise and hypothesis: Bias-NLI,
+    ``metrics/bias_nli.py``). Answer: ``labels`` (the model's labels in id order), ``probabilities`` (same order)."""
+
+    kind: ClassVar[str] = "text_pair_classification"
+    text: str
+    text_pair: str
+
+
 # ------------------------------------------------------------------------------------------------- embeddings
 @dataclass(frozen=True)
 class SentenceEmbedding(Request):

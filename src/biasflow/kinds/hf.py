@@ -106,8 +106,10 @@ register_model_kind(ModelKindSpec(
     resources=Resources(mem_mb=4000, cpus=2, runtime_min=60, gpu_capable=True)))
 register_model_kind(ModelKindSpec(
     # a sequence classifier scoring generated text (LangFair's stereotype classifier: metrics/langfair.py; the
-    # toxicity classifier: metrics/toxicity.py). Revision 2: a multi-label model's probabilities are sigmoids
+    # toxicity classifier: metrics/toxicity.py), or the job's own model scoring sentence pairs (an NLI model:
+    # metrics/bias_nli.py). Revision 2: a multi-label model's probabilities are sigmoids
     name="text_classifier", factory="biasflow.models.text_classifier:TextClassifier", hf_files=True,
     config=HFModelConfig,
-    answers={"classification": Answer("biasflow.scoring.classification:answer_classification", revision=2)},
+    answers={"classification": Answer("biasflow.scoring.classification:answer_classification", revision=2),
+             "text_pair_classification": "biasflow.scoring.classification:answer_pair_classification"},
     resources=Resources(mem_mb=8000, cpus=2, runtime_min=120, gpu_capable=True)))
