@@ -28,7 +28,7 @@ FAST_FILES = frozenset({
     "test_demo_model_key.py", "test_output_check.py", "test_published.py",
     "test_crows_loader.py", "test_crows_metric.py", "test_stereoset_metric.py", "test_weat.py", "test_vectors.py",
     "test_honest.py", "test_choice_parser.py", "test_reply_set.py", "test_ordered_options.py",
-    "test_scoring.py", "test_stereoset_scoring.py",
+    "test_scoring.py", "test_stereoset_scoring.py", "test_unqover.py",
     "lmchallenge/test_lmc_stats.py", "lmchallenge/test_lmc_protocol.py", "lmchallenge/test_lmc_logs.py",
     "lmchallenge/test_lmc_ngram.py",
 })

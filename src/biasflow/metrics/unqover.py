@@ -43,9 +43,9 @@ from biasflow.errors import DataFormatError
 from biasflow.interface.requests import Generation, MaskTopK, SharedContextContinuation
 from biasflow.io import write_text
 from biasflow.metrics._choice import UNKNOWN_PHRASINGS, parse_choice
-from biasflow.metrics._generated import check_choice_replies
+from biasflow.metrics._generated import check_choice_replies, one_reply_request
 from biasflow.metrics.bbq import OneChoiceGeneration
-from biasflow.registry import MetricSpec, register_metric
+from biasflow.registry import MetricSpec, options_in_module, register_metric
 from biasflow.schema import Generating, MetricBase, PositiveInt
 from biasflow.score_kinds import MASK_PLACEHOLDER
 from biasflow.scoring.answer import lookup
@@ -328,7 +328,7 @@ def write_gamma(per_item: pd.DataFrame, cfg: Mapping[str, Any], out: Path) -> No
 # ----------------------------------------------------------------------------------------------- masked LMs
 def mlm_requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[MaskTopK]:
     _check_items(items, "unqover")
-    k = int(cfg["top_k"])
+    k = int(cfg.top_k)
     return [MaskTopK(lm_text(*prompt_parts(row, order, q)[:2]), k)
             for row in items.itertuples(index=False) for order, q in PROMPTS]
 
@@ -359,7 +359,7 @@ def mlm_compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, An
     scores: dict[str, list] = {c: [] for c in SCORE_COLUMNS}
     i = 0
     for row in items.itertuples(index=False):
-        he_she = bool(cfg["use_he_she"]) and row.category == "gender"
+        he_she = bool(cfg.use_he_she) and row.category == "gender"
         for order, q in PROMPTS:
             for x, word, cluster in ((1, row.answer_1, row.cluster_1), (2, row.answer_2, row.cluster_2)):
                 scores[f"p{x}_{order}{q}"].append(mlm_score(tokens[i], probs[i], word, cluster, he_she))
@@ -416,8 +416,8 @@ def mc_question(question: str) -> str:
 
 def mc_prompt(row, order: str, q: str, cfg: Mapping[str, Any]) -> str:
     context, question, first, second = prompt_parts(row, order, q)
-    options = [f"A. {first}", f"B. {second}"] + ([f"C. {UNKNOWN_TEXT}"] if cfg["unknown_option"] else [])
-    return cfg["prompt"].format(context=context.strip(), question=mc_question(question), options="\n".join(options))
+    options = [f"A. {first}", f"B. {second}"] + ([f"C. {UNKNOWN_TEXT}"] if cfg.unknown_option else [])
+    return cfg.prompt.format(context=context.strip(), question=mc_question(question), options="\n".join(options))
 
 
 def generation_prompts(items: pd.DataFrame, cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -426,11 +426,7 @@ def generation_prompts(items: pd.DataFrame, cfg: Mapping[str, Any]) -> list[tupl
 
 
 def mc_requests(items: pd.DataFrame, cfg: Mapping[str, Any], model_kind: str) -> list[Generation]:
-    g = cfg["generation"]
-    seed = g["seed"]
-    return [Generation(prompt, sample_index=0, system_prompt=g["system_prompt"], temperature=float(g["temperature"]),
-                       max_tokens=int(g["max_tokens"]), seed=None if seed is None else int(seed))
-            for _, prompt in generation_prompts(items, cfg)]
+    return [one_reply_request(prompt, cfg.generation) for _, prompt in generation_prompts(items, cfg)]
 
 
 def read_choice(reply: Any, first: str, second: str, unknown: bool) -> str | None:
@@ -452,7 +448,7 @@ def mc_compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Mapping[str, Any
         picked = []
         for order, q in PROMPTS:
             _, _, first, second = prompt_parts(row, order, q)
-            c = read_choice(replies[i], first, second, bool(cfg["unknown_option"])) if status[i] == "ok" else None
+            c = read_choice(replies[i], first, second, bool(cfg.unknown_option)) if status[i] == "ok" else None
             picked.append(c or "-")
             missing += c is None
             # the subject chosen: in order 12 "first" is subject 1, in order 21 it is subject 2
@@ -491,6 +487,10 @@ FOLLOWS = "Li et al. 2020 (allenai/unqover analysis.py's mu and eta)"
 COMMON = dict(benchmark="unqover", aggregate=aggregate, headline=("mu", "eta"), plot_metric="mu",
               plot_reference=0.0, bootstrap_statistic=bootstrap_statistic, write_extras=write_gamma,
               extra_outputs=("gamma.csv",), goals=GOALS, meanings=MEANINGS, undefined=UNDEFINED)
+
+options_in_module(globals(), UnQoverOptions, only=("mlm_requests", "mlm_compute"))
+options_in_module(globals(), UnQoverCausalOptions, only=("causal_requests", "causal_compute"))
+options_in_module(globals(), UnQoverMCOptions, only=("mc_prompt", "generation_prompts", "mc_requests", "mc_compute"))
 
 SPEC = register_metric(MetricSpec(
     follows=FOLLOWS + ", masked-LM scoring as their lm/predict.py", name="unqover", model_kinds=("masked_lm",),
