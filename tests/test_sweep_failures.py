@@ -124,6 +124,29 @@ def test_a_failed_prepare_is_named_and_its_jobs_shown_blocked_not_waiting(projec
     assert "blocked  tiny_ok / crows_pairs: blocked by prepare crows_pairs" in status.stdout
 
 
+def test_a_raw_file_changed_after_a_complete_run_is_named_not_called_a_report_failure(project):
+    """From the independent check of Bias-NLI: after a complete run, a raw file edited by hand fails its checksum in
+    prepare. The summary said '1 done, 0 failed' and 'Every job finished, but the run's report failed' (pointing at an
+    empty aggregate log). Its jobs are blocked by the failed prepare (their results on disk are of the data before,
+    and will be redone), the cause is named, the edited file is kept, and the last complete report stays."""
+    run = ["model=tiny_ok", "metric=[crows_pairs]", "benchmark.crows_pairs.limit=10", "stats.n_boot=0"]
+    first = biasflow(project, "run", *run, "--cores", "2", "--", "--directory", str(project))
+    assert first.returncode == 0, first.stderr[-3000:]
+    run_dir = next((project / "results" / "runs").glob("*/report.md")).parent
+    complete = (run_dir / "report.md").read_bytes()
+    raw = project / "resources" / "datasets" / "crows_pairs" / "crows_pairs_anonymized.csv"
+    raw.write_bytes(raw.read_bytes() + b"edited by hand\n")
+    second = biasflow(project, "run", *run, "--cores", "2", "--", "--directory", str(project))
+    out = second.stdout + second.stderr
+    assert second.returncode != 0
+    assert "Every job finished" not in out and "report failed" not in out
+    assert "matches none of the checksums" in out and "0 failed, 1 blocked by a failed job" in out
+    assert "blocked by prepare crows_pairs, which failed" in out
+    assert raw.read_bytes().endswith(b"edited by hand\n")  # never deleted
+    assert (run_dir / "report.md").read_bytes() == complete
+    assert "The last complete report" in out
+
+
 def test_only_mlflow_failing_says_so_and_how_to_log_later(project):
     """Every metric finished and only log_mlflow failed (the store is down): the CLI says that, not 'partial
     results', and gives the biasflow log command."""

@@ -275,7 +275,10 @@ def job_states(plan: Mapping[str, Any], workdir: str | os.PathLike | None = None
         state = JobState(name, job["metric"], mdir, "waiting", score_seconds=seconds, attempts=rows,
                          slurm_state=(last or {}).get("state"))
         out.append(state)
-        if (Path(mdir) / "aggregate.parquet").exists():
+        # done: its results are there and its items too (Snakemake removes a dataset's items table only to make it
+        # again, after its raw file changed: until then the results on disk are of the data before)
+        if (Path(mdir) / "aggregate.parquet").exists() and (not job.get("items_path")
+                                                           or Path(job["items_path"]).exists()):
             state.state = "done"
             continue
         started = _incomplete(job["scores_path"], workdir) or _incomplete(f"{mdir}/aggregate.parquet", workdir)
