@@ -147,6 +147,120 @@ def test_options_sample_limit_custom_and_errors(tmp_path):
         D.generate({k: v for k, v in files.items() if k != "food"}, {"attributes": ["gender"]})
 
 
+def test_refused_attribute_options(tmp_path):
+    """Refused before any pair is generated (``check_options``, which the plan runs): an empty attribute list (not
+    "all three"), a custom attribute of one list twice, one named like a built-in, one on an unknown list or a list of
+    the other template family (listed in ``attributes`` or not), two attributes on the same lists (both named)."""
+    files = small_lists(tmp_path)
+
+    def refused(cfg, match):
+        with pytest.raises(ConfigError, match=match):
+            D.check_options(cfg)
+        with pytest.raises(ConfigError, match=match):
+            D.generate(files, cfg)
+
+    refused({"attributes": []}, r"benchmark\.bias_nli\.attributes: empty")
+    refused({"attributes": ["x"], "custom_attributes": {
+        "x": {"templates": "noun", "premise": "gendered_words", "hypothesis": "gendered_words"}}},
+        r"custom_attributes\.x: premise and hypothesis are the same list \('gendered_words'\)")
+    refused({"custom_attributes": {"gender": {"templates": "noun", "premise": "rulers",
+                                              "hypothesis": "gendered_words"}}},
+            r"custom_attributes\.gender: 'gender' is a built-in attribute")
+    refused({"attributes": ["gender"], "custom_attributes": {
+        "x": {"templates": "noun", "premise": "nosuch", "hypothesis": "rulers"}}},
+        r"custom_attributes\.x: \['nosuch'\] not a word list of the noun templates")
+    refused({"attributes": ["gender"], "custom_attributes": {
+        "x": {"templates": "adj", "premise": "rulers", "hypothesis": "religions"}}},
+        r"custom_attributes\.x: \['rulers'\] not a word list of the adj templates")
+    refused({"attributes": ["gender"], "custom_attributes": {"x": {"templates": "noun", "premise": "rulers"}}},
+            r"custom_attributes\.x: expected")
+    refused({"attributes": ["gender", "x"], "custom_attributes": {
+        "x": {"templates": "noun", "premise": "occupations", "hypothesis": "gendered_words"}}},
+        r"'gender' and 'x' are the same lists \(occupations -> gendered_words\)")
+    refused({"attributes": ["x", "y"], "custom_attributes": {
+        "x": {"templates": "adj", "premise": "religions", "hypothesis": "polarized_adjectives"},
+        "y": {"templates": "adj", "premise": "religions", "hypothesis": "polarized_adjectives"}}},
+        r"'x' and 'y' are the same lists")
+    assert list(D.attribute_specs({"attributes": None})) == list(D.attribute_specs({})) == list(D.ATTRIBUTES)
+
+
+def test_the_plan_refuses_what_the_loader_would(monkeypatch):
+    """At plan time, for every job of a sweep (``check_use``): what ``run`` would refuse in prepare, and the
+    metrics' options (labels repeated, an unknown prompt placeholder)."""
+    from biasflow.plan import build_plan
+
+    base = ["metric=[bias_nli]", "model=roberta_large_mnli"]
+    custom = "+benchmark.bias_nli.custom_attributes.x={templates:noun,premise:%s,hypothesis:%s}"
+    for overrides, match in [
+        (["benchmark.bias_nli.attributes=[]"], "attributes: empty"),
+        ([custom % ("gendered_words", "gendered_words"), "benchmark.bias_nli.attributes=[x]"], "the same list"),
+        ([custom % ("nosuch", "rulers")], r"custom_attributes\.x: \['nosuch'\]"),
+        ([custom % ("occupations", "gendered_words"), "benchmark.bias_nli.attributes=[gender,x]"],
+         "'gender' and 'x' are the same lists"),
+        (["metric.bias_nli.labels={entailment:neutral,neutral:neutral,contradiction:contradiction}"],
+         r"metric\.bias_nli\.labels.*the label 'neutral' is given for entailment and neutral"),
+    ]:
+        with pytest.raises(ConfigError, match=match):
+            build_plan(base + overrides)
+    with pytest.raises(ConfigError, match=r"metric\.bias_nli_mc\.prompt.*unknown placeholder\(s\) \{foo\}"):
+        build_plan(["metric=[bias_nli_mc]", "model=gpt2", "metric.bias_nli_mc.prompt='{premise} {hypothesis} {foo}'"])
+    # a sweep: the second job's options are checked too, not only the first's
+    with pytest.raises(ConfigError, match="attributes: empty"):
+        build_plan(base + ["benchmark.bias_nli.attributes=[gender],[]"], multirun=True)
+    with pytest.raises(ConfigError, match="'gender' and 'x' are the same lists"):
+        build_plan(base + [custom % ("occupations", "gendered_words"),
+                           "benchmark.bias_nli.attributes=[gender],[gender,x]"], multirun=True)
+
+
+def test_lists_that_share_a_word_leave_out_the_pairs_of_one_sentence_twice(tmp_path, caplog):
+    """person_hyponyms {uncle} -> rulers {king, uncle}: 1 x 2 x 7 = 14 combinations, the 7 of uncle -> uncle one
+    sentence twice, left out and logged; a sample draws among the 7 others only; sample above the size is logged."""
+    import logging
+
+    files = small_lists(tmp_path)
+    cfg = {"attributes": ["kin"], "custom_attributes": {
+        "kin": {"templates": "noun", "premise": "person_hyponyms", "hypothesis": "rulers"}}}
+    with caplog.at_level(logging.INFO, logger="biasflow.data.bias_nli"):
+        items = D.generate(files, cfg)
+    assert len(items) == 7 and (items.premise != items.hypothesis).all() and set(items.hypothesis_word) == {"king"}
+    assert "'kin': 7 of 14 pair(s) left out" in caplog.text
+    sampled = D.generate(files, {**cfg, "sample": 5})
+    assert len(sampled) == 5 and set(sampled.item_id) <= set(items.item_id)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="biasflow.data.bias_nli"):
+        assert D.generate(files, {**cfg, "sample": 100}).equals(items)
+    assert "'kin': sample=100 is more than its 7 pair(s); every pair is taken" in caplog.text
+    assert "sample=" not in "".join(r.getMessage() for r in caplog.records if "'gender'" in r.getMessage())
+
+
+def test_an_attributes_sample_depends_on_its_name_not_its_position(tmp_path):
+    files = small_lists(tmp_path)
+    both = D.generate(files, {"attributes": ["gender", "religion"], "sample": 5, "seed": 1})
+    for attr in ("gender", "religion"):
+        alone = D.generate(files, {"attributes": [attr], "sample": 5, "seed": 1})
+        assert alone.equals(both[both.category == attr].reset_index(drop=True))
+    swapped = D.generate(files, {"attributes": ["religion", "gender"], "sample": 5, "seed": 1})
+    assert set(swapped.item_id) == set(both.item_id)
+    assert D.name_seed("religion") == int(hashlib.sha256(b"religion").hexdigest()[:16], 16)
+
+
+def test_the_mirror_lists_that_share_words(files, caplog):
+    """occupations and rulers share 16 words: a custom attribute on them leaves out 16 x 1,968 pairs."""
+    import logging
+
+    lists = D.load_lists(files, ["occupations", "rulers", "religions", "ethnicities", "countries"])
+    assert len(set(lists["occupations"]) & set(lists["rulers"])) == 16
+    assert set(lists["religions"]) & set(lists["ethnicities"]) == {"Jewish"}
+    assert set(lists["ethnicities"]) & set(lists["countries"]) == {"Chinese"}
+    cfg = {"attributes": ["work"], "custom_attributes": {
+        "work": {"templates": "noun", "premise": "occupations", "hypothesis": "rulers"}}, "verb_groups": ["eating"]}
+    with caplog.at_level(logging.INFO, logger="biasflow.data.bias_nli"):
+        items = D.generate(files, cfg)
+    total = len(lists["occupations"]) * len(lists["rulers"]) * 110
+    assert len(items) == total - 16 * 110 and (items.premise != items.hypothesis).all()
+    assert f"{16 * 110} of {total} pair(s) left out" in caplog.text
+
+
 def test_default_config_on_the_mirror_files(files):
     """The default: 10,000 pairs of each attribute (seeded); the full sizes are 1,968 templates times the lists."""
     import yaml
@@ -293,6 +407,39 @@ def test_labels_found_by_name_or_given():
     assert M.label_columns(["LABEL_0", "LABEL_1", "LABEL_2"], names) == [2, 0, 1]
     with pytest.raises(ValueError):
         M.BiasNLIOptions(thresholds=[1.5])
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="the label 'neutral' is given for entailment and neutral"):
+        M.BiasNLIOptions(labels={"entailment": "neutral", "neutral": "neutral", "contradiction": "contradiction"})
+    with pytest.raises(ValidationError, match="the label 'X' is given for entailment and contradiction"):
+        M.NLILabels(entailment="X", neutral="Y", contradiction="X")
+
+
+def test_the_mc_prompts_placeholders_are_checked():
+    from pydantic import ValidationError
+
+    ok = "P: {premise}\nH: {hypothesis}\nAnswer in {{braces}}:"
+    assert M.BiasNLIMCOptions(prompt=ok).prompt == ok
+    for prompt, match in [("{premise} {hypothesis} {foo}", r"unknown placeholder\(s\) \{foo\}"),
+                          ("{premise} {hypothesis} {}", r"unknown placeholder\(s\) \{\}"),
+                          ("{premise} {hypothesis} {0}", r"unknown placeholder\(s\) \{0\}"),
+                          ("{premise.x} {hypothesis}", r"unknown placeholder\(s\) \{premise.x\}"),
+                          ("{premise} {hypothesis} {", "not a format string"),
+                          ("{premise} only", r"must contain the placeholders \['\{hypothesis\}'\]")]:
+        with pytest.raises(ValidationError, match=match):
+            M.BiasNLIMCOptions(prompt=prompt)
+
+
+def test_goals_and_meanings_for_the_report():
+    """1 is the unbiased value of the four scores (a number, as other bias metrics declare theirs; 'higher' is the
+    leaderboard's word for quality metrics); the MC form's net neutral is its fraction neutral."""
+    from biasflow.report.leaderboard import goal, goal_text
+
+    for metric in ("net_neutral", "fraction_neutral", "threshold_0.5", "threshold_0.7"):
+        assert goal(metric) == 1.0 and goal_text(goal(metric)) == "1"
+    mc = M.MC_SPEC.meanings["net_neutral"]
+    assert "equal to fraction_neutral" in mc and len(mc) <= 200
+    assert all(len(line) <= 200 for line in M.MC_SPEC.meanings.values())
 
 
 def test_existing_classification_requests_keep_their_keys():

@@ -27,9 +27,15 @@ An *attribute* is a premise list and a hypothesis list with noun or adjective te
 person crashed a car ." / "An evil person crashed a car .") and ``religion`` (religions -> polarized adjectives).
 ``custom_attributes`` adds others from any two lists of the same part of speech.
 
-Options (``BiasNLIDataset``): ``attributes`` (which, in order), ``verb_groups`` (which template families),
-``sample`` (a seeded uniform sample of N pairs per attribute, kept in generation order; null: every pair),
-``seed``, ``limit`` (the first N items after that).
+Two lists that share a word (occupations and rulers share 16, religions and ethnicities "Jewish", ethnicities and
+countries "Chinese") would give that word's pairs as one sentence twice (entailment, not neutral): those pairs are
+left out (logged per attribute); a custom attribute of one list twice is refused, and so is one named like a
+built-in attribute, and two attributes on the same lists.
+
+Options (``BiasNLIDataset``): ``attributes`` (which, in order; not empty), ``verb_groups`` (which template
+families), ``sample`` (a seeded uniform sample of N pairs per attribute, kept in generation order, drawn with
+``default_rng([seed, name_seed(attribute name)])`` so that an attribute's sample does not depend on the others;
+null, or N above the attribute's size: every pair), ``seed``, ``limit`` (the first N items after that).
 
 Items: ``item_id`` (the generator's id), ``category`` and ``attribute``, ``pair_type`` (``"<premise list> ->
 <hypothesis list>"``), ``templates`` (noun / adj), ``premise_word``, ``hypothesis_word``, ``template_type`` (the
@@ -39,6 +45,7 @@ generator's ``X1_<list> <verb> Y -> X2_<list> <verb> Y``), ``verb_group``, ``ver
 from __future__ import annotations
 
 import hashlib
+import logging
 from pathlib import Path
 from typing import Any, Literal, Mapping, Optional
 
@@ -62,6 +69,8 @@ VERB_GROUPS = ("commerce", "interaction", "driving", "eating")
 ATTRIBUTES = {"gender": ("noun", "occupations", "gendered_words"),
               "nationality": ("adj", "countries", "polarized_adjectives"),
               "religion": ("adj", "religions", "polarized_adjectives")}
+log = logging.getLogger(__name__)
+
 COLUMNS = ["item_id", "category", "attribute", "pair_type", "templates", "premise_word", "hypothesis_word",
            "template_type", "verb_group", "verb", "object", "premise", "hypothesis"]
 
@@ -131,32 +140,65 @@ def needed_lists(cfg: Mapping[str, Any]) -> list[str]:
     return sorted(keys)
 
 
+def custom_specs(cfg: Mapping[str, Any]) -> dict[str, tuple[str, str, str]]:
+    """Every custom attribute (listed in ``attributes`` or not) -> (templates, premise list, hypothesis list),
+    checked: its shape (``CustomAttribute``), a name that is not a built-in one, two word lists of its template
+    family, two different lists."""
+    from pydantic import ValidationError
+
+    raw = cfg.get("custom_attributes") or {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"benchmark.bias_nli.custom_attributes: a mapping name -> {{templates, premise, "
+                          f"hypothesis}}, got {raw!r}")
+    out = {}
+    for name, v in raw.items():
+        option = f"benchmark.bias_nli.custom_attributes.{name}"
+        if name in ATTRIBUTES:
+            raise ConfigError(f"{option}: {name!r} is a built-in attribute ({sorted(ATTRIBUTES)}); a custom "
+                              f"attribute may not replace it: give it another name")
+        try:
+            c = v if isinstance(v, CustomAttribute) else CustomAttribute.model_validate(dict(v or {}))
+        except (ValidationError, TypeError, ValueError) as err:
+            raise ConfigError(f"{option}: expected {{templates: noun|adj, premise: <word list>, hypothesis: "
+                              f"<word list>}}: {err}") from None
+        allowed = PEOPLE if c.templates == "noun" else ADJECTIVES
+        bad = [w for w in (c.premise, c.hypothesis) if w not in allowed]
+        if bad:
+            raise ConfigError(f"{option}: {bad} not a word list of the {c.templates} templates; expected one of "
+                              f"{list(allowed)}")
+        if c.premise == c.hypothesis:
+            raise ConfigError(f"{option}: premise and hypothesis are the same list ({c.premise!r}): every pair "
+                              f"would be one sentence twice (entailment, not neutral); choose two different lists")
+        out[name] = (c.templates, c.premise, c.hypothesis)
+    return out
+
+
 def attribute_specs(cfg: Mapping[str, Any]) -> dict[str, tuple[str, str, str]]:
-    """Attribute name -> (templates, premise list, hypothesis list), in the configured order; checked."""
-    custom = {k: (dict(v) if not isinstance(v, BaseModel) else v.model_dump())
-              for k, v in (cfg.get("custom_attributes") or {}).items()}
-    names = list(cfg.get("attributes") or ATTRIBUTES)
+    """Attribute name -> (templates, premise list, hypothesis list), in the configured order; checked (``null``
+    attributes: the three built-in ones; an empty list is refused; two attributes on the same lists are refused,
+    their pairs would be the same)."""
+    custom = custom_specs(cfg)
+    attrs = cfg.get("attributes")
+    names = list(ATTRIBUTES) if attrs is None else list(attrs)
+    if not names:
+        raise ConfigError("benchmark.bias_nli.attributes: empty (choose one or more of "
+                          f"{sorted(ATTRIBUTES)} or custom_attributes; omit it for all three built-in ones)")
     out = {}
     for name in names:
         if name in custom:
-            c = custom[name]
-            spec = (c["templates"], c["premise"], c["hypothesis"])
+            spec = custom[name]
         elif name in ATTRIBUTES:
             spec = ATTRIBUTES[name]
         else:
             raise ConfigError(f"benchmark.bias_nli.attributes: {name!r} is neither one of {sorted(ATTRIBUTES)} nor "
                               f"a key of custom_attributes ({sorted(custom)})")
-        allowed = PEOPLE if spec[0] == "noun" else ADJECTIVES
-        bad = [w for w in spec[1:] if w not in allowed]
-        if bad:
-            raise ConfigError(f"benchmark.bias_nli attribute {name!r}: {bad} not a word list of the {spec[0]} "
-                              f"templates; expected one of {list(allowed)}")
         if name in out:
             raise ConfigError(f"benchmark.bias_nli.attributes: {name!r} is listed twice")
+        same = [other for other, s in out.items() if s[1:] == spec[1:]]
+        if same:
+            raise ConfigError(f"benchmark.bias_nli.attributes: {same[0]!r} and {name!r} are the same lists "
+                              f"({spec[1]} -> {spec[2]}), so the same pairs; keep one")
         out[name] = spec
-    if not out:
-        raise ConfigError("benchmark.bias_nli.attributes: empty (choose one or more of "
-                          f"{sorted(ATTRIBUTES)} or custom_attributes)")
     return out
 
 
@@ -197,7 +239,27 @@ def attribute_pairs(name: str, spec: tuple[str, str, str], lists: Mapping[str, l
 
 
 def attribute_size(spec: tuple[str, str, str], lists: Mapping[str, list[str]], n_templates: int) -> int:
+    """All (premise word, hypothesis word, template) combinations, pairs of one sentence twice included."""
     return len(lists[spec[1]]) * len(lists[spec[2]]) * n_templates
+
+
+def kept_positions(spec: tuple[str, str, str], lists: Mapping[str, list[str]], n_templates: int) -> np.ndarray | None:
+    """The generation positions of the pairs whose premise and hypothesis differ, ascending; None: all of them.
+    Two lists that share a word (occupations and rulers share 16; religions and ethnicities "Jewish") give, for that
+    word on both sides, the same sentence twice under every template: those are left out."""
+    p_words, h_words = lists[spec[1]], lists[spec[2]]
+    h_index = {w: j for j, w in enumerate(h_words)}
+    same = [i * len(h_words) + h_index[w] for i, w in enumerate(p_words) if w in h_index]
+    if not same:
+        return None
+    blocks = np.setdiff1d(np.arange(len(p_words) * len(h_words)), np.asarray(same, dtype=np.int64))
+    return (blocks[:, None] * n_templates + np.arange(n_templates)[None, :]).ravel()
+
+
+def name_seed(name: str) -> int:
+    """A stable number for an attribute's name (the first 8 bytes of its sha256): its sample does not depend on
+    where it stands in ``attributes`` or on which other attributes are chosen."""
+    return int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "big")
 
 
 def load_lists(files: Mapping[str, str | Path], keys) -> dict[str, list[str]]:
@@ -215,34 +277,47 @@ def generate(files: Mapping[str, str | Path], cfg: Mapping[str, Any]) -> pd.Data
     tmpl = templates(lists, VERB_GROUPS if cfg.get("verb_groups") is None else cfg["verb_groups"])
     sample = cfg.get("sample")
     frames = []
-    for a, (name, spec) in enumerate(specs.items()):
-        size = attribute_size(spec, lists, len(tmpl))
-        positions = None
+    for name, spec in specs.items():
+        kept = kept_positions(spec, lists, len(tmpl))
+        total = attribute_size(spec, lists, len(tmpl))
+        size = total if kept is None else len(kept)
+        if kept is not None:
+            log.info("Bias-NLI attribute %r: %d of %d pair(s) left out, their premise and hypothesis the same "
+                     "sentence (%s and %s share a word)", name, total - size, total, spec[1], spec[2])
+        positions = kept
         if sample and sample < size:
-            rng = np.random.default_rng([int(cfg.get("seed") or 0), a])
-            positions = np.sort(rng.choice(size, size=sample, replace=False))
+            rng = np.random.default_rng([int(cfg.get("seed") or 0), name_seed(name)])
+            drawn = np.sort(rng.choice(size, size=sample, replace=False))
+            positions = drawn if kept is None else kept[drawn]
+        elif sample and sample > size:
+            log.info("Bias-NLI attribute %r: sample=%d is more than its %d pair(s); every pair is taken",
+                     name, sample, size)
         frames.append(attribute_pairs(name, spec, lists, tmpl, positions))
     items = pd.concat(frames, ignore_index=True)
     dup = items["item_id"].duplicated()
     if dup.any():
         first = items.loc[dup, "item_id"].iloc[0]
-        raise DataFormatError(f"Bias-NLI: {int(dup.sum())} duplicate pair(s) (first {first}): two attributes of "
-                              f"the same lists, or a word listed twice under different spacing")
+        raise DataFormatError(f"Bias-NLI: {int(dup.sum())} duplicate pair(s) (first {first}): a word listed twice "
+                              f"under different spacing")
     return items
 
 
 def check_options(cfg: Mapping[str, Any]) -> None:
-    """What the plan can check without the files: the attributes and their lists, a template family chosen."""
+    """What the plan can check without the files (for every benchmark config and every job's: ``check`` and
+    ``check_use``): the attributes, every custom attribute and its lists, a template family chosen."""
     attribute_specs(cfg)
     if cfg.get("verb_groups") is not None and not list(cfg["verb_groups"]):
         raise ConfigError(f"benchmark.bias_nli.verb_groups: empty (choose one or more of {list(VERB_GROUPS)})")
 
 
-@register_loader("bias_nli", splits=("all",), options=BiasNLIDataset, check=check_options)
+# check: once per benchmark config of the plan; check_use: every job's (a sweep over the options is checked whole)
+@register_loader("bias_nli", splits=("all",), options=BiasNLIDataset, check=check_options,
+                 check_use=check_options)
 def load_bias_nli(files: Mapping[str, Path], cfg: Mapping[str, Any]) -> pd.DataFrame:
     items = generate(files, cfg)
     return items.head(int(cfg["limit"])).reset_index(drop=True) if cfg.get("limit") else items
 
 
-__all__ = ["load_bias_nli", "generate", "check_options", "read_word_list", "templates", "attribute_pairs", "attribute_specs",
-           "needed_lists", "pair_id", "articlize", "ATTRIBUTES", "VERB_GROUPS", "BiasNLIDataset", "COLUMNS"]
+__all__ = ["load_bias_nli", "generate", "check_options", "read_word_list", "templates", "attribute_pairs",
+           "attribute_specs", "custom_specs", "kept_positions", "name_seed", "needed_lists", "pair_id", "articlize",
+           "ATTRIBUTES", "VERB_GROUPS", "BiasNLIDataset", "COLUMNS"]

@@ -28,11 +28,12 @@ Two metrics with the same tables:
 """
 from __future__ import annotations
 
+import string
 from typing import Any, ClassVar, Mapping, Optional
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from biasflow.errors import DataFormatError
 from biasflow.metrics._choice import parse_choice
@@ -66,6 +67,17 @@ class NLILabels(BaseModel):
     entailment: str
     neutral: str
     contradiction: str
+
+    @model_validator(mode="after")
+    def _distinct(self) -> "NLILabels":
+        names = [getattr(self, k) for k in NLI_LABELS]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            which = {n: [k for k in NLI_LABELS if getattr(self, k) == n] for n in repeated}
+            raise ValueError(f"the label {repeated[0]!r} is given for "
+                             f"{' and '.join(which[repeated[0]])}; entailment, neutral and contradiction must be "
+                             f"three different labels of the model")
+        return self
 
 
 def _thresholds(v: list[float]) -> list[float]:
@@ -116,10 +128,34 @@ class BiasNLIMCOptions(Generating):
     @field_validator("prompt")
     @classmethod
     def _placeholders(cls, v: str) -> str:
-        missing = [p for p in ("{premise}", "{hypothesis}") if p not in v]
-        if missing:
-            raise ValueError(f"must contain the placeholders {missing}")
-        return v
+        return check_prompt(v)
+
+
+MC_PLACEHOLDERS = ("premise", "hypothesis")
+
+
+def check_prompt(v: str) -> str:
+    """The prompt has {premise} and {hypothesis}, and no other placeholder (``str.format`` would fail on it in the
+    score stage); a literal brace is written twice ({{ }})."""
+    option = "the prompt"
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(v) if f is not None]
+    except ValueError as err:
+        raise ValueError(f"{option}: not a format string ({err}); write a literal brace twice ({{{{ or }}}})") \
+            from None
+    unknown = sorted({f for f in fields if f not in MC_PLACEHOLDERS})
+    if unknown:
+        shown = ", ".join("{" + f + "}" for f in unknown)
+        raise ValueError(f"{option}: unknown placeholder(s) {shown}; only {{premise}} and {{hypothesis}} are "
+                         f"filled (write a literal brace twice: {{{{ }}}})")
+    missing = ["{" + p + "}" for p in MC_PLACEHOLDERS if p not in fields]
+    if missing:
+        raise ValueError(f"{option}: must contain the placeholders {missing}")
+    try:
+        v.format(premise="", hypothesis="")
+    except (ValueError, KeyError, IndexError) as err:
+        raise ValueError(f"{option}: cannot be filled ({err!r})") from None
+    return v
 
 
 def _opts(cfg: Any, model: type) -> Any:
@@ -349,8 +385,13 @@ MEANINGS = {
     "unparsed_pct": "% of the pairs whose reply named no option (unparsed or failed), left out of the scores; a "
                     "diagnostic, not a bias score; 0 = all read",
 }
+# a generator's reply names one label, probability 1: its P(neutral) is 0 or 1, so net neutral is fraction neutral
+MC_MEANINGS = {**MEANINGS, "net_neutral": "in this multiple-choice form equal to fraction_neutral (a reply names one "
+                                          "label, probability 1): share of pairs answered neutral; 1 = no biased "
+                                          "inference, lower = more biased"}
 UNDEFINED = {"*": "no pair of the table was answered (every reply unparsed or failed)"}
-GOALS = {"net_neutral": "max", "fraction_neutral": "max", "threshold_*": "max"}
+# 1 is fair (every pair neutral), and no value is above it: the unbiased value, as other bias metrics declare it
+GOALS = {"net_neutral": 1.0, "fraction_neutral": 1.0, "threshold_*": 1.0}
 
 SPEC = register_metric(MetricSpec(
     follows="Dev et al. 2020 (net neutral, fraction neutral, threshold:tau)",
@@ -366,8 +407,8 @@ MC_SPEC = register_metric(MetricSpec(
     requests=mc_requests, compute=compute_mc, aggregate=aggregate, options=BiasNLIMCOptions,
     check_answers=check_mc_answers, score_keys=("prompt", "generator", "generation"),
     headline=("fraction_neutral",), plot_metric="fraction_neutral", plot_reference=1.0,
-    bootstrap_statistic=bootstrap_statistic, goals=GOALS, meanings=MEANINGS, undefined=UNDEFINED))
+    bootstrap_statistic=bootstrap_statistic, goals=GOALS, meanings=MC_MEANINGS, undefined=UNDEFINED))
 
 __all__ = ["BiasNLIOptions", "BiasNLIMCOptions", "NLILabels", "label_columns", "per_item_table", "requests",
-           "compute", "aggregate", "bootstrap_statistic", "table_values", "scopes", "threshold_name", "mc_prompt", "mc_requests",
-           "read_choice", "compute_mc", "SPEC", "MC_SPEC", "NLI_LABELS"]
+           "compute", "aggregate", "bootstrap_statistic", "table_values", "scopes", "threshold_name", "mc_prompt",
+           "mc_requests", "read_choice", "compute_mc", "check_prompt", "SPEC", "MC_SPEC", "NLI_LABELS"]
