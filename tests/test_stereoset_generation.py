@@ -150,13 +150,19 @@ def test_a_prompt_missing_from_a_responses_file_is_named_and_no_retry_is_promise
         metric_answers("stereoset_mc", items, cfg, model, tmp_path / "cache", progress=False)
     message = str(err.value)
     assert "requests have no response in the responses file" in message and "Add the missing responses" in message
-    # every missing prompt named by its example's id (before: only the first, cut inside the shared template)
-    answered = {json.loads(line)["prompt"] for line in lines[1:] if json.loads(line)["response"]}  # "" is none
+    # every failed prompt named by its example's id (before: only the first, cut inside the shared template); a
+    # prompt the file lacks apart from one whose response is empty (before: both 'no response', so a user looked for
+    # rows that were there; found by the independent check of Bias-NLI)
+    kept = [json.loads(line) for line in lines[1:]]
     ex = examples(items, options_of(cfg))
-    missing_ids = sorted(i for i, p in zip(ex.item_id, ex.prompt) if p not in answered)
-    assert missing in set(ex.prompt) and len(missing_ids) >= 1
+    missing_ids = sorted(i for i, p in zip(ex.item_id, ex.prompt) if p not in {r["prompt"] for r in kept})
+    empty_ids = sorted(i for i, p in zip(ex.item_id, ex.prompt) if p in {r["prompt"] for r in kept if not r["response"]})
+    assert missing in set(ex.prompt) and len(missing_ids) >= 1 and len(empty_ids) >= 1
     assert "re-run" not in message
     assert f"no response to the prompt of {len(missing_ids)} item(s): {', '.join(missing_ids)}" in message
+    assert f"an empty response to the prompt of {len(empty_ids)} item(s): {', '.join(empty_ids)}" in message
+    assert f"{len(empty_ids)} of {len(ex)} requests have an empty response in the responses file" in message
+    assert "fill in its empty responses" in message
 
 
 def values(agg: pd.DataFrame) -> dict[tuple[str, str], float]:
@@ -217,8 +223,8 @@ def test_failed_requests_beyond_the_allowed_fraction_fail_the_score_stage(tmp_pa
     items = hand_items()
     path = responses_file(items, {}, tmp_path / "replies.jsonl")
     model = generator_model({"kind": "responses_file", "path": str(path)})
-    with pytest.raises(GenerationError, match=r"1 of 10 requests have no response in the responses file, more than "
-                                              r"metric\.stereoset_mc\.generation\.max_failed_fraction"):
+    with pytest.raises(GenerationError, match=r"1 of 10 requests have an empty response in the responses file, "
+                                              r"more than metric\.stereoset_mc\.generation\.max_failed_fraction"):
         metric_answers("stereoset_mc", items, {"benchmark": "stereoset"}, model, tmp_path / "cache", progress=False)
 
 

@@ -203,15 +203,22 @@ def check_failures(answers: pd.DataFrame, max_failed_fraction: float, option: st
     first = f"; first error: {errors.iloc[0]}" if len(errors) else ""
     where = f" ({source})" if source else ""
     from_file = len(errors) == n_failed and errors.str.contains(_FILE_FAILURE).all()
+    # a responses file fails a request by lacking its prompt's response, or by holding an empty one
+    empty = answers["error"].fillna("").str.startswith("empty response in ") & failed
+    kinds = [(failed & ~empty, "no response"), (empty, "an empty response")]
     if from_file and "prompt" in answers and ids:
-        first = "; " + _missing_by_id(answers.loc[failed, "prompt"], ids)
+        first = "; " + "; ".join(_missing_by_id(answers.loc[rows, "prompt"], ids, what)
+                                 for rows, what in kinds if rows.any())
     elif from_file and "prompt" in answers:
         first += f" (prompt {_shown(answers.loc[failed, 'prompt'].iloc[0])})"
     if n_failed / n > max_failed_fraction and from_file:
         # a re-run reads the same file: only editing it (or accepting the failures) changes anything
-        msg = (f"generation{where}: {n_failed} of {n} requests have no response in the responses file, more than "
-               f"{option}.max_failed_fraction={max_failed_fraction:g}{first}. Add the missing responses to the file "
-               f"(an edited file is a new model: its answers are cached apart), or raise "
+        counts = " and ".join(f"{int(rows.sum())} of {n} requests have {what} in the responses file"
+                              for rows, what in kinds if rows.any())
+        fix = " and ".join(text for rows, text in ((failed & ~empty, "add the missing responses to the file"),
+                                                   (empty, "fill in its empty responses")) if rows.any())
+        msg = (f"generation{where}: {counts}, more than {option}.max_failed_fraction={max_failed_fraction:g}{first}. "
+               f"{fix[0].upper() + fix[1:]} (an edited file is a new model: its answers are cached apart), or raise "
                f"{option}.max_failed_fraction to report them as non-completions.")
         log.error(msg)
         raise GenerationError(msg)
@@ -226,16 +233,17 @@ def check_failures(answers: pd.DataFrame, max_failed_fraction: float, option: st
                 n, option, max_failed_fraction, first)
 
 
-def _missing_by_id(prompts: Iterable[str], ids: Mapping[str, Sequence[str]], shown: int = 50) -> str:
-    """"the prompts of items X, Y, ... have no response": every missing prompt named by the items that ask it (a
-    prompt's text shares its template with every other, so its start names nothing)."""
+def _missing_by_id(prompts: Iterable[str], ids: Mapping[str, Sequence[str]], what: str = "no response",
+                   shown: int = 50) -> str:
+    """"no response to the prompt of items X, Y, ...": every failed prompt named by the items that ask it (a
+    prompt's text shares its template with every other, so its start names nothing); ``what`` it has."""
     named = sorted({i for p in prompts for i in ids.get(p, ())}, key=_natural)
     unnamed = sum(1 for p in prompts if p not in ids)
     listed = ", ".join(named[:shown]) + (f" and {len(named) - shown} more" if len(named) > shown else "")
     if len(named) > shown:
-        log.error("every item whose prompt has no response: %s", ", ".join(named))
+        log.error("every item whose prompt has %s: %s", what, ", ".join(named))
     extra = f" (and {unnamed} prompt(s) of no item)" if unnamed else ""
-    return f"no response to the prompt of {len(named)} item(s): {listed}{extra}"
+    return f"{what} to the prompt of {len(named)} item(s): {listed}{extra}"
 
 
 def _natural(text: str) -> list:
