@@ -156,7 +156,8 @@ def test_a_prompt_missing_from_a_responses_file_is_named_and_no_retry_is_promise
     kept = [json.loads(line) for line in lines[1:]]
     ex = examples(items, options_of(cfg))
     missing_ids = sorted(i for i, p in zip(ex.item_id, ex.prompt) if p not in {r["prompt"] for r in kept})
-    empty_ids = sorted(i for i, p in zip(ex.item_id, ex.prompt) if p in {r["prompt"] for r in kept if not r["response"]})
+    empty = {r["prompt"] for r in kept if not r["response"]}
+    empty_ids = sorted(i for i, p in zip(ex.item_id, ex.prompt) if p in empty)
     assert missing in set(ex.prompt) and len(missing_ids) >= 1 and len(empty_ids) >= 1
     assert "re-run" not in message
     assert f"no response to the prompt of {len(missing_ids)} item(s): {', '.join(missing_ids)}" in message
