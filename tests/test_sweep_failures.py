@@ -62,6 +62,7 @@ def test_a_broken_model_does_not_stop_the_sweep(project, tiny_bert_dir):
     exp = client.get_experiment_by_name("biasflow")
     parent = [r for r in client.search_runs([exp.experiment_id]) if r.data.tags.get("biasflow.role") == "parent"]
     assert parent and parent[0].data.tags["biasflow.unfinished_jobs"] == "1"
+    assert parent[0].info.status == "FAILED" and parent[0].info.end_time > parent[0].info.start_time > 0
     status = biasflow(project, "status", str(report.parent))
     assert status.returncode == 0 and "1 failed" in status.stdout and "tiny_broken / crows_pairs" in status.stdout
 
@@ -72,6 +73,11 @@ def test_a_broken_model_does_not_stop_the_sweep(project, tiny_bert_dir):
     assert second.returncode == 0, second.stderr[-3000:]
     counts = snakemake_job_stats(snakemake_output(second.stdout + second.stderr, project))
     assert counts.get("score") == 1 and counts.get("metric") == 1 and "prepare" not in counts
+    # the complete run (a new plan: the model folder's weights are part of its identity) is FINISHED
+    parents = {r.info.run_id: r for r in client.search_runs([exp.experiment_id])
+               if r.data.tags.get("biasflow.role") == "parent"}
+    (done,) = [r for run_id, r in parents.items() if run_id != parent[0].info.run_id]
+    assert done.info.status == "FINISHED" and done.data.tags["biasflow.unfinished_jobs"] == "0"
 
 
 def test_every_job_failing_still_gives_a_report_and_an_mlflow_parent(project):

@@ -683,8 +683,8 @@ def log_plan(plan: Mapping[str, Any], run_dir: Path, uri: str | None = None,
 
 
 def _note_unfinished(parent_id: str, unfinished: list[dict[str, Any]], real_uri: str, redactor: Redactor) -> None:
-    """A partial run's parent lists the jobs that did not finish, with their errors (a later complete run clears
-    it)."""
+    """A partial run's parent lists the jobs that did not finish, with their errors, and is marked FAILED (a later
+    complete run clears the list and marks it FINISHED)."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=real_uri)
@@ -692,6 +692,8 @@ def _note_unfinished(parent_id: str, unfinished: list[dict[str, Any]], real_uri:
     if unfinished:
         rows = [{k: redactor(str(v)) if v is not None else None for k, v in u.items()} for u in unfinished]
         client.log_text(parent_id, json.dumps(rows, indent=2), "unfinished_jobs.json")
+        # the UI shows a plan that did not finish as failed (its times kept); a later complete run finishes it
+        client.set_terminated(parent_id, "FAILED", end_time=client.get_run(parent_id).info.end_time)
 
 
 def _log_plan(plan: Mapping[str, Any], run_dir: Path, real_uri: str, redactor: Redactor,
