@@ -97,8 +97,10 @@ def test_bad_input_names_it(in_project):
 
     with pytest.raises(DataFormatError, match="responses has no column 'response'"):
         bf.evaluate("langfair_stereotype", pd.DataFrame({"prompt": ["x"]}))
-    with pytest.raises(ConfigError, match="does not score generated text; one of bold_sentiment, counterfactual, "
-                                          "helm_representation, honest, langfair_stereotype, toxicity"):
+    with pytest.raises(ConfigError, match="scores neither generated text nor a table of your outputs; one of "
+                                          "bold_sentiment, counterfactual, helm_representation, honest, "
+                                          "langfair_stereotype, toxicity, classification_fairness, "
+                                          "recommendation_fairness"):
         bf.evaluate("crows_pairs", pd.DataFrame({"prompt": ["x"], "response": ["y"]}))
     with pytest.raises(ConfigError, match="stats.n_boot"):
         bf.evaluate("langfair_stereotype", pd.DataFrame({"prompt": ["x"], "response": ["y"]}), "stats.n_boot=-1")

@@ -297,3 +297,42 @@ def test_a_bad_file_fails_the_plan_naming_the_option(metric, option, name, conte
     with pytest.raises(ConfigError) as err:
         build_plan([f"metric=[{metric}]", f"metric.{metric}.{option}={tmp_path / name}", "model=glove_6b_50d"])
     assert f"metric.{metric}.{option}" in str(err.value) and message in str(err.value)
+
+
+def test_the_api_evaluates_a_table_of_the_users_outputs(tmp_path, monkeypatch):
+    """``biasflow.api.evaluate`` takes a DataFrame of predictions or recommendation lists (as it takes responses):
+    the same numbers as by hand and as from the same table's file, with CIs, named by ``name``; a table without a
+    column the metric reads is named."""
+    import biasflow.api as bf
+
+    monkeypatch.chdir(tmp_path)
+    assert bf.user_table_metrics() == {"classification_fairness": "predictions_file",
+                                       "recommendation_fairness": "recommendations_file"}
+    table = pd.DataFrame({"y_true": [1, 0, 1, 0, 1, 0, 1, 1], "y_pred": [1, 0, 0, 0, 1, 1, 1, 0],
+                          "group": list("aaaabbbb")})
+    got = bf.evaluate("classification_fairness", table, "stats.n_boot=100", name="mine").aggregate
+    overall = got[got.category == "overall"].set_index("metric")
+    # by hand: prevalence a 1/4, b 3/4; FPR a 0/2, b 1/1; FNR a 1/2, b 1/3
+    assert overall.loc["predicted_prevalence_rate_difference", "value"] == pytest.approx(0.5)
+    assert overall.loc["false_positive_rate_difference", "value"] == pytest.approx(1.0)
+    assert overall.loc["false_negative_rate_ratio", "value"] == pytest.approx(1.5)
+    assert set(got.model) == {"mine"} and got.ci_low.notna().any()
+    path = tmp_path / "predictions.csv"
+    table.to_csv(path, index=False)
+    from_file = bf.evaluate("classification_fairness", path, "stats.n_boot=100", name="mine").aggregate
+    pd.testing.assert_frame_equal(got[["metric", "category", "value", "ci_low", "ci_high", "n"]].reset_index(drop=True),
+                                  from_file[["metric", "category", "value", "ci_low", "ci_high", "n"]]
+                                  .reset_index(drop=True))
+
+    lists = pd.DataFrame({"prompt": ["p1"] * 3 + ["p2"] * 3, "group": ["neutral", "female", "male"] * 2,
+                          "recommendations": [["a", "b", "c"], ["a", "b", "d"], ["x", "b", "c"], ["q", "r"],
+                                              ["q", "s"], ["r", "q"]]})
+    rec = bf.evaluate("recommendation_fairness", lists, "stats.n_boot=100", name="my_recommender").aggregate
+    jaccard = rec[rec.category == "overall"].set_index("metric").loc["jaccard_max", "value"]
+    # Jaccard with the neutral list, averaged over prompts: female (2/4 + 1/3) / 2, male (2/4 + 2/2) / 2
+    assert jaccard == pytest.approx(max((2 / 4 + 1 / 3) / 2, (2 / 4 + 2 / 2) / 2))
+    from biasflow.errors import ConfigError
+
+    with pytest.raises(ConfigError,
+                       match=r"metric\.classification_fairness\.predictions_file: .* has no column 'group'"):
+        bf.evaluate("classification_fairness", table.drop(columns="group"), "stats.n_boot=0")

@@ -34,6 +34,15 @@ def generated_text_metrics() -> list[str]:
     return sorted(name for name, spec in METRICS.items() if "generator" in spec.model_kinds)
 
 
+def user_table_metrics() -> dict[str, str]:
+    """The metrics that score a table of your own system's outputs (predictions, recommendation lists), asking no
+    model, with the option that names the table (``MetricSpec.user_table``)."""
+    from biasflow.registry import METRICS, load_all
+
+    load_all()
+    return {name: spec.user_table for name, spec in sorted(METRICS.items()) if spec.user_table}
+
+
 class RunFailed(BiasflowError):
     """``run`` ended without finishing: ``results`` holds what finished (the run's partial report), ``unfinished``
     each job that did not (``progress.JobState``: metric, model, state, error, log), ``outcome`` the rest
@@ -162,6 +171,23 @@ def run(*overrides: str, multirun: bool = False, cores: int | str = "all",
     return results
 
 
+def _table_file(table: pd.DataFrame | str | Path, folder: Path, option: str) -> Path:
+    """Your outputs' table as a Parquet file named by its content (its columns are checked where the metric reads
+    it, naming the file and row); a path is used as it is."""
+    if isinstance(table, (str, Path)):
+        return Path(table).resolve()
+    if not isinstance(table, pd.DataFrame):
+        raise DataFormatError(f"{option}: a pandas DataFrame or a file path; got {type(table).__name__}")
+    table = table.reset_index(drop=True)
+    blob = table.to_json(orient="split", force_ascii=False).encode()
+    path = folder / f"{option.removesuffix('_file')}-{hashlib.sha256(blob).hexdigest()[:16]}.parquet"
+    if not path.exists():
+        from biasflow.io import write_parquet
+
+        write_parquet(table, path)
+    return path.resolve()
+
+
 def _responses_file(responses: pd.DataFrame | str | Path, folder: Path) -> Path:
     """The responses as a Parquet file named by its content (the same table is the same file, so the cache and the
     job folders are shared with every call and with the command line on that file)."""
@@ -197,27 +223,37 @@ def _quoted(value: str) -> str:
 
 def evaluate(metric: str, responses: pd.DataFrame | str | Path, *overrides: str,
              name: str = "responses") -> Results:
-    """Compute a generated-text metric (``langfair_stereotype``, ``counterfactual``, ``helm_representation``,
-    ``honest``, ``toxicity``, ``bold_sentiment``) with its
-    bootstrap CIs on your own responses: a DataFrame (or CSV / JSONL / Parquet file) with columns ``prompt`` and
-    ``response`` (HONEST: k responses per template prompt). ``name`` names the model that wrote them (tables,
-    folders). The same plan, cache and code as ``biasflow run metric=[<metric>] +generator=responses_file
-    generator.path=<file> generator.name=<name>``, run in this process without Snakemake or MLflow."""
+    """Compute a metric with its bootstrap CIs on your own system's outputs, in this process without Snakemake or
+    MLflow. ``name`` names the system that wrote them (tables, folders).
+
+    * A generated-text metric (``generated_text_metrics()``: ``langfair_stereotype``, ``counterfactual``, ...) on
+      your responses: a DataFrame (or CSV / JSONL / Parquet file) with columns ``prompt`` and ``response`` (HONEST:
+      k responses per template prompt). The same plan, cache and code as ``biasflow run metric=[<metric>]
+      +generator=responses_file generator.path=<file> generator.name=<name>``.
+    * A metric of a table of outputs (``user_table_metrics()``: ``classification_fairness`` on predictions with
+      ``y_true``, ``y_pred``, ``group``; ``recommendation_fairness`` on recommendation lists): the table or its file,
+      as ``biasflow run metric=[<metric>] metric.<metric>.<its file option>=<file> model.name=<name>``."""
     from biasflow import stages
     from biasflow.plan import build_plan, compose
 
-    scoring_text = generated_text_metrics()
-    if metric not in scoring_text:
-        raise ConfigError(f"evaluate: metric {metric!r} does not score generated text; one of "
-                          f"{', '.join(scoring_text)} (other metrics: run(...))")
+    scoring_text, tables = generated_text_metrics(), user_table_metrics()
+    if metric not in scoring_text and metric not in tables:
+        raise ConfigError(f"evaluate: metric {metric!r} scores neither generated text nor a table of your outputs; "
+                          f"one of {', '.join(scoring_text + list(tables))} (other metrics: run(...))")
     overrides = _overrides(overrides)
     results_dir = Path(compose([f"metric=[{metric}]", *overrides])["paths"]["results"])  # its own options too
-    path = _responses_file(responses, results_dir / "api")
-    # a metric that reads the responses alone takes their prompts as its items (plan.responses_as_items)
-    the_plan = build_plan([f"metric=[{metric}]", "+generator=responses_file", f"generator.path={_quoted(str(path))}",
-                           f"generator.name={_quoted(name)}", *overrides])
+    if metric in tables:
+        path = _table_file(responses, results_dir / "api", tables[metric])
+        # the metric asks the model nothing: its config only names the system (GloVe: packaged, nothing to fetch)
+        the_plan = build_plan([f"metric=[{metric}]", f"metric.{metric}.{tables[metric]}={_quoted(str(path))}",
+                               "model=glove_6b_50d", f"model.name={_quoted(name)}", *overrides])
+    else:
+        path = _responses_file(responses, results_dir / "api")
+        # a metric that reads the responses alone takes their prompts as its items (plan.responses_as_items)
+        the_plan = build_plan([f"metric=[{metric}]", "+generator=responses_file",
+                               f"generator.path={_quoted(str(path))}", f"generator.name={_quoted(name)}", *overrides])
     resources, cache = the_plan.paths["resources"], the_plan.paths["cache"]
     return Results(run_dir=None, jobs=[stages.run_job(job, resources, cache).metric_dir for job in the_plan.jobs])
 
 
-__all__ = ["plan", "run", "evaluate", "Results", "RunFailed", "generated_text_metrics"]
+__all__ = ["plan", "run", "evaluate", "Results", "RunFailed", "generated_text_metrics", "user_table_metrics"]

@@ -110,6 +110,9 @@ class MetricSpec:
     # ("fill_mask_kept_pct", "one-word pairs", "filter_threshold {filter_threshold}") gives "0 of 1,018 one-word
     # pairs kept by filter_threshold 0.15"
     kept_by: Mapping[str, tuple[str, str, str]] = field(default_factory=dict)
+    # the option naming a table of the user's own system outputs that the metric scores, asking the model nothing
+    # (LangFair's classification and recommendation metrics): ``api.evaluate`` takes that table as a DataFrame
+    user_table: str | None = None
     # why a value is undefined where its items exist, per metric (name or fnmatch pattern): the report says it
     # instead of "undefined on its N items" ({"representation_race": "no response has a word of any group's list"})
     undefined: Mapping[str, str] = field(default_factory=dict)

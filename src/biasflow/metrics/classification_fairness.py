@@ -202,7 +202,7 @@ def _register() -> None:
         goals.update({rate: None, f"{rate}_difference": 0.0, f"{rate}_ratio": 1.0})
     register_metric(MetricSpec(
         follows="LangFair 0.8.0 ClassificationMetrics (Bouchard 2024)",
-        name=METRIC, options=ClassificationFairness, benchmark=None,
+        name=METRIC, user_table="predictions_file", options=ClassificationFairness, benchmark=None,
         # the model is asked nothing: its config only names the classifier whose predictions the file holds
         model_kinds=("masked_lm", "causal_lm", "served_causal_lm", "sentence_encoder", "word_vectors", "ngram",
                      "text_classifier", "bert_nsp", "lmc_process"),

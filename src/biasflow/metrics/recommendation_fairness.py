@@ -225,7 +225,7 @@ def _register() -> None:
                       f"{name}_std": 0.0, f"pairwise_{name}": None})
     register_metric(MetricSpec(
         follows="LangFair 0.8.0 RecommendationMetrics.evaluate_against_neutral (Zhang et al. 2023, FaiRLLM)",
-        name=METRIC, options=RecommendationFairness, benchmark=None,
+        name=METRIC, user_table="recommendations_file", options=RecommendationFairness, benchmark=None,
         # the model is asked nothing: its config only names the recommender whose lists the file holds
         model_kinds=("masked_lm", "causal_lm", "served_causal_lm", "sentence_encoder", "word_vectors", "ngram",
                      "text_classifier", "bert_nsp", "lmc_process"),
