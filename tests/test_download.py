@@ -51,6 +51,23 @@ def test_checksum_mismatch_keeps_good_file(server, tmp_path):
     assert not list(tmp_path.glob(".data.csv.*"))  # no temp files left behind
 
 
+def test_a_changed_checksum_after_snakemake_removed_the_file_says_where_the_verified_copy_is(server, tmp_path):
+    """From the independent check of UnQover: a pinned sha256 changed in the config re-runs the download, and
+    Snakemake removes the rule's output first; the error said '<file> was not overwritten' of a file no longer
+    there. It says nothing was written, and where the verified copy stays (the store), which still holds it."""
+    root, url = server
+    (root / "data.csv").write_bytes(b"good\n")
+    dest = tmp_path / "data.csv"
+    fetch_verified([{"url": f"{url}/data.csv", "sha256": sha(b"good\n")}], dest)
+    dest.unlink()  # what Snakemake does before the job runs again
+    with pytest.raises(ChecksumError) as err:
+        fetch_verified([{"url": f"{url}/data.csv", "sha256": sha(b"other\n")}], dest)
+    message = str(err.value)
+    assert "was not overwritten" not in message and f"nothing was written to {dest}" in message
+    store = tmp_path / ".verified"
+    assert str(store) in message and (store / sha(b"good\n")).read_bytes() == b"good\n"
+
+
 def test_existing_verified_file_needs_no_network(tmp_path):
     dest = tmp_path / "data.csv"
     dest.write_bytes(b"x\n")

@@ -268,6 +268,12 @@ def test_masked_lm_scores_are_the_listed_probabilities(files, tiny_bert, tmp_pat
     per10 = get_metric("unqover").compute(items, metric_answers("unqover", items, MLM_CFG, None, tmp_path / "c2",
                                                                 model=tiny_bert, progress=False), MLM_CFG)
     assert ((per10[U.SCORE_COLUMNS] == 0) | (per10[U.SCORE_COLUMNS] == per[U.SCORE_COLUMNS])).all().all()
+    # a top_k past the vocabulary lists all of it (before: torch's 'selected index k out of range' in the score
+    # stage, twice; found by the independent check): the same scores as top_k = the vocabulary's size
+    cfg_past = {**MLM_CFG, "top_k": 10 * len(tiny_bert.tokenizer)}
+    past = get_metric("unqover").compute(items, metric_answers("unqover", items, cfg_past, None, tmp_path / "c3",
+                                                               model=tiny_bert, progress=False), cfg_past)
+    pd.testing.assert_frame_equal(past[U.SCORE_COLUMNS], per[U.SCORE_COLUMNS])
 
 
 def test_causal_scores_are_a_two_way_softmax(files, tiny_gpt2, tmp_path):
@@ -347,3 +353,17 @@ def test_runs_through_the_pipeline_stages_on_a_tiny_bert(files, tiny_bert_dir, t
     assert all(meaning_of(spec, m) for m in set(agg.index.get_level_values("metric")))
     gamma = pd.read_csv(Path(job.metric_dir) / "gamma.csv")
     assert set(gamma.level) == {"subject"} and gamma.n.sum() == 60
+
+
+def test_the_plan_refuses_the_qa_form_for_the_masked_template_metrics():
+    """From the independent check: form=qa with unqover or unqover_causal planned, then failed item by item in the
+    score stage after the downloads. The plan refuses it naming the option; unqover_mc asks either form."""
+    from biasflow.errors import ConfigError
+    from biasflow.plan import build_plan
+
+    for metric, model in (("unqover", "bert_base_uncased"), ("unqover_causal", "gpt2")):
+        with pytest.raises(ConfigError, match=rf"metric {metric} scores the masked-LM templates: "
+                                              r"benchmark\.unqover\.form='qa'"):
+            build_plan([f"metric=[{metric}]", f"model={model}", "benchmark.unqover.form=qa"])
+    (job,) = build_plan(["metric=[unqover_mc]", "model=gpt2", "benchmark.unqover.form=qa"]).jobs
+    assert job.benchmark_cfg["form"] == "qa"

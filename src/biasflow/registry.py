@@ -66,6 +66,9 @@ class MetricSpec:
     bootstrap: bool = True  # False: point values only (CI columns empty), for aggregates too slow to resample
     # why a model of an accepted kind still cannot run this metric (None: it can); the plan skips it with the reason
     model_check: Callable[[Mapping[str, Any]], str | None] | None = None
+    # plan time, (the config of the benchmark a job reads) -> raises ConfigError when this metric cannot read that
+    # form of the data (UnQover's masked-LM scoring needs its masked templates), before any download
+    check_benchmark: Callable[[Mapping[str, Any]], None] | None = None
     # files the metric stage writes beside its tables (the original tool's log, pages): ``write_extras`` writes
     # exactly the files named in ``extra_outputs`` (the metric rule declares them, so Snakemake rebuilds a deleted one)
     write_extras: Callable[[pd.DataFrame, Mapping[str, Any], Path], None] | None = None

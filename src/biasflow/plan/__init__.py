@@ -149,6 +149,8 @@ def _build_plan(overrides: Sequence[str], multirun: bool) -> Plan:
                     raise ConfigError(f"metric.{name}.benchmark={bench!r} has no config conf/benchmark/{bench}.yaml")
                 bcfg = cfg["benchmark"][bench]
                 check_benchmark_use(str((bcfg or {}).get("loader") or bench), bcfg or {})
+                if spec.check_benchmark is not None:
+                    spec.check_benchmark(bcfg or {})
             job = Job(metric=name, model=model, metric_cfg=mcfg, benchmark=bench, benchmark_cfg=bcfg,
                       stats=StatsConfig.model_validate(cfg["stats"]).bootstrap(),  # filled in (with_option_dumps)
                       mode=cfg["run"]["mode"],

@@ -127,7 +127,7 @@ def answer_mask_top_k(adapter, requests, budget) -> pd.DataFrame:
     templates = [adapter.normalise(r.template).replace(MASK_PLACEHOLDER.lower(), MASK_PLACEHOLDER) for r in requests]
     out: list[dict] = [{} for _ in requests]
     for i, dist in mask_distributions(adapter, templates, budget.batch_tokens, budget.progress, desc="fill-mask top-k"):
-        top = torch.topk(dist, int(requests[i].top_k))
+        top = torch.topk(dist, min(int(requests[i].top_k), dist.shape[-1]))  # k past the vocabulary: all of it
         out[i] = {"tokens": [tok.decode([int(t)]).strip() for t in top.indices],
                   "probabilities": [float(p) for p in top.values]}
     return pd.DataFrame(out, columns=["tokens", "probabilities"])
