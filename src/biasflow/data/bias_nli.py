@@ -55,7 +55,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.registry import register_loader
-from biasflow.schema import BenchmarkConfig, NonNegativeInt, PositiveInt
+from biasflow.schema import BenchmarkConfig, NonNegativeInt, PositiveInt, config_value
 
 # the word lists of the generator's word_lists/ folder: file key (= file name) -> part of speech
 PEOPLE = ("country_demonyms", "gendered_words", "occupations", "person_hyponyms", "polarized_nouns",
@@ -286,7 +286,7 @@ def generate(files: Mapping[str, str | Path], cfg: Mapping[str, Any]) -> pd.Data
                      "sentence (%s and %s share a word)", name, total - size, total, spec[1], spec[2])
         positions = kept
         if sample and sample < size:
-            rng = np.random.default_rng([int(cfg.get("seed") or 0), name_seed(name)])
+            rng = np.random.default_rng([config_value(BiasNLIDataset, cfg, "seed"), name_seed(name)])
             drawn = np.sort(rng.choice(size, size=sample, replace=False))
             positions = drawn if kept is None else kept[drawn]
         elif sample and sample > size:
