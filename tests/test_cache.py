@@ -449,12 +449,14 @@ def test_a_job_killed_while_answering_leaves_its_work_to_the_next(tmp_path, monk
 def test_answers_of_an_earlier_answerer_revision_are_never_served(tiny_gpt2, tmp_path):
     """causal_lm's token log-probabilities are at revision 2 (packed passes): they live in their own folder, and an
     answer a revision-1 scorer left in the cache (here a planted wrong total) is not read, it is answered again."""
-    from biasflow.scoring.answer import ANSWER_REVISIONS, answer_requests, cache_kind
+    from biasflow.model_kinds import answer_for
+    from biasflow.scoring.answer import answer_requests, cache_kind
     from biasflow.interface.requests import TokenLogprobs
 
-    assert ANSWER_REVISIONS[("causal_lm", "token_logprobs")] >= 2
+    revision = answer_for("causal_lm", "token_logprobs").revision
+    assert revision >= 2
     folder = cache_kind("causal_lm", "token_logprobs")
-    assert folder == f"token_logprobs.r{ANSWER_REVISIONS[('causal_lm', 'token_logprobs')]}"
+    assert folder == f"token_logprobs.r{revision}"
     assert cache_kind("masked_lm", "pll") == "pll"  # first revisions keep the plain request kind
     request = TokenLogprobs("The nurse said hello.")
     AnswerCache(tmp_path, tiny_gpt2.fingerprint, "token_logprobs").put(pd.DataFrame(

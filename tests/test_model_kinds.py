@@ -10,6 +10,7 @@ import pytest
 from biasflow import model_kinds
 from biasflow.errors import ConfigError
 from biasflow.model_kinds import Answer, ModelKindSpec, Resources, register_model_kind
+from biasflow.models import load_model
 from conftest import ROOT
 
 SMALL = Resources(mem_mb=1000, cpus=1, runtime_min=10, gpu_capable=False)
@@ -29,11 +30,15 @@ def request_kinds() -> set[str]:
             if inspect.isclass(cls) and issubclass(cls, requests.Request) and cls.kind}
 
 
-def test_every_table_of_model_kinds_is_derived_from_the_declarations():
+def revisions() -> dict[tuple[str, str], int]:
+    """(model kind, request kind) -> answerer revision, where it is not 1."""
+    return {(k, r): a.revision for k, s in model_kinds.KINDS.items() for r, a in s.answers.items() if a.revision != 1}
+
+
+def test_every_reader_of_model_kinds_reads_the_declarations():
     from pydantic import TypeAdapter
 
     from biasflow import scheduling, schema
-    from biasflow.models import MODEL_KINDS, fingerprint
     from biasflow.scoring import answer
 
     declared = set(model_kinds.KINDS)
@@ -44,16 +49,20 @@ def test_every_table_of_model_kinds_is_derived_from_the_declarations():
     assert all(adapter.validate_python(kind) == kind for kind in declared)
     with pytest.raises(Exception, match="not a known model kind"):
         adapter.validate_python("nope")
-    # a factory, scheduling defaults, and answerers of real request kinds for every kind
-    assert set(MODEL_KINDS) == declared == set(scheduling.KIND_DEFAULTS)
-    assert {kind for kind, _ in answer.ANSWERERS} == declared
-    assert {request for _, request in answer.ANSWERERS} <= request_kinds()
-    assert set(answer.ANSWER_REVISIONS) <= set(answer.ANSWERERS) and set(answer.LOAD_AS) <= set(answer.ANSWERERS)
-    assert set(answer.LOAD_AS.values()) <= declared
-    assert set(fingerprint.HF_KINDS) <= declared and set(fingerprint.LOCATION_KEYS) <= declared
+    # a factory, scheduling defaults, and answerers of real request kinds for every kind, each read where it is used
     for kind, spec in model_kinds.KINDS.items():
-        assert set(scheduling.KIND_DEFAULTS[kind]) == {"mem_mb", "cpus", "runtime_min", "gpu_capable"}
+        assert spec.answers and set(spec.answers) <= request_kinds(), kind
+        for request_kind, ans in spec.answers.items():
+            assert answer.can_answer(kind, request_kind) and kind in model_kinds.kinds_answering(request_kind)
+            assert answer.cache_kind(kind, request_kind) == (
+                request_kind if ans.revision == 1 else f"{request_kind}.r{ans.revision}")
+            assert ans.load_as is None or ans.load_as in declared
+        first = scheduling.score_resources({"kind": kind, "device": "cuda"})
+        assert (first["mem_mb"], first["cpus"], first["runtime_min"], first["gpus"]) == (
+            spec.resources.mem_mb, spec.resources.cpus, spec.resources.runtime_min, int(spec.resources.gpu_capable))
         assert spec.like is None or spec.like in declared
+    assert not answer.can_answer("nope", "pll") and model_kinds.answer_for("nope", "pll") is None
+    assert scheduling.score_resources({"kind": "nope"})["mem_mb"] == scheduling.FALLBACK["mem_mb"]
 
 
 def test_every_declared_factory_and_answerer_imports():
@@ -81,14 +90,15 @@ def test_the_tables_keep_their_numbers():
     the four lists they replace."""
     from biasflow.models.fingerprint import config_fingerprint
     from biasflow.scheduling import score_resources
-    from biasflow.scoring.answer import ANSWER_REVISIONS, LOAD_AS, cache_kind
+    from biasflow.scoring.answer import cache_kind
 
-    assert dict(ANSWER_REVISIONS) == {
+    assert revisions() == {
         ("causal_lm", "token_logprobs"): 2, ("causal_lm", "continuation_logprobs"): 2,
         ("causal_lm", "stereoset_sentence_logprobs"): 3, ("served_causal_lm", "token_logprobs"): 2,
         ("served_causal_lm", "continuation_logprobs"): 2, ("served_causal_lm", "stereoset_sentence_logprobs"): 2,
         ("text_classifier", "classification"): 2}  # 2: a multi-label classifier's probabilities are sigmoids
-    assert dict(LOAD_AS) == {("masked_lm", "next_sentence"): "bert_nsp"}
+    assert {(k, r): a.load_as for k, s in model_kinds.KINDS.items() for r, a in s.answers.items() if a.load_as} \
+        == {("masked_lm", "next_sentence"): "bert_nsp"}
     assert cache_kind("causal_lm", "token_logprobs") == "token_logprobs.r2" and cache_kind("masked_lm", "pll") == "pll"
     # the values the code gave before the kinds were declared in one place (the server's address is where it runs,
     # not what it computes: not in the fingerprint)
@@ -123,11 +133,10 @@ def test_a_second_model_kind_under_a_taken_name_is_refused_naming_both_modules(k
         register_model_kind(mine, module="other.mod")
 
 
-def test_a_registered_kind_appears_in_every_derived_table(kinds):
+def test_a_registered_kind_is_read_by_every_reader(kinds):
     from biasflow import scheduling
-    from biasflow.models import MODEL_KINDS
     from biasflow.schema import validate_model_config
-    from biasflow.scoring.answer import ANSWERERS, can_answer, cache_kind
+    from biasflow.scoring.answer import answerer, can_answer, cache_kind
 
     def answer_pll(model, requests, budget):
         raise AssertionError("not called here")
@@ -135,10 +144,11 @@ def test_a_registered_kind_appears_in_every_derived_table(kinds):
     register_model_kind(ModelKindSpec(
         name="toy", factory="my_project.models:Toy", like="masked_lm", resources=SMALL,
         answers={"pll": Answer(answer_pll, revision=3)}))
-    assert ANSWERERS[("toy", "pll")] is answer_pll and can_answer("toy", "pll")
+    assert answerer("toy", "pll") is answer_pll and can_answer("toy", "pll")
     assert not can_answer("toy", "token_logprobs")
     assert cache_kind("toy", "pll") == "pll.r3"
-    assert MODEL_KINDS["toy"] == "my_project.models:Toy"
+    with pytest.raises(ModuleNotFoundError, match="my_project"):  # load_model imports the declared factory
+        load_model({"name": "t", "kind": "toy"})
     assert scheduling.score_resources({"kind": "toy", "device": "cuda"}) == {"mem_mb": 1000, "gpus": 0, "cpus": 1,
                                                                               "runtime_min": 10}
     validate_model_config({"name": "t", "kind": "toy"})  # the schema takes it
@@ -194,7 +204,7 @@ def test_langfairs_classifier_config_is_of_a_declared_kind():
 
     cfg = classifier_model(Classifier(model="org/stereotype-classifier"))
     assert cfg["kind"] == "text_classifier" in model_kinds.KINDS and cfg["batch_size"] == 32
-    assert model_kinds.KIND_DEFAULTS["text_classifier"]["gpu_capable"]
+    assert model_kinds.KINDS["text_classifier"].resources.gpu_capable
 
 
 # ------------------------------------------------------------------------------------------------ config options

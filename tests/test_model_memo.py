@@ -103,7 +103,7 @@ def test_a_broken_or_stale_memo_loads_the_model_and_is_renewed(items, model_dir,
 
 
 def test_the_sibling_head_is_remembered_too(tmp_path, monkeypatch):
-    """StereoSet's next-sentence requests load the checkpoint as ``bert_nsp`` (LOAD_AS): its own memo."""
+    """StereoSet's next-sentence requests load the checkpoint as ``bert_nsp`` (its ``Answer.load_as``): its own memo."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForPreTraining
 

@@ -237,7 +237,7 @@ def test_score_stage_masked_lm_with_nsp_from_same_checkpoint_and_cache(tmp_path,
     # intersentence: P(IsNext) from the NSP head of the same checkpoint
     nsp = load_model({**model_cfg, "kind": "bert_nsp"})
     assert nsp.kind == "bert_nsp" and not nsp.model.training and nsp.fingerprint != models.get().fingerprint
-    assert models.get("bert_nsp").fingerprint == nsp.fingerprint  # the score stage loaded it (scoring/answer.LOAD_AS)
+    assert models.get("bert_nsp").fingerprint == nsp.fingerprint  # the score stage loaded it (its Answer.load_as)
     inter = items[items.task == "intersentence"]
     np.testing.assert_allclose(scores.set_index("item_id").loc[inter.item_id, "score"].to_numpy(),
                                ss.nsp_is_next_probabilities(nsp, inter.context.tolist(), inter.sentence.tolist()),

@@ -8,10 +8,10 @@ reads it from here:
 
 * ``schema.ModelKind`` and ``schema.validate_model_config``: a config's kind must be a declared one (an unknown kind
   is a one-line error listing the known kinds), and the kind's config model validates it;
-* ``models.MODEL_KINDS`` / ``models.load_model``: the adapter factory;
-* ``scoring.answer.ANSWERERS`` (who answers which request kind), ``ANSWER_REVISIONS`` (the cache folder revision of
-  an answerer's numbers) and ``LOAD_AS`` (a request answered by a sibling head of the same checkpoint);
-* ``scheduling.KIND_DEFAULTS``: memory, CPUs, time limit and whether the kind can use a GPU;
+* ``models.load_model``: the adapter factory;
+* ``scoring.answer`` (``answer_for``): who answers which request kind, the cache folder revision of an answerer's
+  numbers and ``load_as`` (a request answered by a sibling head of the same checkpoint);
+* ``scheduling.score_resources``: memory, CPUs, time limit and whether the kind can use a GPU;
 * ``models.fingerprint``: the identity markers of the config models, which kinds load a Hugging Face folder (their
   fingerprint is known without loading them) and which config keys say only where a model runs;
 * the plan: a metric that accepts ``like``'s kind accepts this one too.
@@ -29,7 +29,7 @@ import pkgutil
 import re
 import sys
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -291,50 +291,28 @@ def resolve(target: str | Callable) -> Callable:
     return getattr(importlib.import_module(module), name)
 
 
-class View(Mapping):
-    """A read-only table derived from ``KINDS`` on every access (so kinds registered later appear in it)."""
-
-    def __init__(self, build: Callable[[], dict], doc: str = ""):
-        self._build = build
-        self.__doc__ = doc
-
-    def __getitem__(self, key):
-        return self._build()[key]
-
-    def __iter__(self) -> Iterator:
-        return iter(self._build())
-
-    def __len__(self) -> int:
-        return len(self._build())
-
-    def __contains__(self, key) -> bool:
-        return key in self._build()
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._build()!r})"
+def answer_for(model_kind: Any, request_kind: str) -> Answer | None:
+    """How ``model_kind`` answers ``request_kind`` requests (its target, cache revision and ``load_as``); None when it
+    does not (or the kind is unknown)."""
+    spec = KINDS.get(model_kind) if isinstance(model_kind, str) else None
+    return spec.answers.get(request_kind) if spec is not None else None
 
 
-def _answerers() -> dict[tuple[str, str], str | Callable]:
-    return {(k, r): a.target for k, spec in KINDS.items() for r, a in spec.answers.items()}
+def kinds_answering(request_kind: str) -> list[str]:
+    """The declared model kinds that answer ``request_kind`` requests."""
+    return sorted(name for name, spec in KINDS.items() if request_kind in spec.answers)
 
 
-def _revisions() -> dict[tuple[str, str], int]:
-    return {(k, r): a.revision for k, spec in KINDS.items() for r, a in spec.answers.items() if a.revision != 1}
+def loads_hf_files(kind: Any) -> bool:
+    """Whether models of ``kind`` load from a Hugging Face folder or hub id (``ModelKindSpec.hf_files``)."""
+    spec = KINDS.get(kind) if isinstance(kind, str) else None
+    return spec is not None and spec.hf_files
 
 
-def _load_as() -> dict[tuple[str, str], str]:
-    return {(k, r): a.load_as for k, spec in KINDS.items() for r, a in spec.answers.items() if a.load_as}
-
-
-def _resources() -> dict[str, dict[str, Any]]:
-    return {k: spec.resources.as_dict() for k, spec in KINDS.items()}
-
-
-# the derived tables (scoring.answer and scheduling show them under their old names)
-ANSWERERS = View(_answerers, "(model kind, request kind) -> the answerer's 'module:function' (or callable)")
-ANSWER_REVISIONS = View(_revisions, "(model kind, request kind) -> revision, where it is not 1")
-LOAD_AS = View(_load_as, "(model kind, request kind) -> the kind of the sibling head that answers it")
-KIND_DEFAULTS = View(_resources, "model kind -> its scheduling defaults (mem_mb, cpus, runtime_min, gpu_capable)")
+def location_keys(kind: Any) -> tuple[str, ...]:
+    """The config keys of ``kind`` that say where its model runs, not what it computes."""
+    spec = KINDS.get(kind) if isinstance(kind, str) else None
+    return spec.location_keys if spec is not None else ()
 
 
 # the config options of an HTTP client (``openai_http.OpenAIHTTPClient``; ``schema.http_client_options`` declares
@@ -344,4 +322,4 @@ HTTP_CLIENT_OPTIONS = ("api_key_env", "api_key_file", "timeout_s", "max_retries"
                        "concurrency", "requests_per_second")
 
 __all__ = ["ModelKindSpec", "Answer", "Resources", "register_model_kind", "KINDS", "accepts", "known",
-           "config_model", "load_declarations", "DeclaredRegistry", "DECLARATION_PACKAGES", "ENTRY_POINT_GROUP", "HTTP_CLIENT_OPTIONS", "resolve", "ANSWERERS", "ANSWER_REVISIONS", "LOAD_AS", "KIND_DEFAULTS"]
+           "config_model", "load_declarations", "DeclaredRegistry", "DECLARATION_PACKAGES", "ENTRY_POINT_GROUP", "HTTP_CLIENT_OPTIONS", "resolve", "answer_for", "kinds_answering", "loads_hf_files", "location_keys"]

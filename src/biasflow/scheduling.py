@@ -22,10 +22,9 @@ from typing import Any, Mapping
 
 from biasflow import model_kinds
 
-# Per model kind: what a typical model of the kind needs to score a benchmark, as each kind declares it
-# (``biasflow.model_kinds``: ``ModelKindSpec.resources``; read-only, derived). Kinds that never run on a GPU (vector
-# tables, n-gram models, external processes, HTTP clients) ask for none even when model.device says cuda.
-KIND_DEFAULTS = model_kinds.KIND_DEFAULTS
+# Per model kind, what a typical model of the kind needs to score a benchmark is declared with the kind
+# (``biasflow.model_kinds``: ``ModelKindSpec.resources``). Kinds that never run on a GPU (vector tables, n-gram
+# models, external processes, HTTP clients) ask for none even when model.device says cuda.
 # what a config of no declared kind would get (the plan refuses such a config; a hand-made one may still ask)
 FALLBACK = {"mem_mb": 8000, "cpus": 2, "runtime_min": 120, "gpu_capable": False}
 RETRY_GROWTH = 2.0  # per attempt, for memory and time limit
@@ -46,7 +45,8 @@ def score_resources(model: Mapping[str, Any], attempt: int = 1) -> dict[str, int
 
     GPUs: ``resources.gpus`` if set, else one when ``model.device`` names a CUDA device and the kind can use it.
     """
-    base = KIND_DEFAULTS.get(str(model.get("kind")), FALLBACK)
+    spec = model_kinds.KINDS.get(str(model.get("kind")))
+    base = spec.resources.as_dict() if spec is not None else FALLBACK
     given = dict(model.get("resources") or {})
     device = str(model.get("device") or "")
     default_gpus = 1 if base["gpu_capable"] and device.startswith("cuda") else 0
@@ -60,4 +60,4 @@ def score_resources(model: Mapping[str, Any], attempt: int = 1) -> dict[str, int
     }
 
 
-__all__ = ["score_resources", "grown", "KIND_DEFAULTS", "RETRY_GROWTH", "RETRY_CAP"]
+__all__ = ["score_resources", "grown", "FALLBACK", "RETRY_GROWTH", "RETRY_CAP"]

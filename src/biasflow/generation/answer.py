@@ -1,6 +1,6 @@
 """Answering ``Generation`` requests: one answerer for every generator, the responses-file backend, the failure rule.
 
-``answer_generation`` is registered in ``biasflow.scoring.answer.ANSWERERS`` for model kinds ``causal_lm`` (the
+``answer_generation`` is declared (``biasflow.kinds``) as the answerer of model kinds ``causal_lm`` (the
 model's own ``generate``: ``HFGenerateBackend``) and ``generator`` (the backend its config names:
 ``models/generator.py``). The dispatcher caches its answers in the one answer cache, failed ones included (with
 their redacted error), and asks the failed ones again on the next run.

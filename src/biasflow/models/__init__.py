@@ -7,18 +7,10 @@ revision, dtype, weights hash for local paths) and ``provenance()`` (a dict logg
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from biasflow import model_kinds
 from biasflow.errors import ConfigError
-
-
-def _factories() -> dict[str, str | Callable[[Mapping[str, Any]], Any]]:
-    return {name: spec.factory for name, spec in model_kinds.KINDS.items()}
-
-
-# model kind -> its adapter factory ("module:function", or the callable), derived from biasflow.model_kinds
-MODEL_KINDS = model_kinds.View(_factories, "model kind -> its adapter factory (biasflow.model_kinds)")
 
 
 def load_model(cfg: Mapping[str, Any]):

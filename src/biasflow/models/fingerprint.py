@@ -36,12 +36,6 @@ def _identity_keys(when: str) -> tuple[str, ...]:
 SCORING_KEYS = _identity_keys("always")
 PROCESS_KEYS = _identity_keys("when_set")
 
-# Keys that say where a model runs, not what it computes (a served causal LM is named by the server's model name and
-# its pinned revision, so moving the server to another node keeps its results and cached answers): per model kind,
-# as declared (``biasflow.model_kinds``: ``ModelKindSpec.location_keys``)
-LOCATION_KEYS = model_kinds.View(
-    lambda: {k: s.location_keys for k, s in model_kinds.KINDS.items() if s.location_keys},
-    "model kind -> config keys that say where it runs")
 
 
 # Libraries whose version can change a local model's numbers (kernels, tokenisation, the model classes, float
@@ -82,8 +76,10 @@ def config_fingerprint(cfg: Mapping[str, Any]) -> str:
     key = {k: cfg.get(k) for k in SCORING_KEYS}
     if _reads(cfg.get("kind"), "dtype"):
         key["dtype"] = canonical_dtype(cfg.get("dtype"))
+    # keys that say where a model runs, not what it computes, are left out (a served causal LM is named by the
+    # server's model name and its pinned revision: moving the server to another node keeps its cached answers)
     key.update({k: cfg[k] for k in PROCESS_KEYS if cfg.get(k) is not None
-                and k not in LOCATION_KEYS.get(str(cfg.get("kind")), ())})
+                and k not in model_kinds.location_keys(cfg.get("kind"))})
     return stable_hash(key, 16)
 
 
@@ -122,12 +118,9 @@ def package_folder(package: str | None) -> str | None:
     return str(folder)
 
 
-# Model kinds loaded from a Hugging Face folder or hub id, whose fingerprint and provenance follow from the config,
-# the files and the transformers version (the model class): see ``load_identity``. Declared per kind
-# (``biasflow.model_kinds``: ``ModelKindSpec.hf_files``).
-HF_KINDS = model_kinds.View(lambda: {k: s for k, s in model_kinds.KINDS.items() if s.hf_files},
-                            "model kinds loaded from a Hugging Face folder or hub id")
-# Raise when the fingerprint or provenance of one of HF_KINDS is computed differently: remembered fingerprints
+# Raise when the fingerprint or provenance of a kind loaded from a Hugging Face folder or hub id (declared per kind:
+# ``ModelKindSpec.hf_files``; its fingerprint and provenance follow from the config, the files and the transformers
+# version, see ``load_identity``) is computed differently: remembered fingerprints
 # (scoring.answer.Models) of the old formula are then never used.
 IDENTITY_FORMAT = 2
 _COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -137,9 +130,9 @@ def load_identity(cfg: Mapping[str, Any]) -> str | None:
     """What a model's fingerprint follows from, computed without loading it (no torch): the kind, the config's
     fingerprint, the content digest of its local folder (or a hub id pinned to a full commit hash) and the
     transformers version. None when only loading can tell: a hub id at a branch or tag (the hub resolves it), a
-    folder that is not there, a kind outside HF_KINDS."""
+    folder that is not there, a kind not loaded from a Hugging Face folder or hub id."""
     kind = str(cfg.get("kind"))
-    if kind not in HF_KINDS:
+    if not model_kinds.loads_hf_files(kind):
         return None
     try:
         folder = package_folder(cfg.get("package")) if kind == "sentence_encoder" else None

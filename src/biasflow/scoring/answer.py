@@ -3,7 +3,7 @@
 ``answer_requests(requests, model_cfg, cache_root)`` de-duplicates the requests, takes the model's fingerprint (it
 names the cache folder; remembered by ``Models``, or from loading the model), looks every request up in the cache
 (``AnswerCache``: ``<cache_root>/<model fingerprint>/<request kind>/``), answers the missing requests in chunks
-through the answerer ``ANSWERERS[(model kind, request kind)]`` (each chunk written to the cache as it finishes, so an
+through the answerer the model kind declares for the request kind (``model_kinds.answer_for``) (each chunk written to the cache as it finishes, so an
 interrupted run keeps its progress) and returns one row per distinct request: ``key``, ``kind``, the request's
 fields and the answer's columns.
 
@@ -11,8 +11,8 @@ An answerer is ``fn(model, requests, budget) -> DataFrame`` with one row per req
 columns only. ``budget`` (``Budget``) carries the model config's token budgets; when a chunk runs out of memory the
 dispatcher halves the token budget and answers the chunk again, for every request kind.
 
-Who answers what is declared once per model kind in ``biasflow.model_kinds`` (``ANSWERERS`` below is derived from
-it); answerers are imported only when needed (this module imports neither torch nor transformers).
+Who answers what is declared once per model kind in ``biasflow.model_kinds`` (``model_kinds.answer_for``);
+answerers are imported only when needed (this module imports neither torch nor transformers).
 """
 from __future__ import annotations
 
@@ -34,22 +34,12 @@ from biasflow.interface.requests import Request
 
 log = logging.getLogger(__name__)
 
-# Derived from the model kind declarations (``biasflow.model_kinds``: each kind declares its answerers there, once),
-# read-only and live (a kind registered later appears): (model kind, request kind) -> "module:function" (or the
-# function itself); the revision of an answerer's numbers, raised whenever a change moves its answers, even in the
-# last bits: the cache keeps each revision's answers apart (``cache_kind``), so a resumed run or a sweep never mixes
-# answers of two versions of the code (within one revision a text's answer is the same to the bit whatever it is
-# asked with); and the request kinds a model kind answers with a sibling head of the same checkpoint (loaded as
-# that kind)
-ANSWERERS = model_kinds.ANSWERERS
-ANSWER_REVISIONS = model_kinds.ANSWER_REVISIONS
-LOAD_AS = model_kinds.LOAD_AS
-
-
 def cache_kind(model_kind: str, request_kind: str) -> str:
     """The cache folder of ``model_kind``'s answers to ``request_kind``: the request kind, with ``.r<revision>`` from
-    the answerer's second revision on (``ANSWER_REVISIONS``)."""
-    revision = ANSWER_REVISIONS.get((model_kind, request_kind), 1)
+    the answerer's second revision on (``model_kinds.Answer.revision``: raised whenever a change moves the answers,
+    even in the last bits, so a resumed run or a sweep never mixes answers of two versions of the code)."""
+    answer = model_kinds.answer_for(model_kind, request_kind)
+    revision = answer.revision if answer is not None else 1
     return request_kind if revision == 1 else f"{request_kind}.r{revision}"
 
 
@@ -141,12 +131,13 @@ def device_budget(budget: Budget, adapter: Any) -> Budget:
 def answerer(model_kind: str, request_kind: str, metric: str | None = None, *, lazy: bool = False) -> Callable:
     """The function answering ``model_kind``'s ``request_kind`` requests (ConfigError if there is none). ``lazy``:
     a stand-in that imports it on its first call (answerers import torch; a job served by the cache needs none)."""
-    target = ANSWERERS.get((model_kind, request_kind))
-    if target is None:
-        can = sorted(m for m, r in ANSWERERS if r == request_kind)
+    answer = model_kinds.answer_for(model_kind, request_kind)
+    if answer is None:
+        can = model_kinds.kinds_answering(request_kind)
         who = f" (asked by metric {metric!r})" if metric else ""
         raise ConfigError(f"model.kind={model_kind!r} cannot answer {request_kind!r} requests{who}; "
                           f"model kinds that can: {can or 'none'}")
+    target = answer.target
     if callable(target):  # registered in process (tests, plugins)
         return target
     module, name = target.split(":")
@@ -161,11 +152,11 @@ def answerer(model_kind: str, request_kind: str, metric: str | None = None, *, l
 
 
 def can_answer(model_kind: str, request_kind: str) -> bool:
-    return (model_kind, request_kind) in ANSWERERS
+    return model_kinds.answer_for(model_kind, request_kind) is not None
 
 
 class Models:
-    """The job's model(s), loaded on first use: the configured one and any sibling head (``LOAD_AS``).
+    """The job's model(s), loaded on first use: the configured one and any sibling head (``model_kinds.Answer.load_as``).
 
     A model whose fingerprint is known without loading it (``models.fingerprint.load_identity``: a local folder's
     content digest, a hub id pinned to a commit) is remembered in ``<cache>/models/<identity>.json`` (fingerprint
@@ -369,7 +360,7 @@ def answer_requests(requests: Sequence[Request], model_cfg: Mapping[str, Any], c
     for request_kind in dict.fromkeys(r.kind for r in unique):
         todo = [r for r in unique if r.kind == request_kind]
         fn = answerer(kind_of_model, request_kind, metric, lazy=True)
-        load_as = LOAD_AS.get((kind_of_model, request_kind))
+        load_as = model_kinds.answer_for(kind_of_model, request_kind).load_as
         adapter, cache = None, None
         if cache_root is not None:
             from biasflow.scoring.cache import AnswerCache
