@@ -662,7 +662,8 @@ MC_SPEC = register_metric(MetricSpec(
     score_keys=("prompt", "unknown_option", "generator", "generation"), **COMMON))
 
 __all__ = ["UnQoverOptions", "UnQoverCausalOptions", "UnQoverQAOptions", "UnQoverMCOptions", "item_scores",
-           "finish", "mu_eta", "aggregate", "bootstrap_statistic", "gamma_table", "mlm_requests", "mlm_compute", "listed", "mlm_score",
+           "finish", "mu_eta", "aggregate", "bootstrap_statistic", "gamma_table", "mlm_requests", "mlm_compute",
+           "listed", "mlm_score",
            "causal_requests", "causal_compute", "two_way", "subject_spans", "candidate_spans",
            "qa_requests", "qa_compute", "span_score", "mc_prompt", "mc_requests", "mc_compute", "read_choice",
            "SPEC", "CAUSAL_SPEC", "QA_SPEC", "MC_SPEC"]
