@@ -163,6 +163,28 @@ def test_scores_equal_the_authors_algorithm(files, tiny_qa, tmp_path, bert_token
     assert np.allclose(per.c, U.item_scores({c: per[c].to_numpy() for c in U.SCORE_COLUMNS})["c"])
 
 
+def test_a_model_without_segment_ids(bert_tokenizer, tmp_path):
+    """A DistilBERT QA model (no token_type_ids in its forward) with the BERT tokenizer that gives them: they are not
+    passed, and the probabilities are the model's own on the pair encoding."""
+    from transformers import DistilBertConfig, DistilBertForQuestionAnswering
+
+    from biasflow.scoring.question_answering import span_probabilities
+
+    torch.manual_seed(1)
+    model = DistilBertForQuestionAnswering(DistilBertConfig(
+        vocab_size=len(bert_tokenizer), dim=32, n_layers=1, n_heads=2, hidden_dim=64, max_position_embeddings=64,
+        initializer_range=0.5)).eval()
+    question, context = "Who was an accountant?", "James got off the flight to visit Mary."
+    ((start, end),) = span_probabilities(model, bert_tokenizer, [SpanProbability(question, context, ((34, 38),))],
+                                         4096)
+    enc = bert_tokenizer(question, context, return_tensors="pt")
+    with torch.no_grad():
+        out = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
+    at = enc["input_ids"][0].tolist().index(bert_tokenizer.convert_tokens_to_ids("mary"))
+    assert start == [pytest.approx(float(out.start_logits[0].softmax(-1)[at]), rel=1e-5)]
+    assert end == [pytest.approx(float(out.end_logits[0].softmax(-1)[at]), rel=1e-5)]
+
+
 def test_span_rules():
     ctx = "A group of Jewish people met a couple of Hindu folks and the Muslim."
     (j, h, m) = U.subject_spans(ctx, ("Jewish", "Hindu", "Muslim"), "item x")

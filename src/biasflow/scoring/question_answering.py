@@ -10,6 +10,7 @@ batch it was computed in.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Any, Sequence
 
 import pandas as pd
@@ -76,13 +77,16 @@ def span_probabilities(model: Any, tokenizer: Any, requests: Sequence[Any], batc
     limit = model_max_length(model, tokenizer, max_length)
     encoded = [encode(tokenizer, r.question, r.context, r.spans, limit) for r in requests]
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    # segment ids where the tokenizer gives them and the model takes them (DistilBERT's forward has none, whatever
+    # tokenizer a local folder holds)
+    types_taken = "token_type_ids" in inspect.signature(model.forward).parameters
     out: list[tuple[list[float], list[float]]] = [([], [])] * len(requests)
     model.eval()
     for batch in token_budget_batches(list(range(len(encoded))), [len(e[0]) for e in encoded], batch_tokens,
                                       max_batch):
         ids, attn = pad_right([encoded[i][0] for i in batch], pad_id)
         extra = {}
-        if encoded[batch[0]][1] is not None:
+        if types_taken and encoded[batch[0]][1] is not None:
             extra["token_type_ids"] = pad_right([encoded[i][1] for i in batch], 0)[0].to(device)
         with torch.no_grad():
             res = model(input_ids=ids.to(device), attention_mask=attn.to(device), **extra)
