@@ -37,7 +37,6 @@ EXTRA = {
     # GAP's snippets (up to 355 word pieces) exceed the tiny models' 128 positions: a window of words around them
     "gap": ["metric.gap.context_words=40"],
     "gap_mc": ["metric.gap_mc.context_words=30", "metric.gap_mc.generation.max_tokens=6"],
-    "unqover_qa": ["benchmark.unqover.form=qa"],  # a QA model answers the QA questions (the default form is lm)
     "classification_fairness": ["metric.classification_fairness.predictions_file=example"],
     "recommendation_fairness": ["metric.recommendation_fairness.recommendations_file=example"],
 }

@@ -223,16 +223,28 @@ def test_bad_inputs_are_errors_naming_the_item(files, tiny_qa, tmp_path):
         SpanProbability("Who?", "Mary", ((2, 9),))
 
 
-def test_the_plan_refuses_wrong_forms_and_model_kinds():
+def test_the_qa_metric_reads_the_questions_beside_the_masked_metrics(caplog):
+    """unqover_qa reads form=qa whatever benchmark.unqover says (logged), in a table of its own, so one sweep runs
+    the masked-LM and the QA metric; a model of another kind is skipped with the reason."""
     from biasflow.plan import build_plan
 
-    with pytest.raises(ConfigError, match=r"metric unqover_qa asks the QA questions .*benchmark\.unqover\.form='lm'"):
-        build_plan(["metric=[unqover_qa]", "model=distilbert_squad"])
     with pytest.raises(ConfigError, match=r"unqover_qa skipped for model bert_base_uncased: it needs a model of kind "
                                           r"\['question_answering'\], got 'masked_lm'"):
-        build_plan(["metric=[unqover_qa]", "model=bert_base_uncased", "benchmark.unqover.form=qa"])
-    (job,) = build_plan(["metric=[unqover_qa]", "model=distilbert_squad", "benchmark.unqover.form=qa"]).jobs
-    assert job.model["kind"] == "question_answering" and job.benchmark_cfg["form"] == "qa"
+        build_plan(["metric=[unqover_qa]", "model=bert_base_uncased"])
+    with caplog.at_level("INFO", logger="biasflow"):
+        plan = build_plan(["metric=[unqover,unqover_qa]", "model=bert_base_uncased,distilbert_squad"],
+                          multirun=True)
+    jobs = {(j.metric, j.model["kind"]): j for j in plan.jobs}
+    assert set(jobs) == {("unqover", "masked_lm"), ("unqover_qa", "question_answering")}
+    lm, qa = jobs[("unqover", "masked_lm")], jobs[("unqover_qa", "question_answering")]
+    assert lm.benchmark_cfg["form"] == "lm" and qa.benchmark_cfg["form"] == "qa"
+    assert {k: v for k, v in qa.benchmark_cfg.items() if k != "form"} == \
+        {k: v for k, v in lm.benchmark_cfg.items() if k != "form"}
+    assert lm.items_path != qa.items_path  # two item tables of one benchmark config
+    assert "metric unqover_qa reads benchmark unqover with form=qa" in caplog.text
+    # the masked-LM metric still refuses the question form it cannot score
+    with pytest.raises(ConfigError, match="metric unqover scores the masked-LM templates"):
+        build_plan(["metric=[unqover]", "model=bert_base_uncased", "benchmark.unqover.form=qa"])
 
 
 def test_runs_through_the_pipeline_stages_on_a_tiny_qa_model(files, tiny_qa_dir, tmp_path, monkeypatch):

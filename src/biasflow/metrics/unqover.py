@@ -140,15 +140,6 @@ def _masked_form(metric: str):
     return check
 
 
-def _qa_form(benchmark_cfg) -> None:
-    """``MetricSpec.check_benchmark`` of ``unqover_qa``: a QA model answers questions; the masked statements have no
-    question to answer (refused when planning, before the downloads)."""
-    form = benchmark_cfg.get("form", "lm")
-    if form != "qa":
-        raise ConfigError(f"metric unqover_qa asks the QA questions (\"Who was an accountant?\"): "
-                          f"benchmark.unqover.form={form!r} gives masked statements; set benchmark.unqover.form=qa")
-
-
 def _check_items(items: pd.DataFrame, metric: str) -> None:
     for row in items.itertuples(index=False):
         for q in (row.question, row.question_neg):
@@ -653,7 +644,8 @@ CAUSAL_SPEC = register_metric(MetricSpec(
 QA_SPEC = register_metric(MetricSpec(
     follows=FOLLOWS + ", QA-model scoring as their qa_hf/predict.py", name="unqover_qa",
     model_kinds=("question_answering",), requests=qa_requests, compute=qa_compute, options=UnQoverQAOptions,
-    score_keys=("extend_span",), check_benchmark=_qa_form, **COMMON))
+    # a QA model answers the questions, whatever form the plan's masked-LM metrics read (its own items table)
+    score_keys=("extend_span",), benchmark_settings={"form": "qa"}, **COMMON))
 
 MC_SPEC = register_metric(MetricSpec(
     follows=FOLLOWS + " on a multiple-choice form (biasflow's)", name="unqover_mc",
