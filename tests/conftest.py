@@ -148,6 +148,20 @@ def build_tiny_gpt2(out: Path, n_positions: int = 128) -> Path:
     return out
 
 
+@pytest.fixture
+def restore_registries():
+    """Metrics, loaders, model and generator kinds as they were before the test: what it registers disappears."""
+    from biasflow import generator_kinds, model_kinds, registry
+
+    saved = [(r, dict(r.items()), r.packages) for r in (registry.METRICS, registry.LOADERS, model_kinds.KINDS,
+                                                        generator_kinds.GENERATOR_KINDS)]
+    yield
+    for r, content, packages in saved:
+        dict.clear(r)
+        dict.update(r, content)
+        r.packages = packages
+
+
 @pytest.fixture(scope="module")
 def bert_tokenizer():
     """The MiniLM WordPiece tokenizer (BERT's uncased vocabulary) of every tiny BERT here."""

@@ -41,13 +41,10 @@ def documented_overrides(table: Path) -> list[str]:
 
 
 @pytest.fixture
-def example(tmp_path, monkeypatch, crows_csv):
+def example(tmp_path, monkeypatch, crows_csv, restore_registries):
     """The page's files in a scratch project with the CrowS-Pairs file in place; the declaration module imported as
     biasflow.kinds.unigram (the registry finds it there) and its kind gone after the test; a counts table from the
     first pairs' less stereotyped sentences."""
-    from biasflow import model_kinds
-
-    monkeypatch.setattr(model_kinds, "KINDS", dict(model_kinds.KINDS))
     project = project_copy(tmp_path / "project", datasets={f"crows_pairs/{crows_csv.name}": crows_csv})
     (project / "conf" / "model" / "unigram.yaml").write_text(titled("conf/model/unigram.yaml"))
     module = types.ModuleType("biasflow.models.unigram")

@@ -103,14 +103,12 @@ def test_every_metric_has_its_options_model():
     assert all(spec.options is not None for spec in METRICS.values())
 
 
-def test_a_metric_without_an_options_model_is_refused_naming_its_module(monkeypatch):
+def test_a_metric_without_an_options_model_is_refused_naming_its_module(restore_registries):
     """``MetricSpec.options`` is required: there is no list of options models elsewhere to fall back on."""
     import dataclasses
 
     from biasflow import registry
 
-    load_all()
-    monkeypatch.setattr(registry, "METRICS", dict(registry.METRICS))
     crows = registry.METRICS["crows_pairs"]
     for options in (None, dict, crows.options.model_validate):
         with pytest.raises(ValueError, match=r"metric 'crows_pairs' \(biasflow\.metrics\.crows_pairs\) has no "

@@ -17,9 +17,8 @@ SMALL = Resources(mem_mb=1000, cpus=1, runtime_min=10, gpu_capable=False)
 
 
 @pytest.fixture
-def kinds(monkeypatch):
+def kinds(restore_registries):
     """The registry, restored after the test (kinds a test registers disappear)."""
-    monkeypatch.setattr(model_kinds, "KINDS", dict(model_kinds.KINDS))
     return model_kinds.KINDS
 
 
@@ -268,23 +267,22 @@ SCRATCH_KIND = (
 
 
 @pytest.fixture
-def fresh_registry(tmp_path, monkeypatch):
+def fresh_registry(tmp_path, monkeypatch, restore_registries):
     """An empty registry that reads the declaration modules again on its first read (from a scratch folder on
     sys.path too), and the real one back after the test."""
     import sys
 
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(model_kinds, "KINDS", model_kinds.DeclaredRegistry())
-    monkeypatch.setitem(model_kinds._loading, "state", "no")
+    dict.clear(model_kinds.KINDS)
+    monkeypatch.setattr(model_kinds.KINDS, "_state", "no")
     for name in [m for m in sys.modules if m == "biasflow.kinds" or m.startswith(("biasflow.kinds.", "my_"))]:
         monkeypatch.delitem(sys.modules, name)
     yield tmp_path
     monkeypatch.undo()
-    model_kinds._loading["state"] = "done"
 
 
 def test_a_kind_declared_in_a_module_of_its_own_is_found_without_an_edit_elsewhere(fresh_registry, monkeypatch):
-    """The declaration modules are discovered (``model_kinds.DECLARATION_PACKAGES``): a new module in the package
+    """The declaration modules are discovered (``model_kinds.KINDS.packages``): a new module in the package
     declares a kind, its config model validates its configs, and a kind it refers to may be declared in a module
     imported after it."""
     from biasflow.schema import validate_model_config
@@ -297,7 +295,7 @@ def test_a_kind_declared_in_a_module_of_its_own_is_found_without_an_edit_elsewhe
         "from biasflow.model_kinds import ModelKindSpec, Resources, register_model_kind\n"
         "register_model_kind(ModelKindSpec(name='z_base', factory='my_kinds.z_base:Model', answers={},\n"
         "    resources=Resources(mem_mb=1, cpus=1, runtime_min=1, gpu_capable=False)))\n")
-    monkeypatch.setattr(model_kinds, "DECLARATION_PACKAGES", [*model_kinds.DECLARATION_PACKAGES, "my_kinds"])
+    monkeypatch.setattr(model_kinds.KINDS, "packages", [*model_kinds.KINDS.packages, "my_kinds"])
     assert {"table_lm", "z_base", "causal_lm"} <= set(model_kinds.KINDS)
     assert model_kinds.accepts(["z_base"], "table_lm")
     validate_model_config({"kind": "table_lm", "table": "t.tsv"})
@@ -314,18 +312,18 @@ def test_an_installed_package_declares_its_kinds_by_an_entry_point(fresh_registr
     dist = fresh_registry / "my_plugin-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-plugin\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(f"[{model_kinds.ENTRY_POINT_GROUP}]\nplugin = my_plugin\n")
+    (dist / "entry_points.txt").write_text(f"[{model_kinds.KINDS.entry_point_group}]\nplugin = my_plugin\n")
     assert model_kinds.accepts(["causal_lm"], "plugin_lm") and "plugin_lm" in model_kinds.known()
     # a broken declaration module: one line naming it, and the registry is read again once it is mended
     (fresh_registry / "my_plugin.py").write_text("register_model_kind(\n")
     import sys
 
     del sys.modules["my_plugin"]
-    model_kinds.KINDS.clear()
-    model_kinds._loading["state"] = "no"
+    dict.clear(model_kinds.KINDS)
+    model_kinds.KINDS._state = "no"
     with pytest.raises(ImportError, match="the model kinds declared in my_plugin could not be read: SyntaxError"):
         model_kinds.known()
-    assert model_kinds._loading["state"] == "no"
+    assert model_kinds.KINDS.state == "no"
 
 
 def test_a_generator_kind_declared_in_a_declaration_module_is_known_without_importing_it(fresh_registry, monkeypatch):
@@ -342,7 +340,7 @@ def test_a_generator_kind_declared_in_a_declaration_module_is_known_without_impo
         "def echo_model(gen):\n"
         "    return {'name': gen.get('name') or 'echo', 'kind': 'generator', 'generator': 'my_echo'}\n"
         "register_generator_kind(GeneratorKindSpec(name='my_echo', reads=('kind', 'name'), job_model=echo_model))\n")
-    monkeypatch.setattr(model_kinds, "DECLARATION_PACKAGES", [*model_kinds.DECLARATION_PACKAGES, "my_generators"])
+    monkeypatch.setattr(model_kinds.KINDS, "packages", [*model_kinds.KINDS.packages, "my_generators"])
     try:
         assert dict.get(GENERATOR_KINDS, "my_echo") is None  # not imported yet
         assert GeneratorConfig.model_validate({"kind": "my_echo"}).kind == "my_echo"

@@ -110,8 +110,9 @@ def test_the_cycle_check_finds_a_circle():
 # "Package layers"); a folder imports only what is below it. The app layer above ``plan`` (stages, workflow, runner,
 # report, tracking, cli, api) is checked by the module-level circle test.
 LAYERS = ("errors", "io", "secrets", "ordered", "upstream", "installed", "bars", "part_store", "openai_http",
-          "model_kinds", "generator_kinds", "generator_config", "schema", "kinds", "registry", "provenance",
-          "score_kinds", "interface", "models", "scoring", "generation", "lmchallenge", "data", "stats", "metrics", "plan")
+          "declared", "model_kinds", "generator_kinds", "generator_config", "schema", "kinds", "registry",
+          "provenance", "score_kinds", "interface", "models", "scoring", "generation", "lmchallenge", "data", "stats",
+          "metrics", "plan")
 # Imports that still climb (issue 47, open): the LM Challenge command (``python -m biasflow.lmchallenge``) composes
 # model configs with the plan's compose.
 CLIMBING = {("lmchallenge", "biasflow.plan")}
@@ -197,15 +198,12 @@ def test_every_imported_package_is_declared():
     assert sorted(set(core_needs_extra)) == []
 
 
-def test_a_second_metric_or_loader_under_a_taken_name_is_refused(monkeypatch):
+def test_a_second_metric_or_loader_under_a_taken_name_is_refused(restore_registries):
     import dataclasses
 
     from biasflow import registry
 
-    registry.load_all()
     crows = registry.METRICS["crows_pairs"]
-    monkeypatch.setattr(registry, "METRICS", dict(registry.METRICS))
-    monkeypatch.setattr(registry, "LOADERS", dict(registry.LOADERS))
 
     def compute(items, answers, cfg):
         return items
@@ -219,6 +217,43 @@ def test_a_second_metric_or_loader_under_a_taken_name_is_refused(monkeypatch):
     registry.register_metric(crows)  # the same module again (a re-import): fine
     with pytest.raises(ValueError, match="dataset loader 'crows_pairs' is registered twice"):
         registry.register_loader("crows_pairs")(compute)
+
+
+def test_an_installed_package_adds_metrics_and_loaders_by_an_entry_point(tmp_path, monkeypatch, restore_registries):
+    """biasflow installed from a wheel: a package of one's own names its module under the entry-point group
+    ``biasflow.benchmarks`` (no file of biasflow edited) and its metric and loader are known wherever the registries
+    are read; a module that fails to import is an error naming it, and the registries are read again once mended."""
+    import sys
+
+    import pytest
+
+    from biasflow import registry
+
+    module = tmp_path / "my_benchmarks.py"
+    module.write_text(
+        "import dataclasses\n"
+        "from biasflow.registry import METRICS, register_loader, register_metric\n"
+        "@register_loader('my_pairs')\n"
+        "def load(files, cfg):\n"
+        "    return None\n"
+        "register_metric(dataclasses.replace(METRICS['crows_pairs'], name='my_metric'))\n")
+    dist = tmp_path / "my_benchmarks-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: my-benchmarks\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[{registry.ENTRY_POINT_GROUP}]\nmine = my_benchmarks\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "my_metric" not in dict.keys(registry.METRICS)
+    monkeypatch.setattr(registry.METRICS, "_state", "no")  # read again: the built-ins and the entry point's module
+    assert registry.get_metric("my_metric").options is registry.METRICS["crows_pairs"].options
+    assert registry.get_loader("my_pairs") is sys.modules["my_benchmarks"].load
+    assert {"crows_pairs", "my_metric"} <= set(registry.METRICS) and "my_pairs" in registry.LOADERS
+    module.write_text("register_metric(\n")
+    del sys.modules["my_benchmarks"]
+    monkeypatch.setattr(registry.METRICS, "_state", "no")
+    with pytest.raises(ImportError, match="the metrics declared in my_benchmarks could not be read: SyntaxError"):
+        registry.get_metric("crows_pairs")
+    assert registry.METRICS.state == registry.LOADERS.state == "no"
+    monkeypatch.delitem(sys.modules, "my_benchmarks", raising=False)
 
 
 # the names metric code gives its options (the metric's options model, or a nested options model of it)

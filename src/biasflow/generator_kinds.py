@@ -7,7 +7,8 @@ answered by ``model.kind: generator``, the backend that model builds. Everything
 ``schema.GeneratorConfig`` (which kinds exist), ``generator_config`` (the keys each reads, the job's model),
 ``models.generator`` (the backends). A new kind is one ``register_generator_kind`` call in a declaration module
 (``src/biasflow/kinds/<name>.py``, or a module of one's own package named under the ``biasflow.kinds`` entry-point
-group: ``model_kinds.load_declarations``), which every process reads before it reads this registry.
+group), read on the first read of this registry (it is filled with ``model_kinds.KINDS``: one
+``biasflow.declared.Registry`` loading).
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from biasflow.errors import ConfigError
-from biasflow.model_kinds import HTTP_CLIENT_OPTIONS, DeclaredRegistry
+from biasflow.declared import Registry
+from biasflow.model_kinds import HTTP_CLIENT_OPTIONS, KINDS
 
 
 @dataclass(frozen=True)
@@ -39,16 +41,13 @@ class GeneratorKindSpec:
 
 
 # read after the declaration modules are imported (a kind of one's own declared there is known everywhere)
-GENERATOR_KINDS: dict[str, GeneratorKindSpec] = DeclaredRegistry()
+GENERATOR_KINDS: dict[str, GeneratorKindSpec] = Registry("generator kind", filled_with=KINDS)
 
 
 def register_generator_kind(spec: GeneratorKindSpec) -> GeneratorKindSpec:
-    old = dict.get(GENERATOR_KINDS, spec.name)  # registering never waits for the declaration modules
-    if old is not None and old.job_model.__module__ != spec.job_model.__module__:
-        raise ValueError(f"generator kind {spec.name!r} is registered twice: by {old.job_model.__module__} and by "
-                         f"{spec.job_model.__module__}; give one of them another name")
-    GENERATOR_KINDS[spec.name] = spec
-    return spec
+    old = GENERATOR_KINDS.registered(spec.name)
+    return GENERATOR_KINDS.add(spec.name, spec, spec.job_model.__module__,
+                               old.job_model.__module__ if old is not None else None)
 
 
 def known() -> list[str]:

@@ -17,19 +17,21 @@ reads it from here:
 * the plan: a metric that accepts ``like``'s kind accepts this one too.
 
 The declarations live in the modules of ``biasflow.kinds`` (one per family of kinds, each with its config models),
-imported on the first read of ``KINDS``; ``docs/adding_a_model_kind.md`` adds one there. A second declaration under
-a taken name is an error naming both modules. This module imports no other biasflow module (the schema, which the
-declarations' config models build on, sits above it).
+imported on the first read of ``KINDS`` (a ``biasflow.declared.Registry``, the mechanism of every registry);
+``docs/adding_a_model_kind.md`` adds one there. A second declaration under a taken name is an error naming both
+modules. This module imports no other biasflow module but ``declared`` (the schema, which the declarations' config
+models build on, sits above it).
 """
 from __future__ import annotations
 
 import dataclasses
 import importlib
-import pkgutil
 import re
 import sys
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Mapping
+
+from biasflow.declared import Registry
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 _TARGET = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -142,89 +144,20 @@ class ModelKindSpec:
         object.__setattr__(self, "location_keys", tuple(self.location_keys))
 
 
-# the packages whose modules declare model kinds: every module of each is imported on the first read of KINDS
-DECLARATION_PACKAGES = ["biasflow.kinds"]
-# an installed package of one's own declares its kinds' module under this entry-point group (its pyproject.toml:
+# name -> declaration: the one registry of model kinds, filled by the modules of ``biasflow.kinds`` and those an
+# installed package names under the entry-point group ``biasflow.kinds`` (its pyproject.toml:
 # [project.entry-points."biasflow.kinds"] my_kinds = "my_project.kinds"), so no file of biasflow is edited
-ENTRY_POINT_GROUP = "biasflow.kinds"
-_loading = {"state": "no", "references": []}
+_pending_references: list[ModelKindSpec] = []
 
 
-def _declaration_modules() -> list[str]:
-    from importlib.metadata import entry_points
-
-    modules = []
-    for package_name in DECLARATION_PACKAGES:
-        package = importlib.import_module(package_name)
-        modules += [f"{package_name}.{info.name}" for info in pkgutil.iter_modules(package.__path__)
-                    if not info.name.startswith("_")]
-    return modules + sorted({entry.module for entry in entry_points(group=ENTRY_POINT_GROUP)})
+def _check_pending_references() -> None:
+    references, _pending_references[:] = list(_pending_references), []
+    for spec in references:
+        _check_references(spec)
 
 
-def load_declarations() -> None:
-    """Import every module of ``DECLARATION_PACKAGES`` and of the ``biasflow.kinds`` entry points once (each registers
-    its kinds), then check the references between kinds (``like``, ``load_as``), which may point to a kind of a
-    module imported later. A module that fails to import is an error naming it."""
-    if _loading["state"] != "no":
-        return
-    _loading["state"] = "loading"
-    try:
-        for module in _declaration_modules():
-            try:
-                importlib.import_module(module)
-            except Exception as exc:
-                raise ImportError(f"the model kinds declared in {module} could not be read: "
-                                  f"{type(exc).__name__}: {exc}") from exc
-        references, _loading["references"] = _loading["references"], []
-        for spec in references:
-            _check_references(spec)
-    except BaseException:
-        _loading["state"] = "no"
-        raise
-    _loading["state"] = "done"
-
-
-class DeclaredRegistry(dict):
-    """name -> declaration. Reading it imports the declaration modules first (``load_declarations``); registering
-    writes to it without reading, so a declaration module can register while they are imported. The registries of
-    model kinds and of generator kinds (``generator_kinds``) are two of these: a declaration module may add to
-    both."""
-
-    def __getitem__(self, key):
-        load_declarations()
-        return super().__getitem__(key)
-
-    def get(self, key, default=None):
-        load_declarations()
-        return super().get(key, default)
-
-    def __contains__(self, key) -> bool:
-        load_declarations()
-        return super().__contains__(key)
-
-    def __iter__(self):
-        load_declarations()
-        return super().__iter__()
-
-    def __len__(self) -> int:
-        load_declarations()
-        return super().__len__()
-
-    def keys(self):
-        load_declarations()
-        return super().keys()
-
-    def values(self):
-        load_declarations()
-        return super().values()
-
-    def items(self):
-        load_declarations()
-        return super().items()
-
-
-# name -> declaration: the one registry of model kinds
-KINDS: dict[str, ModelKindSpec] = DeclaredRegistry()
+KINDS: dict[str, ModelKindSpec] = Registry("model kind", ["biasflow.kinds"], "biasflow.kinds",
+                                           after_load=_check_pending_references)
 
 
 def _check_references(spec: ModelKindSpec) -> None:
@@ -242,21 +175,17 @@ def register_model_kind(spec: ModelKindSpec, module: str | None = None) -> Model
         raise TypeError("register_model_kind takes a ModelKindSpec(name=..., factory='module:function', answers=..., "
                         "resources=Resources(...)), see docs/adding_a_model_kind.md")
     module = module or spec.module or sys._getframe(1).f_globals.get("__name__", "?")
-    # while the declaration modules are imported, the registry is read as it stands (it is being filled)
-    old = dict.get(KINDS, spec.name) if _loading["state"] == "loading" else KINDS.get(spec.name)
-    if old is not None and old.module != module:
-        raise ValueError(f"model kind {spec.name!r} is registered twice: by {old.module} and by {module}; give one "
-                         f"of them another name")
+    old = KINDS.registered(spec.name)
+    KINDS.refuse_taken(spec.name, module, old.module if old is not None else None)
     if old is not None and old != spec:
         raise ValueError(f"model kind {spec.name!r} is registered twice in {module}, differently; keep one of the "
                          f"declarations")
-    if _loading["state"] == "loading":
-        _loading["references"].append(spec)  # checked once every declaration module is imported
+    if KINDS.state == "loading":
+        _pending_references.append(spec)  # checked once every declaration module is imported
     else:
         _check_references(spec)
     spec = dataclasses.replace(spec, module=module)
-    KINDS[spec.name] = spec
-    return spec
+    return KINDS.add(spec.name, spec, module)
 
 
 def config_model(kind: Any) -> type | None:
@@ -322,4 +251,4 @@ HTTP_CLIENT_OPTIONS = ("api_key_env", "api_key_file", "timeout_s", "max_retries"
                        "concurrency", "requests_per_second")
 
 __all__ = ["ModelKindSpec", "Answer", "Resources", "register_model_kind", "KINDS", "accepts", "known",
-           "config_model", "load_declarations", "DeclaredRegistry", "DECLARATION_PACKAGES", "ENTRY_POINT_GROUP", "HTTP_CLIENT_OPTIONS", "resolve", "answer_for", "kinds_answering", "loads_hf_files", "location_keys"]
+           "config_model", "HTTP_CLIENT_OPTIONS", "resolve", "answer_for", "kinds_answering", "loads_hf_files", "location_keys"]

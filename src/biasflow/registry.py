@@ -1,43 +1,58 @@
 """Registries that connect configuration names to code.
 
-* ``LOADERS[name](files, cfg) -> items DataFrame``: one per dataset (``benchmark.<name>.loader``).
+* ``LOADERS[name] -> LoaderSpec``: one per dataset (``benchmark.<name>.loader``); ``get_loader(name)(files, cfg)``
+  gives the items DataFrame.
 * ``METRICS[name] -> MetricSpec``: one per metric family (``metric.<name>``).
 
-Modules register themselves on import; ``load_all()`` imports every built-in module so the registries are full.
+Both are ``biasflow.declared.Registry``s (the mechanism of every registry, model kinds' too): the modules of
+``biasflow.data`` and ``biasflow.metrics``, and those an installed package names under the entry-point group
+``biasflow.benchmarks``, register on import, and reading either registry imports them all once (``load_all()`` does
+it up front).
 """
 from __future__ import annotations
 
 import copy
 import dataclasses
 import functools
-import importlib
-import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import pandas as pd
 
+from biasflow.declared import Registry
+
 Loader = Callable[[Mapping[str, Path], Mapping[str, Any]], pd.DataFrame]
-
-LOADERS: dict[str, Loader] = {}
-METRICS: dict[str, "MetricSpec"] = {}
-# loader name -> its options whose mapping order carries meaning (biasflow.ordered): kept as ordered lists in plans
-LOADER_CHECKS: dict[str, Callable[[Mapping[str, Any]], None]] = {}
-LOADER_USE_CHECKS: dict[str, Callable[[Mapping[str, Any]], None]] = {}
-LOADER_ORDERED_OPTIONS: dict[str, tuple[str, ...]] = {}
-# loader name -> the values its ``split`` option takes (a loader that declares none takes any, or has no splits)
-LOADER_SPLITS: dict[str, tuple[str, ...]] = {}
-# loader name -> its options model (a ``schema.BenchmarkConfig`` subclass; a loader that declares none has only the
-# options every dataset has)
-LOADER_OPTIONS: dict[str, type] = {}
-# loader name -> (items, files, cfg) -> {file key: rows that file contributed to the items, or None for a file read
-# beside them that gives no rows of its own (metadata, templates)}; a key left out is a file the loader did not read
+# (items, files, cfg) -> {file key: rows that file contributed to the items, or None for a file read beside them that
+# gives no rows of its own (metadata, templates)}; a key left out is a file the loader did not read
 FileRows = Callable[[pd.DataFrame, Mapping[str, Path], Mapping[str, Any]], Mapping[str, "int | None"]]
-LOADER_FILE_ROWS: dict[str, FileRows] = {}
 
-# Every module of these packages is imported by ``load_all`` (so a new metric needs no edit here).
+
+@dataclass(frozen=True)
+class LoaderSpec:
+    """A dataset loader (``register_loader``). ``load(files, cfg) -> items``; ``options``: its options model (a
+    ``schema.BenchmarkConfig`` subclass); ``ordered_options``: options whose mapping order carries meaning
+    (``biasflow.ordered``: kept as ordered lists in plans); ``splits``: the values its ``split`` option takes (empty:
+    any, or no splits); ``check`` / ``check_use``: plan-time checks of its config; ``file_rows``: the rows each file
+    contributed (None: not declared)."""
+
+    name: str
+    load: Loader
+    options: type
+    ordered_options: tuple[str, ...] = ()
+    splits: tuple[str, ...] = ()
+    check: Callable[[Mapping[str, Any]], None] | None = None
+    check_use: Callable[[Mapping[str, Any]], None] | None = None
+    file_rows: FileRows | None = None
+
+
+# Every module of these packages is imported on the first read of a registry (so a new metric needs no edit here),
+# and the modules installed packages name under the entry-point group (their pyproject.toml:
+# [project.entry-points."biasflow.benchmarks"] mine = "my_project.benchmarks")
 DISCOVERED_PACKAGES = ["biasflow.data", "biasflow.metrics"]
+ENTRY_POINT_GROUP = "biasflow.benchmarks"
+METRICS: dict[str, "MetricSpec"] = Registry("metric", DISCOVERED_PACKAGES, ENTRY_POINT_GROUP)
+LOADERS: dict[str, LoaderSpec] = Registry("dataset loader", filled_with=METRICS)
 
 
 @dataclass(frozen=True)
@@ -135,14 +150,6 @@ class MetricSpec:
     binary_outcomes: Mapping[str, Callable[[pd.DataFrame], pd.Series]] = field(default_factory=dict)
 
 
-def _refuse_taken(kind: str, name: str, old_module: str | None, new_module: str | None) -> None:
-    """A second extension under a taken name would silently replace the first: an error naming both modules (the
-    same module registering again, as on a re-import, is fine)."""
-    if old_module is not None and old_module != new_module:
-        raise ValueError(f"{kind} {name!r} is registered twice: by {old_module} and by {new_module}; "
-                         f"give one of them another name")
-
-
 def register_loader(name: str, ordered_options: tuple[str, ...] = (),
                     check: Callable[[Mapping[str, Any]], None] | None = None, splits: tuple[str, ...] = (),
                     options: type | None = None, file_rows: FileRows | None = None,
@@ -151,7 +158,7 @@ def register_loader(name: str, ordered_options: tuple[str, ...] = (),
     raising ConfigError; the plan runs it, so a typo fails before any download. ``splits``: the values of its
     ``split`` option (checked at plan time). ``options``: its options model, a ``schema.BenchmarkConfig`` subclass
     declaring the options it reads beyond every dataset's (None: it reads none). ``file_rows(items, files, cfg)``:
-    the rows each configured file contributed to the prepared items (``LOADER_FILE_ROWS``), for the provenance of
+    the rows each configured file contributed to the prepared items (``LoaderSpec.file_rows``), for the provenance of
     the report and of MLflow; without it a loader of one file gives it every row, and the files of a loader of
     several are listed without counts (``biasflow.provenance.file_rows``). ``check_use(benchmark_cfg)``: what must
     hold when a job reads the benchmark (a file of the user's named), checked for the benchmarks the plan uses."""
@@ -162,33 +169,36 @@ def register_loader(name: str, ordered_options: tuple[str, ...] = (),
                          f"got {options!r}")
 
     def deco(fn: Loader) -> Loader:
-        _refuse_taken("dataset loader", name, getattr(LOADERS.get(name), "__module__", None), fn.__module__)
-        LOADERS[name] = fn
-        LOADER_OPTIONS[name] = options or BenchmarkConfig
-        LOADER_ORDERED_OPTIONS[name] = tuple(ordered_options)
-        if splits:
-            LOADER_SPLITS[name] = tuple(splits)
-        if check is not None:
-            LOADER_CHECKS[name] = check
-        if check_use is not None:
-            LOADER_USE_CHECKS[name] = check_use
-        if file_rows is not None:
-            LOADER_FILE_ROWS[name] = file_rows
+        old = LOADERS.registered(name)
+        LOADERS.add(name, LoaderSpec(name=name, load=fn, options=options or BenchmarkConfig,
+                                     ordered_options=tuple(ordered_options), splits=tuple(splits), check=check,
+                                     check_use=check_use, file_rows=file_rows),
+                    fn.__module__, old.load.__module__ if old is not None else None)
         return fn
 
     return deco
 
 
+def _loader(name: str) -> LoaderSpec | None:
+    return LOADERS.get(name)
+
+
 def loader_splits(loader: str) -> tuple[str, ...] | None:
     """The values ``loader``'s ``split`` option takes (None: not declared)."""
-    load_all()
-    return LOADER_SPLITS.get(loader)
+    spec = _loader(loader)
+    return spec.splits if spec is not None and spec.splits else None
+
+
+def loader_ordered_options(loader: str) -> tuple[str, ...]:
+    """``loader``'s options whose mapping order carries meaning (none for an unknown loader)."""
+    spec = _loader(loader)
+    return spec.ordered_options if spec is not None else ()
 
 
 def loader_file_rows(loader: str) -> FileRows | None:
     """``loader``'s count of the rows each of its files contributed (None: not declared)."""
-    load_all()
-    return LOADER_FILE_ROWS.get(loader)
+    spec = _loader(loader)
+    return spec.file_rows if spec is not None else None
 
 
 def loader_options(loader: str) -> type:
@@ -196,30 +206,27 @@ def loader_options(loader: str) -> type:
     the unknown loader is reported where it is looked up)."""
     from biasflow.schema import BenchmarkConfig
 
-    load_all()
-    return LOADER_OPTIONS.get(loader, BenchmarkConfig)
+    spec = _loader(loader)
+    return spec.options if spec is not None else BenchmarkConfig
 
 
 def every_loader_option() -> set[str]:
     """Every option some loader reads (the names ``benchmark.<name>.<option>=v`` may add without Hydra's ``+``)."""
-    load_all()
-    return {name for model in {loader_options(loader) for loader in LOADERS} for name in model.model_fields}
+    return {name for model in {spec.options for spec in LOADERS.values()} for name in model.model_fields}
 
 
 def check_benchmark_use(loader: str, benchmark_cfg: Mapping[str, Any]) -> None:
     """Plan time, for a benchmark a job reads: the loader's ``check_use`` (``register_loader(check_use=...)``)."""
-    load_all()
-    check = LOADER_USE_CHECKS.get(loader)
-    if check is not None:
-        check(benchmark_cfg)
+    spec = _loader(loader)
+    if spec is not None and spec.check_use is not None:
+        spec.check_use(benchmark_cfg)
 
 
 def check_loader_options(loader: str, benchmark_cfg: Mapping[str, Any]) -> None:
     """Plan time: the loader's own checks of ``benchmark_cfg`` that need no data (``register_loader(check=...)``)."""
-    load_all()
-    check = LOADER_CHECKS.get(loader)
-    if check is not None:
-        check(benchmark_cfg)
+    spec = _loader(loader)
+    if spec is not None and spec.check is not None:
+        spec.check(benchmark_cfg)
 
 
 # the metric callables that take the metric's options, and at which argument
@@ -286,8 +293,8 @@ def options_in_module(namespace: dict[str, Any], options: type, only: tuple[str,
 
 def register_metric(spec: MetricSpec) -> MetricSpec:
     """Register ``spec`` under its name; its callables then read its options with every default filled in."""
-    old = METRICS.get(spec.name)
-    _refuse_taken("metric", spec.name, old.compute.__module__ if old else None, spec.compute.__module__)
+    old = METRICS.registered(spec.name)
+    METRICS.refuse_taken(spec.name, spec.compute.__module__, old.compute.__module__ if old is not None else None)
     from biasflow.schema import MetricBase
 
     options = spec.options
@@ -303,42 +310,27 @@ def register_metric(spec: MetricSpec) -> MetricSpec:
     wrapped = {name: _with_options(getattr(spec, name), index, options)
                for name, index in _OPTION_ARGUMENTS.items() if getattr(spec, name) is not None}
     spec = dataclasses.replace(spec, options=options, **wrapped)
-    METRICS[spec.name] = spec
-    return spec
-
-
-_loaded = False
+    return METRICS.add(spec.name, spec, spec.compute.__module__)
 
 
 def load_all() -> None:
-    """Import every built-in loader and metric module once (they register themselves)."""
-    global _loaded
-    if _loaded:
-        return
-    for pkg_name in DISCOVERED_PACKAGES:
-        pkg = importlib.import_module(pkg_name)
-        for info in pkgutil.iter_modules(pkg.__path__):
-            if not info.name.startswith("_"):
-                importlib.import_module(f"{pkg_name}.{info.name}")
-    _loaded = True
+    """Import every loader and metric module once (they register themselves); reading a registry does it too."""
+    METRICS.load()
 
 
 def metric_options(name: str) -> type | None:
     """The options model of metric ``name`` (its ``MetricSpec.options``); None for an unknown metric."""
-    load_all()
     spec = METRICS.get(name)
     return spec.options if spec is not None else None
 
 
 def get_metric(name: str) -> MetricSpec:
-    load_all()
     if name not in METRICS:
         raise KeyError(f"unknown metric {name!r}; known: {sorted(METRICS)}")
     return METRICS[name]
 
 
 def get_loader(name: str) -> Loader:
-    load_all()
     if name not in LOADERS:
         raise KeyError(f"unknown dataset loader {name!r}; known: {sorted(LOADERS)}")
-    return LOADERS[name]
+    return LOADERS[name].load

@@ -30,13 +30,12 @@ def _without_stage_fields(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def with_ordered_options(cfg: dict[str, Any]) -> dict[str, Any]:
-    """Options whose mapping order changes the numbers (``LOADER_ORDERED_OPTIONS``, ``MetricSpec.ordered_options``)
+    """Options whose mapping order changes the numbers (``LoaderSpec.ordered_options``, ``MetricSpec.ordered_options``)
     as ordered lists of one-key mappings: the plan, its hashes and Snakemake's params sort dict keys."""
     from biasflow.ordered import as_ordered_list
-    from biasflow.registry import LOADER_ORDERED_OPTIONS, METRICS, load_all
+    from biasflow.registry import METRICS, loader_ordered_options
 
-    load_all()
-    sections = [("benchmark", name, LOADER_ORDERED_OPTIONS.get(str((sub or {}).get("loader")), ()))
+    sections = [("benchmark", name, loader_ordered_options(str((sub or {}).get("loader"))))
                 for name, sub in (cfg.get("benchmark") or {}).items()]
     sections += [("metric", name, getattr(METRICS.get(name), "ordered_options", ()))
                  for name in (cfg.get("metric") or {})]
