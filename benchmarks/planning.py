@@ -10,7 +10,10 @@ metric.crows_pairs.diff_threshold=0.05,0.1,0.2` and stages it as `biasflow run` 
   job parse  a cluster job's parse: `snakemake --mode remote --target-jobs metric:...` (Snakemake's remote mode, what
              a SLURM job runs), dry run, one metric job, in a fresh process; Snakemake's own start-up included
   whole plan the same parse with the job store removed: it reads the whole plan (what every cluster job did before)
-  dag parse  the main process's `snakemake --dry-run all` over the whole plan (every job of the DAG)
+  dag build  the main process's DAG of the whole plan (every job and file, what must run), what a run builds
+             before its first job starts: `snakemake all --rulegraph` (builds it, prints only the rules' graph)
+  dry run    the main process's `snakemake --dry-run all`: the DAG built, then every job's execution simulated and
+             printed (a real run does that part as its jobs run, not before the first)
 Prints one row per N, the machine's load before and after, and the per-job cost of composing. From the project root:
 
     python benchmarks/planning.py [--models 10 100 1000] [--no-dag]
@@ -64,11 +67,11 @@ print(json.dumps({"sweep": len(p.sweep), "jobs": len(p.jobs), "compose": t1 - t0
 """ % METRICS
 
 
-def snakemake(args: list[str], root: Path, env: dict[str, str]) -> float:
+def snakemake(args: list[str], root: Path, env: dict[str, str], dry_run: bool = True) -> float:
     t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "snakemake", "--snakefile", str(Path("Snakefile").resolve()), "--cores",
-                    "1", "--dry-run", "--quiet", *args], env=env, capture_output=True, text=True, cwd=root,
-                   check=True)
+    subprocess.run([sys.executable, "-m", "snakemake", *args, "--snakefile", str(Path("Snakefile").resolve()),
+                    "--cores", "1", *(["--dry-run", "--quiet"] if dry_run else [])], env=env, capture_output=True,
+                   text=True, cwd=root, check=True)
     return time.perf_counter() - t
 
 
@@ -77,11 +80,12 @@ def main() -> int:
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", type=int, nargs="+", default=[10, 100])
-    ap.add_argument("--no-dag", action="store_true", help="skip the main process's dry-run parse of the whole DAG")
+    ap.add_argument("--no-dag", action="store_true", help="skip the main process's parses of the whole DAG")
     a = ap.parse_args()
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"{'models':>6} {'sweep jobs':>10} {'jobs':>6} {'compose s':>9} {'ms/sweep job':>12} {'peak MB':>7} "
-          f"{'stage s':>7} {'read s':>7} {'job parse s':>11} {'whole plan s':>12} {'dag parse s':>11}")
+          f"{'stage s':>7} {'read s':>7} {'job parse s':>11} {'whole plan s':>12} {'dag build s':>11} "
+          f"{'dry run s':>9} {'to first job s':>14}")
     for n in a.models:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
@@ -94,10 +98,13 @@ def main() -> int:
             job_parse = snakemake(remote, root, env)
             shutil.rmtree(Path(r["path"]).with_suffix(".jobs"))  # the baseline: a parse that reads the whole plan
             whole_parse = snakemake(remote, root, env)
-            dag = float("nan") if a.no_dag else snakemake(["all", "--config", f"plan={r['path']}"], root, env)
+            whole = ["all", "--config", f"plan={r['path']}"]
+            build = float("nan") if a.no_dag else snakemake([*whole, "--rulegraph", "dot"], root, env, dry_run=False)
+            dry = float("nan") if a.no_dag else snakemake(whole, root, env)
             print(f"{n:>6} {r['sweep']:>10} {r['jobs']:>6} {r['compose']:>9.1f} "
                   f"{1000 * r['compose'] / r['sweep']:>12.1f} {r['peak_mb']:>7.0f} {r['stage']:>7.1f} "
-                  f"{r['read']:>7.2f} {job_parse:>11.1f} {whole_parse:>12.1f} {dag:>11.1f}", flush=True)
+                  f"{r['read']:>7.2f} {job_parse:>11.1f} {whole_parse:>12.1f} {build:>11.1f} {dry:>9.1f} "
+                  f"{r['compose'] + r['stage'] + build:>14.1f}", flush=True)
     print(f"load average {os.getloadavg()[0]:.1f} at the end")
     return 0
 

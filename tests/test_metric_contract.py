@@ -18,7 +18,8 @@ load_all()
 NAMES = sorted(METRICS)
 
 # a small model of each kind, built in the test or shipped by a PyPI package (no hub download)
-MODEL_KINDS_TESTED = ("masked_lm", "causal_lm", "word_vectors", "sentence_encoder", "ngram", "text_classifier")
+MODEL_KINDS_TESTED = ("masked_lm", "causal_lm", "word_vectors", "sentence_encoder", "ngram", "text_classifier",
+                      "question_answering")
 # a metric that runs on several kinds is run on the first of these it accepts, unless listed here (StereoSet on a
 # masked LM also needs the checkpoint's next-sentence head, which the tiny BERT lacks)
 KIND_FOR = {"stereoset": "causal_lm", **{f"lmc_{g}": "ngram" for g in ("wc", "we", "ce", "wr")}}
@@ -108,6 +109,11 @@ def model_overrides(kind: str, request) -> list[str]:
         path = build_tiny_toxicity_classifier(request.getfixturevalue("tmp_path") / "tiny-nli",
                                               labels=("entailment", "neutral", "contradiction"))
         return ["model=local_masked_lm", "model.kind=text_classifier", f"model.path={path}", "model.device=cpu"]
+    if kind == "question_answering":  # a tiny BERT with a SQuAD-style span head, built here
+        from conftest import build_tiny_bert
+
+        path = build_tiny_bert(request.getfixturevalue("tmp_path") / "tiny-qa", question_answering=True)
+        return ["model=local_masked_lm", "model.kind=question_answering", f"model.path={path}", "model.device=cpu"]
     return {"word_vectors": ["model=glove_6b_50d"], "sentence_encoder": ["model=all_minilm_l6_v2", "model.device=cpu"],
             "ngram": ["model=ngram2"]}[kind]
 

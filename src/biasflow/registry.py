@@ -69,6 +69,10 @@ class MetricSpec:
     # plan time, (the config of the benchmark a job reads) -> raises ConfigError when this metric cannot read that
     # form of the data (UnQover's masked-LM scoring needs its masked templates), before any download
     check_benchmark: Callable[[Mapping[str, Any]], None] | None = None
+    # benchmark options this metric's items are always made with, over the benchmark's config (UnQover's QA metric
+    # reads the question form while the masked-LM metrics of the same plan read the masked statements): its jobs'
+    # items are a table of their own (their own hash), and the plan logs where the config said otherwise
+    benchmark_settings: Mapping[str, Any] = field(default_factory=dict)
     # files the metric stage writes beside its tables (the original tool's log, pages): ``write_extras`` writes
     # exactly the files named in ``extra_outputs`` (the metric rule declares them, so Snakemake rebuilds a deleted one)
     write_extras: Callable[[pd.DataFrame, Mapping[str, Any], Path], None] | None = None

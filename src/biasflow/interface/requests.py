@@ -305,6 +305,28 @@ class TextPairClassification(Request):
     text_pair: str
 
 
+# ----------------------------------------------------------------------------------------- question answering
+@dataclass(frozen=True)
+class SpanProbability(Request):
+    """An extractive QA model's (model kind ``question_answering``) start and end probabilities of character spans
+    of ``context`` as the answer to ``question``: the model reads the question and the context as its tokenizer
+    encodes a pair (question first), the start and end logits go through a softmax over every position of that
+    input (question and special tokens included, padding not), and span (a, b) (``context[a:b]``) gets P(start) of
+    the token holding character a and P(end) of the token holding character b - 1. Answer: ``start``, ``end`` (one
+    per span, in order). UnQover's QA scoring (``metrics/unqover.py``, ``unqover_qa``)."""
+
+    kind: ClassVar[str] = "span_probability"
+    question: str
+    context: str
+    spans: tuple[tuple[int, int], ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "spans", tuple((int(a), int(b)) for a, b in self.spans))
+        for a, b in self.spans:
+            if not 0 <= a < b <= len(self.context):
+                raise ValueError(f"span ({a}, {b}) is not a non-empty span of the context {self.context!r}")
+
+
 # ------------------------------------------------------------------------------------------------- embeddings
 @dataclass(frozen=True)
 class SentenceEmbedding(Request):

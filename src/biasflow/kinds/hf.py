@@ -1,5 +1,5 @@
 """Kinds loaded from a Hugging Face folder, hub id or packaged model: masked and causal LMs, BERT's next-sentence
-head, sentence encoders and text classifiers."""
+head, sentence encoders, text classifiers and extractive question-answering models."""
 from __future__ import annotations
 
 from typing import Any, Literal, Optional, Union
@@ -112,4 +112,11 @@ register_model_kind(ModelKindSpec(
     config=HFModelConfig,
     answers={"classification": Answer("biasflow.scoring.classification:answer_classification", revision=2),
              "text_pair_classification": "biasflow.scoring.classification:answer_pair_classification"},
+    resources=Resources(mem_mb=8000, cpus=2, runtime_min=120, gpu_capable=True)))
+register_model_kind(ModelKindSpec(
+    # an extractive QA model (SQuAD-style start / end heads) scoring spans of a context: UnQover's QA models
+    # (metrics/unqover.py, unqover_qa)
+    name="question_answering", factory="biasflow.models.question_answering:QuestionAnswering", hf_files=True,
+    config=HFModelConfig,
+    answers={"span_probability": "biasflow.scoring.question_answering:answer_span_probability"},
     resources=Resources(mem_mb=8000, cpus=2, runtime_min=120, gpu_capable=True)))

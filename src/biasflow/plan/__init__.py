@@ -96,6 +96,11 @@ def _build_plan(overrides: Sequence[str], multirun: bool) -> Plan:
             log.warning(message)
             skipped.append(message)
 
+    def note(message: str) -> None:
+        if message not in seen:
+            seen.add(message)
+            log.info(message)
+
     for job_overrides in expand_sweep(overrides, multirun):
         reject_secret_overrides(job_overrides)
         cfg = compose_shared(job_overrides)  # read only, but the model's display name is set in place: its own copy
@@ -148,6 +153,12 @@ def _build_plan(overrides: Sequence[str], multirun: bool) -> Plan:
                 if bench not in (cfg.get("benchmark") or {}):
                     raise ConfigError(f"metric.{name}.benchmark={bench!r} has no config conf/benchmark/{bench}.yaml")
                 bcfg = cfg["benchmark"][bench]
+                changed = {k: v for k, v in spec.benchmark_settings.items() if (bcfg or {}).get(k) != v}
+                if changed:
+                    bcfg = {**(bcfg or {}), **changed}
+                    note(f"metric {name} reads benchmark {bench} with "
+                         + ", ".join(f"{k}={v}" for k, v in changed.items()) + " (what it scores), whatever "
+                         + f"benchmark.{bench} says")
                 check_benchmark_use(str((bcfg or {}).get("loader") or bench), bcfg or {})
                 if spec.check_benchmark is not None:
                     spec.check_benchmark(bcfg or {})
