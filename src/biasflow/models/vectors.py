@@ -251,7 +251,7 @@ def load_word_vectors(cfg: Mapping[str, Any] | ModelOptions) -> WordVectors:
 
         raise ConfigError(PICKLE_REFUSED.format(path=str(path)))
     if fmt == "text":
-        words, matrix = read_text_vectors(path, header="auto" if opts.header is None else opts.header)
+        words, matrix = read_text_vectors(path, header=opts.header if "header" in opts.model_fields_set else "auto")
     elif fmt == "word2vec_binary":
         words, matrix = read_word2vec_binary(path)
     else:
