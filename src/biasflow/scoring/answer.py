@@ -166,8 +166,8 @@ class Models:
     imports torch (a warm score job: about 1 s instead of 4-5)."""
 
     def __init__(self, model_cfg: Mapping[str, Any] | ModelOptions, model: Any = None):
-        # validated once here (an adapter given to it: its own options); the adapters are built from it
-        self.opts = getattr(model, "opts", None) or model_options(model_cfg, getattr(model, "kind", None))
+        # validated once here (options models pass through); the adapters are built from it
+        self.opts = model_options(model_cfg, getattr(model, "kind", None))
         self.cfg = self.opts.written()  # as written: what the fingerprints hash
         self._loaded: dict[str, Any] = {self.opts.kind: model} if model is not None else {}
         self._remembered: dict[str, dict] = {}  # kind -> {"fingerprint", "provenance"} read from its memo file
