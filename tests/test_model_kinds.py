@@ -203,6 +203,9 @@ def test_langfairs_classifier_config_is_of_a_declared_kind():
 
     cfg = classifier_model(Classifier(model="org/stereotype-classifier"))
     assert cfg["kind"] == "text_classifier" in model_kinds.KINDS and cfg["batch_size"] == 32
+    from biasflow.schema import model_options
+
+    assert model_options(cfg).hub_id == "org/stereotype-classifier"  # what it is loaded by validates (no hub id name)
     assert model_kinds.KINDS["text_classifier"].resources.gpu_capable
 
 

@@ -275,3 +275,56 @@ def test_metrics_read_their_options_as_attributes():
             if isinstance(target, ast.Name) and target.id in OPTION_NAMES:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
     assert not found, "options read as a mapping:\n" + "\n".join(found)
+
+
+# the names a model config goes by in the adapters, scorers and generation backends (as a variable, or an attribute:
+# ``self.cfg``, ``adapter.cfg``)
+MODEL_CONFIG_NAMES = {"cfg", "model_cfg", "opts", "options"}
+# files of those packages that read a model config as a mapping, each with why
+MODEL_CONFIG_MAPPING_READS = {
+    "src/biasflow/models/fingerprint.py": "hashes the config as written (a cache key: a key left out is not one set "
+                                          "to its default), so it reads the dict, never the filled-in options",
+    "src/biasflow/generation/backends.py": "GenerationSettings.from_cfg reads a metric's filled generation settings "
+                                           "(a dict of metrics._generated), not a model config",
+}
+
+
+def _mapping_reads(path: Path, names: set[str]) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        target = None
+        if isinstance(node, ast.Subscript):
+            target = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            target = node.func.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute)):
+            called = node.func.id if isinstance(node.func, ast.Name) else node.func.attr
+            if called == "model_value":
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+            elif called == "config_value" and len(node.args) > 1:
+                target = node.args[1]
+        name = target.id if isinstance(target, ast.Name) else target.attr if isinstance(target, ast.Attribute) \
+            else None
+        if name in names:
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_adapters_scorers_and_backends_read_model_configs_as_attributes():
+    """``models.load_model`` validates a model config once into its kind's config model (``schema.model_options``;
+    an adapter given a plain dict validates it the same way): adapters (``models/``), scorers (``scoring/``) and
+    generation backends (``generation/``) read ``opts.option``, never ``cfg["option"]``, ``cfg.get("option")``,
+    ``model_value`` or ``config_value`` on a model config. The files listed above are the exceptions, each with its
+    reason (and each still needs it)."""
+    found, excepted = [], {}
+    for package in ("models", "scoring", "generation"):
+        for path in sorted((SRC / "biasflow" / package).glob("*.py")):
+            reads = _mapping_reads(path, MODEL_CONFIG_NAMES)
+            rel = str(path.relative_to(ROOT))
+            if rel in MODEL_CONFIG_MAPPING_READS:
+                excepted[rel] = reads
+            else:
+                found += reads
+    assert not found, "model configs read as a mapping:\n" + "\n".join(found)
+    assert {rel for rel, reads in excepted.items() if reads} == set(MODEL_CONFIG_MAPPING_READS), \
+        "an exception no longer needed: remove it from MODEL_CONFIG_MAPPING_READS"

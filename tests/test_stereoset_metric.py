@@ -188,8 +188,9 @@ def test_predictions_roundtrip_and_score_stage(tmp_path):
     cfg = {"predictions_file": str(path), "tasks": ["intrasentence", "intersentence"]}
     spec = get_metric("stereoset")
     assert spec is SPEC and "predictions_file" in spec.score_keys
-    models = Models({"kind": "none"})
-    answers = metric_answers("stereoset", items, cfg, {"kind": "none"}, tmp_path / "cache", models=models)
+    unused = {"name": "unused", "kind": "masked_lm", "hub_id": "unused/model"}  # a declared kind: it is validated
+    models = Models(unused)
+    answers = metric_answers("stereoset", items, cfg, unused, tmp_path / "cache", models=models)
     assert answers.empty and models.loaded == {}  # the file replaces the model: nothing asked, nothing loaded
     pd.testing.assert_frame_equal(spec.aggregate(spec.compute(items, answers, cfg), cfg),
                                   aggregate(count_examples(items, scores, {}), {}))
@@ -228,7 +229,7 @@ def test_stages_export_predictions_with_the_params_the_pipeline_passes(tmp_path)
     given = tmp_path / "given.json"
     write_predictions(scores, given)
     out = tmp_path / "export" / "predictions_x.json"
-    job = Job(metric="stereoset", model={"name": "none", "kind": "none"}, benchmark="stereoset",
+    job = Job(metric="stereoset", model={"name": "unused", "kind": "masked_lm", "hub_id": "unused/model"}, benchmark="stereoset",
               benchmark_cfg={}, metric_cfg={"tasks": ["intrasentence", "intersentence"], "predictions_file": str(given),
                                             "export_predictions": str(out)},
               stats={"n_boot": 0}, mode="parity", results=str(tmp_path / "results"))

@@ -110,6 +110,9 @@ class ModelKindSpec:
     # take it), their types and defaults, and which of them are the model's identity (its fingerprint). None: the
     # plan writes the kind's configs itself and takes any key (the generator kind)
     config: str | type | None = None
+    # for a kind whose configs the plan writes (``config`` None): the model those configs are validated by when the
+    # model is loaded (``schema.model_options``); it is no config model of the kind (never a plan-time check)
+    plan_config: str | type | None = None
     module: str | None = field(default=None, compare=False)
 
     def __post_init__(self):
@@ -137,6 +140,8 @@ class ModelKindSpec:
                 raise ValueError(f"like={self.like!r} must name another model kind")
             if self.config is not None:
                 _check_target(self.config, "config")
+            if self.plan_config is not None:
+                _check_target(self.plan_config, "plan_config")
         except (TypeError, ValueError) as exc:
             raise ValueError(f"model kind {self.name!r}: {exc}") from None
         object.__setattr__(self, "answers", answers)
@@ -195,6 +200,12 @@ def config_model(kind: Any) -> type | None:
     return resolve(spec.config) if spec is not None and spec.config is not None else None
 
 
+def plan_config_model(kind: Any) -> type | None:
+    """The model of the configs the plan writes for ``kind`` (``ModelKindSpec.plan_config``), or None."""
+    spec = KINDS.get(kind) if isinstance(kind, str) else None
+    return resolve(spec.plan_config) if spec is not None and spec.plan_config is not None else None
+
+
 def known() -> list[str]:
     return sorted(KINDS)
 
@@ -251,4 +262,5 @@ HTTP_CLIENT_OPTIONS = ("api_key_env", "api_key_file", "timeout_s", "max_retries"
                        "concurrency", "requests_per_second")
 
 __all__ = ["ModelKindSpec", "Answer", "Resources", "register_model_kind", "KINDS", "accepts", "known",
-           "config_model", "HTTP_CLIENT_OPTIONS", "resolve", "answer_for", "kinds_answering", "loads_hf_files", "location_keys"]
+           "config_model", "plan_config_model", "HTTP_CLIENT_OPTIONS", "resolve", "answer_for", "kinds_answering",
+           "loads_hf_files", "location_keys"]

@@ -18,7 +18,7 @@ import re
 import types
 from typing import Annotated, Any, Literal, Mapping, Optional, Union, get_args, get_origin
 
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator,
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
                       model_validator)
 
 from biasflow import model_kinds
@@ -292,6 +292,25 @@ class ModelOptions(Strict):
     device: str = "auto"
     batch_tokens: PositiveInt = 8192
     resources: Optional[ModelResources] = None
+    # the config as written (``model_options``): what the fingerprint hashes (a cache key: defaults filled in would
+    # change it), never read for an option's value
+    _written: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    def written(self) -> dict[str, Any]:
+        """The model config as written (a copy): what ``models.fingerprint`` hashes and what a job passes on."""
+        return dict(self._written)
+
+    def loaded_as(self, kind: str) -> "ModelOptions":
+        """These options for the sibling head ``kind`` of the same checkpoint (``model_kinds.Answer.load_as``): the
+        options ``kind``'s config model takes, validated by it; the config as written is this one's with that kind
+        (so its fingerprint is the one a sibling always had)."""
+        if kind == self.kind:
+            return self
+        model = _runtime_model(kind)
+        given = self.model_dump(exclude_unset=True)
+        opts = _validated(model, {**{k: v for k, v in given.items() if k in model.model_fields}, "kind": kind})
+        opts._written = {**self._written, "kind": kind}
+        return opts
 
     @model_validator(mode="before")
     @classmethod
@@ -352,15 +371,49 @@ def model_marked_options(marker: str) -> dict[str, Any]:
     return found
 
 
-def model_value(cfg: Mapping[str, Any], key: str) -> Any:
-    """``cfg[key]``, or the default its kind's config model declares (``config_value`` for a model config, which
-    stays as written: its fingerprint is the cache key)."""
-    model = model_config_model(cfg.get("kind"))
-    if model is None or key not in model.model_fields:  # a config without its kind (a test's, a notebook's)
-        model = next((m for m in _every_model_config() if key in m.model_fields), None)
-        if model is None:
-            raise KeyError(f"{key!r} is an option of no model kind")
-    return config_value(model, cfg, key)
+def _runtime_model(kind: str) -> type[ModelOptions]:
+    """The model a loaded config of ``kind`` is validated by: the kind's config model (or the model of the configs the
+    plan writes for it, ``ModelKindSpec.plan_config``), with the options the plan adds to a generation job's model
+    (``GenerationJobModel``: ``generator_config.with_generation_options``, ``generator_kinds``)."""
+    return _with_job_options(model_kinds.config_model(kind) or model_kinds.plan_config_model(kind) or ModelOptions)
+
+
+@functools.cache
+def _with_job_options(base: type[ModelOptions]) -> type[ModelOptions]:
+    extra = {k: f for k, f in GenerationJobModel.model_fields.items() if k not in base.model_fields}
+    if not extra:
+        return base
+    return type(base.__name__, (base, GenerationJobModel), {"__module__": base.__module__,
+                                                             "__qualname__": base.__qualname__})
+
+
+def _validated(model: type[ModelOptions], data: Mapping[str, Any]) -> ModelOptions:
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(options_problems(model, "model", err))) \
+            from None
+
+
+def model_options(cfg: Mapping[str, Any] | ModelOptions, kind: str | None = None) -> ModelOptions:
+    """A model config validated once into its kind's config model (``models.load_model``, and an adapter given a
+    plain dict: a test's, a notebook's); options models pass through. ``kind``: the kind of a config that names none.
+    The adapters read its attributes (an option left out, or null where the option takes no null, is its default);
+    ``written()`` keeps the config as written for the fingerprint. A config the kind's model refuses is a ConfigError
+    naming the option, as at plan time."""
+    if isinstance(cfg, ModelOptions):
+        return cfg
+    written = dict(cfg)
+    kind = written.get("kind") or kind
+    if not isinstance(kind, str) or kind not in model_kinds.KINDS:
+        raise ConfigError(f"model.kind={model_kinds.unknown_kind_message(kind)}")
+    model = _runtime_model(kind)
+    fields = model.model_fields
+    data = {k: v for k, v in written.items()  # null for an option that takes none: its default (as config_value)
+            if not (v is None and k in fields and type(None) not in _scalar_kinds(fields[k].annotation))}
+    opts = _validated(model, {**data, "kind": kind})
+    opts._written = written
+    return opts
 
 
 # ------------------------------------------------------------------------------------------------ benchmarks
@@ -483,8 +536,8 @@ def option_defaults(model: type[BaseModel]) -> dict[str, Any]:
 
 def config_value(model: type[BaseModel], cfg: Mapping[str, Any] | None, key: str) -> Any:
     """``cfg[key]``, or the default ``model`` declares for it where ``cfg`` leaves it out (or gives None for an option
-    that takes no None). For sections that are not filled in: model configs (their fingerprint is the cache key, so
-    they stay as written) and the tracking section; code reads their defaults here instead of repeating them."""
+    that takes no None). For sections that are not filled in (the tracking section, a backend's keyword arguments);
+    code reads their defaults here instead of repeating them. (A model config is read through ``model_options``.)"""
     field = model.model_fields[key]
     value = (cfg or {}).get(key)
     if value is None and (key not in (cfg or {}) or type(None) not in _scalar_kinds(field.annotation)):
@@ -648,5 +701,5 @@ def validate_model_config(model: Mapping[str, Any], option: str = "model") -> No
 
 
 __all__ = ["validate_job_config", "validate_model_config", "check_slug", "SLUG_PATTERN", "ModelOptions",
-           "model_config_model", "model_config_models", "every_model_option", "model_marked_options", "model_value",
+           "model_config_model", "model_config_models", "every_model_option", "model_marked_options", "model_options",
            "option_defaults", "filled_options", "config_value", "options_problems", "RUN_SECTIONS"]

@@ -18,7 +18,7 @@ import pandas as pd
 
 from biasflow.errors import ConfigError, DataFormatError, GenerationError
 from biasflow.generation.backends import GenerationSettings, HFGenerateBackend, OpenAICompletionsBackend, _row
-from biasflow.schema import GeneratorConfig, config_value
+from biasflow.schema import GeneratorConfig, ModelOptions, model_options
 from biasflow.interface.requests import Generation
 from biasflow.secrets import redact_text
 
@@ -80,12 +80,13 @@ def read_responses_file(path: str | Path) -> pd.DataFrame:
     return df
 
 
-def check_responses_cover(model_cfg: Mapping[str, Any], requests: Sequence[Generation], metric: str) -> None:
-    """A responses file (``model_cfg["path"]``, the ``responses_file`` generator kind's ``check_requests``) answers a
+def check_responses_cover(model_cfg: Mapping[str, Any] | ModelOptions, requests: Sequence[Generation],
+                          metric: str) -> None:
+    """A responses file (the model config's ``path``, the ``responses_file`` generator kind's ``check_requests``) answers a
     metric's generation requests exactly: a prompt the file answers more often than the metric asks (a single-reply
     metric given two different replies to one prompt) would silently use the first; it is refused, naming the prompt
     and its rows. (Prompts the file lacks are failed requests, counted and named by ``check_failures``.)"""
-    path = model_cfg["path"]
+    path = model_options(model_cfg, "generator").path
     table = read_responses_file(path)
     asked: dict[str, int] = {}
     for req in requests:
@@ -145,17 +146,21 @@ def generation_backend(adapter: Any):
     if getattr(adapter, "kind", None) == "served_causal_lm":
         if adapter.generation_backend is None:
             adapter.generation_backend = OpenAICompletionsBackend(
-                adapter.base_url, adapter.served_name, api_key_env=adapter.cfg.get("api_key_env"),
-                api_key_file=adapter.cfg.get("api_key_file"), timeout_s=adapter.timeout_s,
+                adapter.base_url, adapter.served_name, api_key_env=adapter.opts.api_key_env,
+                api_key_file=adapter.opts.api_key_file, timeout_s=adapter.timeout_s,
                 max_retries=adapter.max_retries, backoff_s=adapter.backoff_s, max_backoff_s=adapter.max_backoff_s,
-                concurrency=adapter.concurrency, requests_per_second=adapter.cfg.get("requests_per_second"),
+                concurrency=adapter.concurrency, requests_per_second=adapter.opts.requests_per_second,
                 sleep=adapter._sleep)
             adapter.generation_backend.timeout_option = "model.timeout_s"
         return adapter.generation_backend
-    cfg = getattr(adapter, "cfg", None) or {}
+    opts = getattr(adapter, "opts", None) or model_options(getattr(adapter, "cfg", None) or {}, "causal_lm")
+    # null: the generator config's default (schema.GeneratorConfig)
+    use_chat_template = opts.use_chat_template
+    if use_chat_template is None:
+        use_chat_template = GeneratorConfig.model_fields["use_chat_template"].default
     # model.batch_size: prompts per generate call for greedy decoding (the same texts as one at a time)
-    return HFGenerateBackend(adapter, use_chat_template=config_value(GeneratorConfig, cfg, "use_chat_template"),
-                             generate_kwargs=cfg.get("generate_kwargs"), batch_size=int(cfg.get("batch_size") or 8))
+    return HFGenerateBackend(adapter, use_chat_template=use_chat_template, generate_kwargs=opts.generate_kwargs,
+                             batch_size=int(opts.batch_size or 8))
 
 
 def answer_generation(adapter: Any, requests: Sequence[Generation], budget) -> pd.DataFrame:
@@ -262,8 +267,9 @@ def max_failed_fraction(gen_cfg: Mapping[str, Any], option: str = "generator") -
     return value
 
 
-def responses_file_backend(cfg: Mapping[str, Any]) -> ResponsesFileBackend:
+def responses_file_backend(cfg: Mapping[str, Any] | ModelOptions) -> ResponsesFileBackend:
     """The backend of a generation job's model config of generator kind ``responses_file`` (``generator_kinds``)."""
-    if not cfg.get("path"):
+    opts = model_options(cfg, "generator")
+    if not opts.path:
         raise ConfigError("model.kind=generator with generator=responses_file needs model.path")
-    return ResponsesFileBackend(cfg["path"])
+    return ResponsesFileBackend(opts.path)

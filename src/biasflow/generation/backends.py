@@ -107,15 +107,18 @@ class HFGenerateBackend:
             from transformers import AutoModelForCausalLM
 
             from biasflow.models.hf import load_pretrained
+            from biasflow.schema import model_options
 
             source = str(model)
-            cfg = {"name": name or source, "path" if Path(source).expanduser().exists() else "hub_id": source,
-                   "device": device or "auto"}
-            loaded = load_pretrained(cfg, AutoModelForCausalLM)
+            # validated as a causal LM's options (its kind is not written: the fingerprint hashes the config as
+            # written); no name (a hub id or path is no model name: messages name the source)
+            opts = model_options({"path" if Path(source).expanduser().exists() else "hub_id": source,
+                                  "device": device or "auto"}, "causal_lm")
+            loaded = load_pretrained(opts, AutoModelForCausalLM)
             tokenizer = tokenizer or loaded.tokenizer
             model = loaded.model
             name = name or source
-            adapter_fp = loaded.fingerprint(cfg)
+            adapter_fp = loaded.fingerprint(opts)
         elif hasattr(model, "model") and hasattr(model, "tokenizer"):  # a biasflow adapter
             adapter_fp = getattr(model, "fingerprint", None)
             name = name or getattr(model, "name", None)
@@ -338,9 +341,12 @@ class OpenAICompletionsBackend(OpenAIChatBackend):
         return reply["choices"][0]["text"]
 
 
-def openai_chat_backend(cfg: Mapping[str, Any]) -> OpenAIChatBackend:
-    """The backend of a generation job's model config of generator kind ``openai_compatible`` (``generator_kinds``)."""
+def openai_chat_backend(cfg: Mapping[str, Any] | ModelOptions) -> OpenAIChatBackend:
+    """The backend of a generation job's model config of generator kind ``openai_compatible`` (``generator_kinds``):
+    the HTTP options its config sets (the others: the backend's defaults, the generator config's)."""
     from biasflow.model_kinds import HTTP_CLIENT_OPTIONS
+    from biasflow.schema import model_options
 
-    options = {k: cfg[k] for k in HTTP_CLIENT_OPTIONS if k in cfg}
-    return OpenAIChatBackend(cfg.get("base_url"), cfg.get("model_id"), extra_body=cfg.get("extra_body"), **options)
+    opts = model_options(cfg, "generator")
+    options = {k: getattr(opts, k) for k in HTTP_CLIENT_OPTIONS if k in opts.model_fields_set}
+    return OpenAIChatBackend(opts.base_url, opts.model_id, extra_body=opts.extra_body, **options)

@@ -68,7 +68,8 @@ class _HFModel(Model):
         from biasflow.models.hf import load_pretrained
 
         where = "path" if Path(name_or_path).expanduser().exists() else "hub_id"
-        loaded = load_pretrained({"name": name_or_path, where: name_or_path, "device": "cpu"}, cls._auto())
+        # no name: a hub id or path is none (messages name the source, as they did)
+        loaded = load_pretrained({where: name_or_path, "device": "cpu"}, cls._auto())
         return cls(loaded.model, loaded.tokenizer, **kw)
 
     def _enc(self, text: str) -> list[int]:

@@ -20,19 +20,20 @@ from typing import Any, Mapping, Sequence
 from biasflow.errors import ConfigError
 from biasflow.io import stable_hash
 from biasflow.models.fingerprint import config_fingerprint
-from biasflow.schema import model_value
+from biasflow.schema import ModelOptions, model_options
 
 
 class ProtocolModel:
-    def __init__(self, cfg: Mapping[str, Any]):
-        self.cfg = dict(cfg)
-        self.kind = str(cfg.get("kind"))
-        self.name = cfg.get("name") or self.kind
-        if self.kind == "lmc_process" and not cfg.get("command"):
+    def __init__(self, cfg: Mapping[str, Any] | ModelOptions):
+        opts = self.opts = model_options(cfg)
+        self.cfg = opts.written()  # as written: what the fingerprint hashes
+        self.kind = opts.kind
+        self.name = opts.name or self.kind
+        if self.kind == "lmc_process" and not opts.command:
             raise ConfigError(f"model {self.name!r} (kind lmc_process) needs model.command")
-        self.shards = int(cfg.get("shards") or 1)
-        self.timeout = float(model_value(cfg, "timeout_s"))
-        self.fingerprint = stable_hash({"config": config_fingerprint(cfg), "adapter": "lmc-protocol"}, 24)
+        self.shards = int(opts.shards or 1)
+        self.timeout = float(opts.timeout_s)
+        self.fingerprint = stable_hash({"config": config_fingerprint(self.cfg), "adapter": "lmc-protocol"}, 24)
         self._folder: Path | None = None
         self._commands: dict[str, str] = {}
 
@@ -51,10 +52,10 @@ class ProtocolModel:
             if self.kind == "ngram":
                 saved = trained_ngram(self.cfg, train_lines, self._work_folder())
                 self._commands[digest] = (f"{python} -m biasflow.lmchallenge.ngram --load {shlex.quote(str(saved))} "
-                                          f"--predictions {int(self.cfg.get('predictions') or 20)}")
+                                          f"--predictions {int(self.opts.predictions or 20)}")
             else:
                 train = shlex.quote(str(training_file(train_lines, self._work_folder())))
-                self._commands[digest] = self.cfg["command"].replace("{train}", train).replace("{python}", python)
+                self._commands[digest] = self.opts.command.replace("{train}", train).replace("{python}", python)
         return self._commands[digest]
 
     def provenance(self) -> dict[str, str]:
@@ -62,5 +63,5 @@ class ProtocolModel:
 
         out = {"model.kind": self.kind, "model.fingerprint": self.fingerprint}
         if self.kind == "lmc_process":
-            out["model.command"] = redact_text(str(self.cfg["command"]))
+            out["model.command"] = redact_text(str(self.opts.command))
         return out

@@ -21,10 +21,11 @@ from biasflow.interface.requests import Classification
 def classifier_model(clf: Mapping[str, Any]) -> dict[str, Any]:
     """The model config of ``classifier.model`` (a hub id or a local folder; ``clf``: the filled ``classifier``
     options): a model of kind ``text_classifier`` (declared in ``biasflow.model_kinds``) answers the Classification
-    requests in the score stage."""
+    requests in the score stage. It has no name (a hub id or path is no model name, which becomes a folder name;
+    the adapter and its messages name the source), so it validates as a text classifier's config."""
     source = str(clf.model)
     where = "path" if Path(source).expanduser().exists() else "hub_id"
-    return {"name": source, "kind": "text_classifier", where: source, "batch_size": int(clf.batch_size)}
+    return {"kind": "text_classifier", where: source, "batch_size": int(clf.batch_size)}
 
 
 def classification_requests(per: pd.DataFrame, clf: Mapping[str, Any]) -> list:

@@ -30,15 +30,15 @@ class CausalLM(HFAdapter):
             self.tokenizer.pad_token = self.tokenizer.eos_token
         bos = self.tokenizer.bos_token_id
         self.bos_token_id = bos if bos is not None else self.tokenizer.eos_token_id
-        self.chunked_head = chunked_head(self.model, self.cfg.get("head_chunk"), self.device)
+        self.chunked_head = chunked_head(self.model, self.opts.head_chunk, self.device)
         self.compiled = None
-        if self.cfg.get("compile") is not None:
+        if self.opts.compile is not None:
             from biasflow.models.compiled import compile_blocks
 
-            self.compiled = compile_blocks(self.model, str(self.cfg["compile"]), name=self.name)
+            self.compiled = compile_blocks(self.model, str(self.opts.compile), name=self.name)
             if self.chunked_head is not None:  # and the chunked head's per-chunk reduction
                 self.chunked_head.compile()
-        self.onednn_linears = use_onednn_linears(self.model) if want_onednn(self.cfg, self.device, self.dtype) else 0
+        self.onednn_linears = use_onednn_linears(self.model) if want_onednn(self.opts, self.device, self.dtype) else 0
 
 
 def chunked_head(model, value: Any, device) -> ChunkedHead | None:

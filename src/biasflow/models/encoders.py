@@ -31,7 +31,7 @@ import torch
 from biasflow.errors import ConfigError, ModelLoadError
 from biasflow.models.fingerprint import package_folder
 from biasflow.models.hf import load_pretrained
-from biasflow.schema import model_value
+from biasflow.schema import ModelOptions, model_options
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +49,9 @@ def read_sbert_config(folder: Path | None) -> dict[str, Any]:
     pooling = next((m for m in modules if m.get("type", "").endswith("Pooling")), None)
     if pooling is not None:
         cfg_path = folder / pooling.get("path", "") / "config.json"
-        cfg = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
+        pooling_cfg = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
         modes = [m for m, key in (("mean", "pooling_mode_mean_tokens"), ("cls", "pooling_mode_cls_token"),
-                                  ("max", "pooling_mode_max_tokens")) if cfg.get(key)]
+                                  ("max", "pooling_mode_max_tokens")) if pooling_cfg.get(key)]
         if len(modes) != 1:
             raise ModelLoadError(f"{cfg_path}: biasflow supports exactly one of mean/cls/max pooling, got {modes}")
         out["mode"] = modes[0]
@@ -66,30 +66,31 @@ def read_sbert_config(folder: Path | None) -> dict[str, Any]:
 class SentenceEncoder:
     kind = "sentence_encoder"
 
-    def __init__(self, cfg: Mapping[str, Any]):
+    def __init__(self, cfg: Mapping[str, Any] | ModelOptions):
         from transformers import AutoModel
 
-        self.cfg = dict(cfg)
-        folder = package_folder(cfg.get("package"))
-        if not (folder or cfg.get("path") or cfg.get("hub_id")):
-            raise ModelLoadError(f"model {cfg.get('name')!r}: set model.hub_id, model.path or model.package")
-        self.pooling = str(cfg.get("pooling") or "mean")
+        opts = self.opts = model_options(cfg, self.kind)
+        self.cfg = opts.written()  # as written: what the fingerprint hashes
+        folder = package_folder(opts.package)
+        if not (folder or opts.path or opts.hub_id):
+            raise ModelLoadError(f"model {opts.name!r}: set model.hub_id, model.path or model.package")
+        self.pooling = str(opts.pooling or "mean")
         self._check_pooling(self.pooling)
         # the packaged folder is loaded as a local path; the fingerprint still names the config as written
-        loaded = load_pretrained({**cfg, "path": folder} if folder else cfg, AutoModel)
+        loaded = load_pretrained(opts.model_copy(update={"path": str(folder)}) if folder else opts, AutoModel)
         self.source, self.device, self.dtype = loaded.source, loaded.device, loaded.dtype
         self.tokenizer, self.model = loaded.tokenizer, loaded.model
         self.resolved_revision = loaded.resolved_revision
-        self.fingerprint = loaded.fingerprint(cfg)
-        self.name = cfg.get("name") or self.source
-        self.batch_size = int(cfg.get("batch_size") or 32)
-        self.lowercase = bool(model_value(cfg, "lowercase"))
-        self.max_length = cfg.get("max_length")
+        self.fingerprint = loaded.fingerprint(opts)
+        self.name = opts.name or self.source
+        self.batch_size = int(opts.batch_size or 32)
+        self.lowercase = opts.lowercase
+        self.max_length = opts.max_length
         self.tokenizer.padding_side = "right"  # position 0 is the first token in every row
         if self.tokenizer.pad_token is None:  # GPT-2 style: any id works, padded positions are masked out
             self.tokenizer.pad_token = self.tokenizer.eos_token or self.tokenizer.unk_token
         local = Path(self.source).expanduser()
-        self.sbert = read_sbert_config(local if local.exists() else self._hub_folder(cfg.get("revision") or None))
+        self.sbert = read_sbert_config(local if local.exists() else self._hub_folder(opts.revision or None))
         self.forward_calls = 0  # model forward passes run (tests check the cache with it)
 
     def _hub_folder(self, revision: str | None) -> Path | None:

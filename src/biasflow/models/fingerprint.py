@@ -72,7 +72,12 @@ def _reads(kind: Any, key: str) -> bool:
 
 def config_fingerprint(cfg: Mapping[str, Any]) -> str:
     """Fingerprint from the config alone (known before the model is loaded): names output folders. Values are
-    normalised first (dtype aliases made canonical, its default filled for the kinds that read it)."""
+    normalised first (dtype aliases made canonical, its default filled for the kinds that read it).
+
+    It reads the config AS WRITTEN (a dict: the plan's, or ``ModelOptions.written()``), never the validated options:
+    the fingerprint is a cache key of every answer and output path, and it hashes a key left out differently from
+    one set to its default (``hub_id`` absent vs null, a when-set key not at all), which a filled-in options model
+    could no longer tell apart (tests/test_model_kinds.py::test_the_tables_keep_their_numbers pins it)."""
     key = {k: cfg.get(k) for k in SCORING_KEYS}
     if _reads(cfg.get("kind"), "dtype"):
         key["dtype"] = canonical_dtype(cfg.get("dtype"))
@@ -130,7 +135,10 @@ def load_identity(cfg: Mapping[str, Any]) -> str | None:
     """What a model's fingerprint follows from, computed without loading it (no torch): the kind, the config's
     fingerprint, the content digest of its local folder (or a hub id pinned to a full commit hash) and the
     transformers version. None when only loading can tell: a hub id at a branch or tag (the hub resolves it), a
-    folder that is not there, a kind not loaded from a Hugging Face folder or hub id."""
+    folder that is not there, a kind not loaded from a Hugging Face folder or hub id.
+
+    Like ``config_fingerprint`` it reads the config as written (``ModelOptions.written()``): the identity names the
+    remembered fingerprint (a cache key) and hashes ``config_fingerprint`` of that same dict."""
     kind = str(cfg.get("kind"))
     if not model_kinds.loads_hf_files(kind):
         return None

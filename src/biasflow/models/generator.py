@@ -16,28 +16,31 @@ from typing import Any, Mapping
 from biasflow.errors import ConfigError
 from biasflow.io import stable_hash
 from biasflow.models.fingerprint import config_fingerprint
+from biasflow.schema import ModelOptions, model_options
 
 
 class Generator:
     kind = "generator"
 
-    def __init__(self, cfg: Mapping[str, Any]):
+    def __init__(self, cfg: Mapping[str, Any] | ModelOptions):
         from biasflow.generator_kinds import GENERATOR_KINDS
         from biasflow.model_kinds import resolve
 
-        self.cfg = dict(cfg)
-        backend = cfg.get("generator")
+        opts = self.opts = model_options(cfg, self.kind)  # kinds/generator.py: GeneratorModelConfig
+        self.cfg = opts.written()  # as written: what the fingerprint hashes
+        backend = opts.generator
         spec = GENERATOR_KINDS.get(str(backend))
         if spec is None or spec.backend is None:
             backends = [name for name, s in GENERATOR_KINDS.items() if s.backend is not None]
             raise ConfigError(f"model.generator={backend!r} is not a generator backend of model.kind=generator; "
                               f"known: {', '.join(backends)} (a local causal LM generates as model.kind=causal_lm)")
-        self.backend = resolve(spec.backend)(cfg)
-        self.name = cfg.get("name") or self.backend.model_id
+        self.backend = resolve(spec.backend)(opts)
+        self.name = opts.name or self.backend.model_id
         # the config's identity plus what it reaches: the endpoint and its request options, or the file's content
-        self.fingerprint = stable_hash({"config": config_fingerprint(cfg), "backend": self.backend.fingerprint}, 24)
+        self.fingerprint = stable_hash({"config": config_fingerprint(self.cfg), "backend": self.backend.fingerprint},
+                                       24)
 
     def provenance(self) -> dict[str, str]:
-        source = self.cfg.get("base_url") or self.cfg.get("path")  # base_url: redacted when the plan was made
-        return {"model.generator": str(self.cfg.get("generator")), "model.source": str(source),
+        source = self.opts.base_url or self.opts.path  # base_url: redacted when the plan was made
+        return {"model.generator": str(self.opts.generator), "model.source": str(source),
                 "model.fingerprint": self.fingerprint}

@@ -13,7 +13,7 @@ from biasflow.io import stable_hash
 # planning needs these without torch; they live in models.fingerprint and stay importable from here
 from biasflow.models.fingerprint import (PROCESS_KEYS, SCORING_KEYS, config_fingerprint,  # noqa: F401
                                          local_weights_digest, numeric_library_versions)
-from biasflow.schema import model_value
+from biasflow.schema import ModelOptions, model_options
 
 log = logging.getLogger(__name__)
 
@@ -21,10 +21,10 @@ DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfl
           "float16": torch.float16, "fp16": torch.float16}
 
 
-def source_of(cfg: Mapping[str, Any]) -> str:
-    src = cfg.get("path") or cfg.get("hub_id")
+def source_of(opts: ModelOptions) -> str:
+    src = opts.path or opts.hub_id
     if not src:
-        raise ModelLoadError(f"model {cfg.get('name')!r}: set model.hub_id (a hub id) or model.path (a local folder)")
+        raise ModelLoadError(f"model {opts.name!r}: set model.hub_id (a hub id) or model.path (a local folder)")
     return str(src)
 
 
@@ -73,13 +73,14 @@ class Loaded:
     dtype: torch.dtype
     resolved_revision: str
 
-    def fingerprint(self, cfg: Mapping[str, Any]) -> str:
-        """Changes whenever the model's outputs could: the scoring options, the resolved revision, the class."""
-        return stable_hash({"config": config_fingerprint(cfg), "revision": self.resolved_revision,
+    def fingerprint(self, opts: ModelOptions) -> str:
+        """Changes whenever the model's outputs could: the scoring options (of the config as written: a cache
+        key), the resolved revision, the class."""
+        return stable_hash({"config": config_fingerprint(opts.written()), "revision": self.resolved_revision,
                             "cls": type(self.model).__name__, "libraries": numeric_library_versions()}, 24)
 
 
-def load_pretrained(cfg: Mapping[str, Any], auto_class: Any, *, tokenizer: bool = True) -> Loaded:
+def load_pretrained(cfg: Mapping[str, Any] | ModelOptions, auto_class: Any, *, tokenizer: bool = True) -> Loaded:
     """THE way biasflow loads a Hugging Face model: ``model.path`` (a local ``save_pretrained`` folder, checked) or
     ``model.hub_id`` at ``model.revision``, in ``model.dtype`` on ``model.device`` (auto: cuda, mps, cpu), with
     ``model.attn_implementation`` if set. A hub revision (a branch or tag) is resolved to its commit once
@@ -88,16 +89,17 @@ def load_pretrained(cfg: Mapping[str, Any], auto_class: Any, *, tokenizer: bool 
     looked for (``hub_errors``)."""
     from transformers import AutoTokenizer
 
-    name = cfg.get("name") or source_of(cfg)
-    source = source_of(cfg)
-    revision = cfg.get("revision") or None
-    device = resolve_device(model_value(cfg, "device"))
-    dtype_name = str(model_value(cfg, "dtype"))
+    opts = model_options(cfg, "causal_lm")  # a plain dict naming no kind (a backend's): a local model's options
+    name = opts.name or source_of(opts)
+    source = source_of(opts)
+    revision = opts.revision or None
+    device = resolve_device(opts.device)
+    dtype_name = str(opts.dtype)
     if dtype_name not in DTYPES:
         raise ModelLoadError(f"model.dtype={dtype_name!r} is not one of {sorted(DTYPES)}")
     local = Path(source).expanduser()
     is_local = local.exists()
-    if cfg.get("path") and not is_local:
+    if opts.path and not is_local:
         raise ModelLoadError(f"model.path={source!r} does not exist")
     if is_local:
         check_model_folder(local, name)
@@ -111,8 +113,9 @@ def load_pretrained(cfg: Mapping[str, Any], auto_class: Any, *, tokenizer: bool 
         try:
             tok = AutoTokenizer.from_pretrained(where_from, **kwargs) if tokenizer else None
             model_kwargs = dict(kwargs, dtype=DTYPES[dtype_name])
-            if cfg.get("attn_implementation"):
-                model_kwargs["attn_implementation"] = cfg["attn_implementation"]
+            attn = getattr(opts, "attn_implementation", None)  # None: a kind without the option (sentence_encoder)
+            if attn:
+                model_kwargs["attn_implementation"] = attn
             model = auto_class.from_pretrained(where_from, **model_kwargs)
         except Exception as exc:  # noqa: BLE001 - sorted below; anything else is raised as it is
             if _hub_cause(exc) is not None:
@@ -286,16 +289,17 @@ class HFAdapter:
     auto_class: Any = None
     kind = "hf"
 
-    def __init__(self, cfg: Mapping[str, Any]):
-        self.cfg = dict(cfg)
-        self.name = cfg.get("name") or source_of(cfg)
-        self.lowercase = bool(model_value(cfg, "lowercase"))
-        loaded = load_pretrained(cfg, self.auto_class)
-        self.source, self.revision = loaded.source, cfg.get("revision") or None
+    def __init__(self, cfg: Mapping[str, Any] | ModelOptions):
+        opts = self.opts = model_options(cfg, self.kind)
+        self.cfg = opts.written()  # as written: what the fingerprint hashes
+        self.name = opts.name or source_of(opts)
+        self.lowercase = opts.lowercase
+        loaded = load_pretrained(opts, self.auto_class)
+        self.source, self.revision = loaded.source, opts.revision or None
         self.device, self.dtype = loaded.device, loaded.dtype
         self.tokenizer, self.model = loaded.tokenizer, loaded.model
         self.resolved_revision = loaded.resolved_revision
-        self.fingerprint = loaded.fingerprint(cfg)
+        self.fingerprint = loaded.fingerprint(opts)
 
     def normalise(self, text: str) -> str:
         return text.lower() if self.lowercase else text

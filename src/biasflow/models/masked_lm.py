@@ -25,6 +25,7 @@ from biasflow.io import stable_hash
 from biasflow.models.batch_invariant import batch_invariant
 from biasflow.models.hf import HFAdapter, config_fingerprint, numeric_library_versions
 from biasflow.models.onednn import OneDNNLinear, use_onednn_linears, want_onednn
+from biasflow.schema import model_options
 
 __all__ = ["MaskedLM", "OneDNNLinear", "use_onednn_linears"]
 
@@ -80,8 +81,9 @@ class MaskedLM(HFAdapter):
         self = cls.__new__(cls)
         self.cfg = {"name": name, "kind": "masked_lm", "path": f"<memory:{name}>", "dtype": dtype,
                     "device": device, "threads": threads, "cpu_linear": cpu_linear}
+        self.opts = model_options(self.cfg)
         self.name = name
-        self.source = self.cfg["path"]
+        self.source = self.opts.path
         self.revision = None
         self.device = torch.device(device)
         self.dtype = DTYPES[dtype]
@@ -101,7 +103,7 @@ class MaskedLM(HFAdapter):
         if self.tokenizer.mask_token_id is None:
             raise ValueError(f"model {self.name!r}: tokenizer has no mask token; is it a masked LM?")
         self._refuse_texts_too_long()
-        threads = self.cfg.get("threads")
+        threads = self.opts.threads
         if threads and self.device.type == "cpu":  # a CPU setting: a model on a GPU leaves torch's threads alone
             torch.set_num_threads(int(threads))
         self.split = _mlm_head(self.model)
@@ -110,7 +112,7 @@ class MaskedLM(HFAdapter):
             # fp32 copy of the (small) head: the log-softmax over ~30k words is where low precision hurts most
             self.head_fp32 = copy.deepcopy(self.split[1]).float()
         self.onednn_linears = 0
-        if want_onednn(self.cfg, self.device, self.dtype):
+        if want_onednn(self.opts, self.device, self.dtype):
             # encoder and the head that runs (its tied input embedding keeps its own weights)
             if self.split is None:
                 parts = [self.model]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
@@ -122,11 +122,10 @@ def _is_tanh_gelu(act: Any) -> bool:
     return name in ("NewGELUActivation", "GELUTanh", "PytorchGELUTanh")
 
 
-def want_onednn(cfg: Mapping[str, Any], device: torch.device, dtype: torch.dtype) -> bool:
-    """``model.cpu_linear``: auto (oneDNN where usable), onednn (required), default (torch's own linear layers)."""
-    choice = str(cfg.get("cpu_linear") or "auto")
-    if choice not in ("auto", "onednn", "default"):
-        raise ValueError(f"model.cpu_linear={choice!r} is not one of auto, onednn, default")
+def want_onednn(opts: Any, device: torch.device, dtype: torch.dtype) -> bool:
+    """``model.cpu_linear`` of the model's options (``schema.model_options``): auto (oneDNN where usable), onednn
+    (required), default (torch's own linear layers)."""
+    choice = str(opts.cpu_linear or "auto")  # validated: auto, onednn or default
     usable = (device.type == "cpu" and dtype in (torch.float32, torch.bfloat16)
               and torch.backends.mkldnn.is_available())
     if choice == "onednn" and not usable:

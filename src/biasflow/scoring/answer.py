@@ -31,6 +31,7 @@ import pandas as pd
 from biasflow import model_kinds
 from biasflow.errors import ConfigError
 from biasflow.interface.requests import Request
+from biasflow.schema import ModelOptions, model_options
 
 log = logging.getLogger(__name__)
 
@@ -80,8 +81,9 @@ class Budget:
     progress: bool = True
 
     @classmethod
-    def from_model_cfg(cls, cfg: Mapping[str, Any], progress: bool = True) -> "Budget":
-        return cls(batch_tokens=int(cfg.get("batch_tokens") or DEFAULT_BATCH_TOKENS), progress=progress)
+    def from_model_cfg(cls, cfg: Mapping[str, Any] | ModelOptions, progress: bool = True) -> "Budget":
+        """The budget of a model config (its options: ``schema.model_options``)."""
+        return cls(batch_tokens=int(model_options(cfg).batch_tokens), progress=progress)
 
 
 # on a GPU the budgets scale with the free memory of the device (``device_budget``): a pass may hold about
@@ -163,23 +165,25 @@ class Models:
     and provenance) when it is loaded; a later job whose requests are all in the cache then neither loads it nor
     imports torch (a warm score job: about 1 s instead of 4-5)."""
 
-    def __init__(self, model_cfg: Mapping[str, Any], model: Any = None):
-        self.cfg = dict(model_cfg)
-        self._loaded: dict[str, Any] = {self.cfg.get("kind"): model} if model is not None else {}
+    def __init__(self, model_cfg: Mapping[str, Any] | ModelOptions, model: Any = None):
+        # validated once here (options models pass through); the adapters are built from it
+        self.opts = model_options(model_cfg, getattr(model, "kind", None))
+        self.cfg = self.opts.written()  # as written: what the fingerprints hash
+        self._loaded: dict[str, Any] = {self.opts.kind: model} if model is not None else {}
         self._remembered: dict[str, dict] = {}  # kind -> {"fingerprint", "provenance"} read from its memo file
         self._memo_files: dict[str, Path] = {}  # kind -> where its fingerprint is remembered
 
     def get(self, kind: str | None = None):
-        kind = kind or self.cfg.get("kind")
+        kind = kind or self.opts.kind
         if kind not in self._loaded:
             from biasflow.models import load_model
 
-            adapter = self._loaded[kind] = load_model({**self.cfg, "kind": kind})
+            adapter = self._loaded[kind] = load_model(self.opts, kind)
             remembered = self._remembered.pop(kind, None)
             if kind in self._memo_files and (remembered or {}).get("fingerprint") != adapter.fingerprint:
                 if remembered:  # the loaded model is right; the memo is renewed
                     log.warning("model %s: fingerprint %s, not the remembered %s (%s): using the loaded model's",
-                                self.cfg.get("name"), adapter.fingerprint, remembered["fingerprint"],
+                                self.opts.name, adapter.fingerprint, remembered["fingerprint"],
                                 self._memo_files[kind])
                 self._remember(kind)
         return self._loaded[kind]
@@ -191,7 +195,7 @@ class Models:
     def fingerprint(self, kind: str | None = None, memo_dir: Path | None = None) -> str:
         """The fingerprint of the model loaded as ``kind``: remembered in ``memo_dir`` if it is there (the model is
         then not loaded), else from loading it (and remembered there if ``load_identity`` names it)."""
-        kind = kind or self.cfg.get("kind")
+        kind = kind or self.opts.kind
         if kind in self._loaded:
             return self._loaded[kind].fingerprint
         if kind in self._remembered:
@@ -199,7 +203,7 @@ class Models:
         if memo_dir is not None:
             from biasflow.models.fingerprint import load_identity
 
-            identity = load_identity({**self.cfg, "kind": kind})
+            identity = load_identity(self.opts.loaded_as(kind).written())
             if identity:
                 memo = self._memo_files[kind] = Path(memo_dir) / f"{identity}.json"
                 record = _read_memo(memo)
@@ -216,7 +220,7 @@ class Models:
         try:
             write_json({"fingerprint": adapter.fingerprint, "provenance": provenance}, self._memo_files[kind])
         except OSError as exc:  # a read-only or full cache: the next job loads the model again, nothing is lost
-            log.warning("could not remember the fingerprint of model %s in %s: %s", self.cfg.get("name"),
+            log.warning("could not remember the fingerprint of model %s in %s: %s", self.opts.name,
                         self._memo_files[kind], exc)
 
     def provenance(self) -> dict[str, str]:
@@ -353,9 +357,11 @@ def answer_requests(requests: Sequence[Request], model_cfg: Mapping[str, Any], c
     on a GPU 512 x ``GPU_CHUNK_FACTOR``).
     """
     models = models or Models(model_cfg, model)
-    budget = Budget.from_model_cfg(model_cfg, progress=progress)
+    opts = models.opts  # model_cfg's options, validated once (by Models)
+    budget = Budget.from_model_cfg(opts, progress=progress)
     unique = list({r.key: r for r in requests}.values())
-    kind_of_model = str(model_cfg.get("kind"))
+    kind_of_model = opts.kind
+    flush_every = getattr(opts, "flush_every", None)  # a generator's (kinds/generator.py); other kinds have none
     frames = []
     for request_kind in dict.fromkeys(r.kind for r in unique):
         todo = [r for r in unique if r.kind == request_kind]
@@ -374,10 +380,10 @@ def answer_requests(requests: Sequence[Request], model_cfg: Mapping[str, Any], c
                 cache = AnswerCache(cache_root, adapter.fingerprint, folder)
                 hits, missing = _cached(cache, todo)
         log.info("%s requests: %d, %d cached, %d to answer (%s)", request_kind, len(todo), len(todo) - len(missing),
-                 len(missing), model_cfg.get("name") or kind_of_model)
-        size = int(chunk_size or model_cfg.get("flush_every") or CHUNK_SIZES.get(request_kind, DEFAULT_CHUNK_SIZE))
+                 len(missing), opts.name or kind_of_model)
+        size = int(chunk_size or flush_every or CHUNK_SIZES.get(request_kind, DEFAULT_CHUNK_SIZE))
         on_gpu = adapter is not None and str(getattr(adapter, "device", "cpu")).startswith("cuda")
-        if on_gpu and not (chunk_size or model_cfg.get("flush_every")) and request_kind not in CHUNK_SIZES:
+        if on_gpu and not (chunk_size or flush_every) and request_kind not in CHUNK_SIZES:
             size *= GPU_CHUNK_FACTOR  # a GPU answers a CPU-sized chunk in a fraction of a second
 
         job_budget = budget if adapter is None else device_budget(budget, adapter)  # a GPU's grows with its memory
@@ -411,18 +417,19 @@ def metric_answers(metric: str, items: pd.DataFrame, metric_cfg: Mapping[str, An
 
     spec = get_metric(metric)
     if model_cfg is None:
-        model_cfg = dict(getattr(model, "cfg", None) or {"kind": model.kind})
+        model_cfg = getattr(model, "opts", None) or dict(getattr(model, "cfg", None) or {"kind": model.kind})
     models = models or Models(model_cfg, model)
-    requests = spec.requests(items, metric_cfg, str(model_cfg.get("kind")))
-    if model_cfg.get("kind") == "generator":  # what its generator kind refuses before anything is answered
+    opts = models.opts
+    requests = spec.requests(items, metric_cfg, opts.kind)
+    if opts.kind == "generator":  # what its generator kind refuses before anything is answered
         from biasflow.generator_kinds import GENERATOR_KINDS
         from biasflow.interface.requests import Generation
         from biasflow.model_kinds import resolve
 
-        kind = GENERATOR_KINDS.get(str(model_cfg.get("generator")))
+        kind = GENERATOR_KINDS.get(str(opts.generator))
         if kind is not None and kind.check_requests is not None:
-            resolve(kind.check_requests)(model_cfg, [r for r in requests if isinstance(r, Generation)], spec.name)
-    answers = answer_requests(requests, model_cfg, cache_root, models=models, metric=spec.name, progress=progress)
+            resolve(kind.check_requests)(opts, [r for r in requests if isinstance(r, Generation)], spec.name)
+    answers = answer_requests(requests, opts, cache_root, models=models, metric=spec.name, progress=progress)
     if spec.check_answers is not None:  # raising fails the score stage before it writes anything
         if "items" in inspect.signature(spec.check_answers).parameters:  # it names failed requests by item
             spec.check_answers(answers, metric_cfg, items=items)

@@ -59,7 +59,7 @@ def answer_classification(adapter, requests, budget) -> pd.DataFrame:
     """Answerer of ``Classification`` (model kind ``text_classifier``): ``labels`` and ``probabilities``; at most
     ``model.batch_size`` texts (default 32) and ``batch_tokens`` tokens per forward pass."""
     probs = class_probabilities(adapter.model, adapter.tokenizer, [r.text for r in requests], budget.batch_tokens,
-                                max_batch=int(adapter.cfg.get("batch_size") or DEFAULT_BATCH_SIZE))
+                                max_batch=int(adapter.opts.batch_size or DEFAULT_BATCH_SIZE))
     labels = adapter.labels
     return pd.DataFrame({"labels": [list(labels) for _ in requests],
                          "probabilities": [[float(x) for x in row] for row in probs]})
@@ -69,7 +69,7 @@ def answer_pair_classification(adapter, requests, budget) -> pd.DataFrame:
     """Answerer of ``TextPairClassification`` (model kind ``text_classifier``): ``labels`` and ``probabilities`` of
     each (``text``, ``text_pair``) encoded as a pair; batched as ``answer_classification``."""
     probs = class_probabilities(adapter.model, adapter.tokenizer, [r.text for r in requests], budget.batch_tokens,
-                                max_batch=int(adapter.cfg.get("batch_size") or DEFAULT_BATCH_SIZE),
+                                max_batch=int(adapter.opts.batch_size or DEFAULT_BATCH_SIZE),
                                 text_pairs=[r.text_pair for r in requests])
     labels = adapter.labels
     return pd.DataFrame({"labels": [list(labels) for _ in requests],

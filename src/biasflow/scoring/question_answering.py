@@ -110,6 +110,6 @@ def answer_span_probability(adapter, requests, budget) -> pd.DataFrame:
 
     norm = [type(r)(norm_text(r.question), norm_text(r.context), r.spans) for r in requests]
     probs = span_probabilities(adapter.model, adapter.tokenizer, norm, budget.batch_tokens,
-                               max_batch=int(adapter.cfg.get("batch_size") or DEFAULT_BATCH_SIZE),
-                               max_length=adapter.cfg.get("max_length"))
+                               max_batch=int(adapter.opts.batch_size or DEFAULT_BATCH_SIZE),
+                               max_length=adapter.opts.max_length)
     return pd.DataFrame({"start": [s for s, _ in probs], "end": [e for _, e in probs]})
