@@ -134,6 +134,18 @@ def test_a_malformed_list_is_an_error(tmp_path):
         D.read_activities(bad)
 
 
+def test_a_malformed_template_is_an_error_naming_its_file_and_number(files, tmp_path):
+    """A template without its second subject slot: the error names the slot file, the template's number and what
+    it was filled with (a template is in no list of its own, so its file is what the user can open)."""
+    key = D.slot_file("religion", "qa")
+    text = Path(files[key]).read_text()
+    broken = tmp_path / Path(files[key]).name
+    broken.write_text(text.replace("[subj2]", "someone", 1))  # the first template
+    with pytest.raises(DataFormatError, match=rf"UnQover template {broken.name} #0 \(religion/qa: .*\): expected one "
+                                              r"\[subj2\] slot, found none"):
+        D.load_unqover({**files, key: broken}, {"split": "religion", "form": "qa", "limit": 1})
+
+
 # ----------------------------------------------------------------------------------------------- the numbers
 def _table(rows, categories=None):
     """A per-item table from (subject_1, subject_2, attribute, eight scores in SCORE_COLUMNS order)."""

@@ -198,6 +198,23 @@ def test_span_rules():
     assert [ctx[a:b] for a, b in U.subject_spans(ctx, ("Jew", "Jewish"), "item y")] == ["Jew", "Jewish"]
 
 
+def test_a_checkpoint_without_a_qa_head_is_refused(tmp_path, tiny_qa):
+    """A masked LM (or a bare BERT) loaded as question_answering would answer with a random, unseeded span head:
+    refused naming the folder and the missing weights. A model.max_length past the position embeddings is refused
+    too (the forward pass would fail on the first longer input)."""
+    from biasflow.errors import ModelLoadError
+    from biasflow.models import load_model
+    from biasflow.scoring.question_answering import model_max_length
+
+    masked = build_tiny_bert(tmp_path / "masked_lm")
+    with pytest.raises(ModelLoadError, match=r"masked_lm: the checkpoint has no trained question-answering head "
+                                             r"\(missing \['qa_outputs.bias', 'qa_outputs.weight'\]\)"):
+        load_model({"name": "m", "kind": "question_answering", "path": str(masked), "device": "cpu"})
+    assert model_max_length(tiny_qa.model, tiny_qa.tokenizer, 64) == 64
+    with pytest.raises(ConfigError, match="model.max_length=129 is more than the model's 128 position embeddings"):
+        model_max_length(tiny_qa.model, tiny_qa.tokenizer, 129)
+
+
 def test_bad_inputs_are_errors_naming_the_item(files, tiny_qa, tmp_path):
     items = D.load_unqover(files, {"split": "religion", "form": "qa", "limit": 2})
     broken = items.copy()

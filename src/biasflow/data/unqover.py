@@ -181,8 +181,8 @@ def _fill_subject(t: str, slot: str, subject: dict[str, str], where: str) -> tup
             t = t.replace(typ, value)
             found.append(value)
     if len(found) != 1:
-        raise DataFormatError(f"UnQover template {where}: {len(found)} subject slots of {list(subject)} match "
-                              f"after filling {slot} (expected one)")
+        raise DataFormatError(f"UnQover template {where}: expected one [{slot}] slot, found "
+                              f"{'none' if not found else len(found)} (subject fields {list(subject)})")
     return t, found[0]
 
 
@@ -232,6 +232,13 @@ def attribute_templates(slots: list[str], activities: Mapping[str, list[dict[str
     return out
 
 
+def _where(files: Mapping[str, str | Path], category: str, form: str, tid: int, pair, attr: str) -> str:
+    """A template named by its file and number (the authors' template id: its line among the file's templates),
+    with the category, form, subjects and attribute it was filled with."""
+    return (f"{Path(files[slot_file(category, form)]).name} #{tid} ({category}/{form}: {pair[0]['[subj]']}, "
+            f"{pair[1]['[subj]']}, {attr})")
+
+
 def authors_examples(category: str, files: Mapping[str, str | Path], form: str, subjects: str,
                      mask: str = MASK_PLACEHOLDER) -> Iterator[tuple[str, dict]]:
     """The authors' examples in their order: (key, {context, q0, q1, ans0, ans1}), as their generator writes them
@@ -242,7 +249,7 @@ def authors_examples(category: str, files: Mapping[str, str | Path], form: str, 
     filled = attribute_templates(slots, read_activities(files[activity_file(category)]))
     for pair in subject_pairs(category, lists):
         for tid, t, attr, attr_cluster in filled:
-            where = f"{category}/{form} #{tid} ({pair[0]['[subj]']}, {pair[1]['[subj]']}, {attr})"
+            where = _where(files, category, form, tid, pair, attr)
             context, q0, q1, a0, a1 = instantiate(t, pair, mask, where)
             key = "|".join([pair[0]["cluster"], pair[1]["cluster"], pair[0]["[subj]"], pair[1]["[subj]"], str(tid),
                             attr_cluster, attr, attr])
@@ -285,7 +292,7 @@ def load_category(category: str, files: Mapping[str, str | Path], form: str, sub
             for tid, t, attr, attr_cluster in filled:
                 two = []
                 for p in (pair, pair[::-1]):
-                    where = f"{category}/{form} #{tid} ({p[0]['[subj]']}, {p[1]['[subj]']}, {attr})"
+                    where = _where(files, category, form, tid, p, attr)
                     context, q0, q1, a0, a1 = instantiate(t, p, MASK_PLACEHOLDER, where)
                     key = "|".join([p[0]["cluster"], p[1]["cluster"], p[0]["[subj]"], p[1]["[subj]"], str(tid),
                                     attr_cluster, attr, attr])

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 import pandas as pd
 import torch
 
-from biasflow.errors import DataFormatError
+from biasflow.errors import ConfigError, DataFormatError
 from biasflow.scoring.batching import pad_right, token_budget_batches
 
 DEFAULT_BATCH_SIZE = 32
@@ -25,11 +25,15 @@ DEFAULT_BATCH_SIZE = 32
 def model_max_length(model: Any, tokenizer: Any, configured: int | None = None) -> int:
     """The longest input the model takes: ``model.max_length`` if set, else the smaller of the tokenizer's
     ``model_max_length`` and the model's position embeddings (RoBERTa's 514 include two offsets, its tokenizer says
-    512; a tiny test model has fewer positions than its borrowed tokenizer says)."""
+    512; a tiny test model has fewer positions than its borrowed tokenizer says). A ``model.max_length`` past the
+    position embeddings is an error (the forward pass would fail on the first longer input)."""
+    positions = getattr(model.config, "max_position_embeddings", None)
     if configured:
+        if positions and int(configured) > int(positions):
+            raise ConfigError(f"model.max_length={configured} is more than the model's {positions} position "
+                              f"embeddings: it cannot read longer inputs; leave model.max_length unset")
         return int(configured)
     limits = [int(tokenizer.model_max_length)] if int(tokenizer.model_max_length) < 10 ** 8 else []
-    positions = getattr(model.config, "max_position_embeddings", None)
     if positions:
         limits.append(int(positions))
     return min(limits) if limits else 512
