@@ -87,7 +87,7 @@ NOT_RUNNABLE = {
     'pytest -q -m "not slow"': "the test suite itself",
     "pytest -q -m fast": "the test suite itself (its fast tier)",
     "python benchmarks/scoring_speed.py --quick": "a benchmark (minutes), not a test",
-    "python benchmarks/planning.py --models 10 100 1000": "a benchmark (15 minutes at 1,000 models), not a test",
+    "python benchmarks/planning.py --models 10 100 1000": "a benchmark (3 to 15 minutes at 1,000 models, by the load), not a test",
     "HF_HUB_OFFLINE=1 python benchmarks/scoring_speed.py --quick": "a benchmark (minutes), not a test",
     "HF_HUB_OFFLINE=1 python benchmarks/scoring_speed.py": "a benchmark (15 minutes), not a test",
     "HF_HUB_OFFLINE=1 python benchmarks/scoring_speed.py --sections base --base-sentences 80 --dtypes "

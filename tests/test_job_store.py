@@ -49,8 +49,11 @@ def test_every_lookup_from_the_store_equals_the_whole_plans(staged):
             for spec in job.benchmark_cfg["files"].values():
                 assert stored.file_spec(job.benchmark, spec["filename"]) == \
                     whole.file_spec(job.benchmark, spec["filename"])
-    with pytest.raises(KeyError):
+    with pytest.raises(ConfigError, match=r"no_such_model-00000000/crows_pairs/0{12}: no job of the plan .* writes it "
+                                          r"\(a target of another plan; or its file in the job store .* is gone"):
         stored.metric_job("no_such_model-00000000", "crows_pairs", "0" * 12)
+    with pytest.raises(ConfigError, match="no job of the plan .* writes it .a target of another plan.$"):
+        whole.metric_job("no_such_model-00000000", "crows_pairs", "0" * 12)
 
 
 def test_a_store_is_used_only_for_the_plan_file_it_was_written_for(staged):
@@ -64,6 +67,31 @@ def test_a_store_is_used_only_for_the_plan_file_it_was_written_for(staged):
     assert lookups.store is None and lookups.plan.plan_hash == plan.plan_hash
     stage_plan(plan)
     assert JobStore.beside(path) is not None
+
+
+def test_a_copied_project_keeps_its_store_and_a_damaged_plan_or_store_is_named(staged, tmp_path):
+    """A copy that did not keep the plan file's times (cp -r, rsync -r) is recognised by its content: its jobs still
+    parse from the store, not the whole plan; the same size with other bytes is not. A plan that is not text, and a
+    job whose store file is gone, are errors naming the file."""
+    plan, path = staged
+    job = plan.jobs[0]
+    text = Path(path).read_bytes()
+    os.utime(path, ns=(1, 1))  # what a copy without -p leaves: other times, the same bytes
+    assert JobStore.beside(path) is not None
+    Path(path).write_bytes(text[:-2] + b"  ")  # the same size, other bytes (and other times)
+    assert JobStore.beside(path) is None
+    Path(path).write_bytes(text)
+    os.utime(path, ns=(1, 1))
+    folder = JobStore.folder_of(path)
+    (folder / JobStore._name(job.metric_dir)).unlink()
+    _, lookups = load_plan({"plan": path}, remote=True)
+    assert lookups.store is not None
+    with pytest.raises(ConfigError, match=rf"{re.escape(job.metric_dir)}: no job of the plan {re.escape(path)} writes "
+                                          rf"it .*its file in the job store {re.escape(str(folder))} is gone: delete"):
+        lookups.metric_job(job.model_key, job.metric, job.cfg_hash)
+    Path(path).write_bytes(b"\xff\xfe\x00 binary")
+    with pytest.raises(ConfigError, match=rf"cannot read the plan {re.escape(path)}: .*codec"):
+        load_plan({"plan": path}, remote=True)
 
 
 def test_a_cluster_job_parse_never_reads_the_whole_plan(staged):

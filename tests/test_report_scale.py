@@ -227,6 +227,10 @@ def test_fifty_models_report_shows_the_ends_of_each_ranking(tmp_path):
     report = (tmp_path / "report.md").read_text()
     assert len(re.findall(r"^## crows_pairs / model_\d\d", report, flags=re.M)) == 20
     assert "the top and bottom 10 of each setting" in report
+    # the summary line names 12 models and counts the rest (at 1,000 models the names were a page of their own)
+    summary = next(line for line in report.splitlines() if "· models: " in line)
+    assert "models: model_00, model_01, " in summary and "model_12" not in summary
+    assert "model_11 and 38 more (50 models: leaderboard.csv lists each)" in summary
 
 
 def write_golden() -> None:

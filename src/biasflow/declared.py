@@ -71,9 +71,10 @@ class Registry(dict):
         self._state = "done"
 
     def registered(self, name: str) -> Any:
-        """What is declared under ``name`` so far, or None: while the modules are imported, the registry as it
-        stands (it is being filled); otherwise after loading every module (a clash with a built-in is caught)."""
-        return dict.get(self, name) if self.state == "loading" else self.get(name)
+        """What is declared under ``name`` so far, or None. Registering never loads the declaring modules: a module
+        run as a script (``python -m biasflow.metrics.stereoset``) registers as ``__main__`` without importing its
+        own copy under its real name; a clash with a module loaded later is refused then, naming both."""
+        return dict.get(self, name)
 
     def refuse_taken(self, name: str, module: str | None, old_module: str | None) -> None:
         """A second declaration under a taken name would silently replace the first: an error naming both modules

@@ -62,6 +62,16 @@ def stage_plan(plan: Plan, workdir: str | os.PathLike = ".") -> str:
 JOB_STORE_FORMAT = "biasflow-job-store/1"
 
 
+def _sha256(path: str | os.PathLike) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 class JobStore:
     """A staged plan split for cluster jobs: ``<plan>.jobs/summary.json`` (what the rules' definitions read of the
     whole plan: paths, dataset descriptions, built models, metrics with extra files, exports) and one file per job,
@@ -86,16 +96,21 @@ class JobStore:
 
     @classmethod
     def beside(cls, staged_plan: str | os.PathLike) -> "JobStore | None":
-        """The store of ``staged_plan`` if it was written for this plan file as it is now, else None."""
+        """The store of ``staged_plan`` if it was written for this plan file as it is now, else None: the plan file's
+        size and modification time as recorded, or (a copy that did not keep the times: ``cp -r``, ``rsync -r``) its
+        size and sha256, which costs a read of the file, not a parse of the plan."""
         folder = cls.folder_of(staged_plan)
         try:
             summary = json.loads((folder / "summary.json").read_text())
             plan_stat = os.stat(staged_plan)
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError):
             return None
-        if summary.get("format") != JOB_STORE_FORMAT or summary.get("plan_file") != [plan_stat.st_size,
-                                                                                      plan_stat.st_mtime_ns]:
+        recorded = summary.get("plan_file") if isinstance(summary, dict) else None
+        if summary.get("format") != JOB_STORE_FORMAT or not isinstance(recorded, list) or not recorded \
+                or recorded[0] != plan_stat.st_size:
             return None  # another format, or the plan file was rewritten after the store
+        if recorded[1:] != [plan_stat.st_mtime_ns] and summary.get("plan_sha256") != _sha256(staged_plan):
+            return None
         return cls(folder, summary)
 
     @classmethod
@@ -120,7 +135,8 @@ class JobStore:
                     written.add(key)
                     (tmp / cls._name(key)).write_text(doc)
         stat = os.stat(staged_plan)
-        summary = dict(plan_summary(plan), format=JOB_STORE_FORMAT, plan_file=[stat.st_size, stat.st_mtime_ns])
+        summary = dict(plan_summary(plan), format=JOB_STORE_FORMAT, plan_file=[stat.st_size, stat.st_mtime_ns],
+                       plan_sha256=_sha256(staged_plan))
         (tmp / "summary.json").write_text(json.dumps(summary, sort_keys=True, default=str))
         old = folder.with_name(tmp.name + ".old")
         if folder.exists():
@@ -274,9 +290,15 @@ class Lookups:
                 self.by_path.setdefault(job.items_path, job)
 
     def _job(self, path: str) -> Job:
-        if path in self.by_path or self.store is None:
-            return self.by_path[path]
-        return self.store.job(path)
+        try:
+            if path in self.by_path or self.store is None:
+                return self.by_path[path]
+            return self.store.job(path)
+        except KeyError:
+            where = (f"; or its file in the job store {self.store.folder} is gone: delete that folder and run again"
+                     if self.store is not None else "")
+            raise ConfigError(f"{path}: no job of the plan {self.staged_plan} writes it (a target of another plan"
+                              f"{where})") from None
 
     # ---- targets
     def final_target(self) -> str:

@@ -184,7 +184,7 @@ class Plan:
         second). Every job's paths are recomputed and must equal the saved ones, or the file is not this code's."""
         try:
             doc = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, ValueError) as exc:  # ValueError: not JSON, or not text (UnicodeDecodeError)
             raise ConfigError(f"cannot read the plan {path}: {exc}") from exc
         if doc.get("format") != PLAN_FORMAT:
             raise ConfigError(f"{path} is not a plan of this biasflow version (format {doc.get('format')!r}); "

@@ -73,11 +73,19 @@ def alike_models(jobs: list[Mapping[str, Any]]) -> tuple[list[str], list[list[st
     return head, body
 
 
+# models the summary line names before it counts the rest (a 1,000-model sweep's names are a page of their own)
+SUMMARY_MODELS = 12
+
+
 def summary_line(plan: Mapping[str, Any]) -> str:
-    """``4 jobs · models: tinyA, tinyB · metrics: crows_pairs``: every model by the name the report gives it."""
+    """``4 jobs · models: tinyA, tinyB · metrics: crows_pairs``: every model by the name the report gives it, or
+    the first ``SUMMARY_MODELS`` and how many more (leaderboard.csv lists every one)."""
     models = sorted(set(model_labels(list(plan["jobs"])).values()))
     families = sorted({j["metric"] for j in plan["jobs"]})
-    return f"{len(plan['jobs'])} jobs · models: {', '.join(models)} · metrics: {', '.join(families)}"
+    shown = ", ".join(models[:SUMMARY_MODELS])
+    if len(models) > SUMMARY_MODELS:
+        shown += f" and {len(models) - SUMMARY_MODELS:,} more ({len(models):,} models: leaderboard.csv lists each)"
+    return f"{len(plan['jobs'])} jobs · models: {shown} · metrics: {', '.join(families)}"
 
 
 def short_option(key: str, keys: list[str]) -> str:
