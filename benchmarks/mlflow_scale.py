@@ -10,7 +10,7 @@ logs it again (the resumable, idempotent re-run: every child found and updated, 
 
     python benchmarks/mlflow_scale.py                           # 100 and 1,000 children, sqlite, this code and before
     python benchmarks/mlflow_scale.py --children 100 --store server    # a local `mlflow server` on 127.0.0.1
-    python benchmarks/mlflow_scale.py --children 10000 --impl after    # the real 10,000 (about 10 min on 2 cores)
+    python benchmarks/mlflow_scale.py --children 10000 --impl after    # the real 10,000 (31 + 12 min, 2 busy cores)
 
 ``--before REF`` (default f10cb7d, the last commit before the change) names the code to compare with: its
 ``tracking/mlflow_log.py`` is loaded from git beside the current one. Stores: ``sqlite`` (the default embedded

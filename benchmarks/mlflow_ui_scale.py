@@ -115,6 +115,9 @@ def main() -> int:
         timings["search: the parent by its tag s"] = s
         parent = body["runs"][0]
         parent_id, plan_hash = parent["info"]["run_id"], tag(parent, "biasflow.plan_hash")
+        # the parent's aggregate table for the artifact viewer (tables/aggregate_first_20000.json when cut)
+        table = next(t["path"] for t in json.loads(tag(parent, "mlflow.loggedArtifacts") or "[]")
+                     if t["path"].startswith("tables/aggregate"))
         s, body = rest(url, "runs/search", {"experiment_ids": [exp_id], "max_results": 100,
                                             "order_by": ["attributes.start_time DESC"]})
         timings["search: the first 100 runs (as the runs list asks) s"] = s
@@ -138,8 +141,8 @@ def main() -> int:
         start = time.perf_counter()
         requests.get(f"{url}/api/2.0/mlflow/runs/get", params={"run_id": parent_id}, timeout=60).raise_for_status()
         timings["runs/get: the parent s"] = time.perf_counter() - start
-        result.update(experiment_id=exp_id, parent_run_id=parent_id, child_run_id=child_id, child_name=child_name,
-                      load_after_rest=os.getloadavg()[0])
+        result.update(experiment_id=exp_id, parent_run_id=parent_id, parent_table=table, child_run_id=child_id,
+                      child_name=child_name, load_after_rest=os.getloadavg()[0])
 
         # --- the pages, in headless Chromium -------------------------------------------------------------------
         browser = Browser(work)
@@ -149,7 +152,7 @@ def main() -> int:
             ("runs_list", f"{ui}?workflowType=machine_learning", ["matching runs", f"plan-{plan_hash}"]),
             ("parent", f"{ui}/runs/{parent_id}", ["Description", f"biasflow run {plan_hash}"]),
             ("parent_report", f"{ui}/runs/{parent_id}/artifactPath/report.md", ["A synthetic plan"]),
-            ("parent_aggregate", f"{ui}/runs/{parent_id}/artifactPath/tables/aggregate.json", ["View as table"]),
+            ("parent_aggregate", f"{ui}/runs/{parent_id}/artifactPath/{table}", ["View as table"]),
             ("child", f"{ui}/runs/{child_id}", [child_name, "metric_score.overall"]),
             ("child_metrics", f"{ui}/runs/{child_id}/model-metrics", ["Model metrics", "metric_score.age\n"]),
         ]
