@@ -10,12 +10,14 @@ logs it again (the resumable, idempotent re-run: every child found and updated, 
 
     python benchmarks/mlflow_scale.py                           # 100 and 1,000 children, sqlite, this code and before
     python benchmarks/mlflow_scale.py --children 100 --store server    # a local `mlflow server` on 127.0.0.1
-    python benchmarks/mlflow_scale.py --children 10000 --impl after    # the real 10,000 (about 10 min on 2 cores)
+    python benchmarks/mlflow_scale.py --children 10000 --impl after    # the real 10,000 (31 + 12 min, 2 busy cores)
 
 ``--before REF`` (default f10cb7d, the last commit before the change) names the code to compare with: its
 ``tracking/mlflow_log.py`` is loaded from git beside the current one. Stores: ``sqlite`` (the default embedded
 store), ``file`` (MLflow's ./mlruns file store, in maintenance mode), ``server`` (``mlflow server`` on 127.0.0.1
 backed by sqlite, artifacts proxied over HTTP). ``--check N`` compares all that N jobs log, before and after.
+``--keep-store DIR`` writes each store to ``DIR/<impl>-<N>/`` and keeps it (the 10,000-child store that
+``benchmarks/mlflow_ui_scale.py`` opens in the UI).
 10,000 is extrapolated linearly from the largest N measured (``*``) unless measured. Prints the machine load
 (1-minute average before and after each measurement).
 """
@@ -247,8 +249,13 @@ def start_server(store: Path):
         time.sleep(0.5)
 
 
-def measure(impl: str, run_dir: Path, store_kind: str, before: str, once: bool, tmp: Path) -> dict:
-    store = Path(tempfile.mkdtemp(prefix=f"store-{impl}-", dir=tmp))
+def measure(impl: str, run_dir: Path, store_kind: str, before: str, once: bool, tmp: Path,
+            keep: Path | None = None) -> dict:
+    if keep is None:
+        store = Path(tempfile.mkdtemp(prefix=f"store-{impl}-", dir=tmp))
+    else:  # written where it stays (the artifact paths in the store are absolute)
+        store = keep
+        store.mkdir(parents=True)
     server = None
     if store_kind == "sqlite":
         uri = f"sqlite:///{store / 'mlflow.db'}"
@@ -271,7 +278,8 @@ def measure(impl: str, run_dir: Path, store_kind: str, before: str, once: bool, 
         if server is not None:
             os.killpg(server.pid, 15)
             server.wait(timeout=60)
-        shutil.rmtree(store, ignore_errors=True)
+        if keep is None:
+            shutil.rmtree(store, ignore_errors=True)
 
 
 def main() -> int:
@@ -281,6 +289,9 @@ def main() -> int:
     ap.add_argument("--impl", nargs="+", default=["before", "after"], choices=("before", "after"))
     ap.add_argument("--before", default="f10cb7d", help="git ref of the code to compare with")
     ap.add_argument("--once", action="store_true", help="log once (no re-run)")
+    ap.add_argument("--keep-store", type=Path, metavar="DIR",
+                    help="write each store to DIR/<impl>-<N>/ and keep it (mlflow.db, mlartifacts/), e.g. for "
+                         "benchmarks/mlflow_ui_scale.py")
     ap.add_argument("--check", type=int, metavar="N", help="compare all that N jobs log, before and after")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--run-dir", help=argparse.SUPPRESS)
@@ -301,7 +312,8 @@ def main() -> int:
         for n in a.children:
             run_dir = write_plan(Path(tmp) / f"plan{n}", n)
             for impl in a.impl:
-                r = measure(impl, run_dir, a.store, a.before, a.once, Path(tmp))
+                r = measure(impl, run_dir, a.store, a.before, a.once, Path(tmp),
+                            a.keep_store.resolve() / f"{impl}-{n}" if a.keep_store else None)
                 rows.setdefault(impl, []).append((n, r))
                 again = r.get("again")
                 print(f"{impl:>6} {n:>8} {r['first']:>8.1f} {100 * r['first'] / n:>6.2f} {r['first_cpu']:>7.1f} "

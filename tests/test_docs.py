@@ -88,6 +88,11 @@ NOT_RUNNABLE = {
     "pytest -q -m fast": "the test suite itself (its fast tier)",
     "python benchmarks/scoring_speed.py --quick": "a benchmark (minutes), not a test",
     "python benchmarks/planning.py --models 10 100 1000": "a benchmark (3 to 15 minutes at 1,000 models, by the load), not a test",
+    "python benchmarks/mlflow_scale.py --children 10000 --impl after --keep-store benchmarks/out/mlflow_store":
+        "a benchmark (logs 10,000 child runs twice: about an hour on 2 busy cores), not a test",
+    "python benchmarks/mlflow_ui_scale.py --store benchmarks/out/mlflow_store/after-10000": "a benchmark (starts "
+    "an MLflow server and Chromium on the 10,000-run store the command above keeps; minutes), not a test; "
+    "tests/test_mlflow_ui.py checks the same pages at a sweep's size",
     "HF_HUB_OFFLINE=1 python benchmarks/scoring_speed.py --quick": "a benchmark (minutes), not a test",
     "HF_HUB_OFFLINE=1 python benchmarks/scoring_speed.py": "a benchmark (15 minutes), not a test",
     "HF_HUB_OFFLINE=1 python benchmarks/scoring_speed.py --sections base --base-sentences 80 --dtypes "
