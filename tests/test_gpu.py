@@ -73,7 +73,13 @@ def _build(family: str, size: str, out: Path) -> Path:
     s = SIZES[size]
     tok = _tokenizer()
     torch.manual_seed(0)
-    if family == "bert":  # masked-LM and next-sentence heads: loaded as masked_lm and as bert_nsp
+    if family == "bert_qa":  # a span head: loaded as question_answering (UnQover's QA form)
+        from transformers import BertForQuestionAnswering
+
+        model = BertForQuestionAnswering(BertConfig(vocab_size=len(tok), hidden_size=s["width"],
+                                                    num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
+                                                    intermediate_size=4 * s["width"], max_position_embeddings=128))
+    elif family == "bert":  # masked-LM and next-sentence heads: loaded as masked_lm and as bert_nsp
         model = BertForPreTraining(BertConfig(vocab_size=len(tok), hidden_size=s["width"],
                                               num_hidden_layers=s["layers"], num_attention_heads=s["heads"],
                                               intermediate_size=4 * s["width"], max_position_embeddings=128))
@@ -211,6 +217,23 @@ def test_next_sentence_on_the_gpu_matches_the_cpu(model_dir, dtype):
     want = _answers(path, "bert_nsp", "cpu", "float32", reqs)
     got = _answers(path, "bert_nsp", DEVICE, dtype, reqs)
     assert_close(got, want, dtype, f"next_sentence {dtype}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_span_probabilities_on_the_gpu_match_the_cpu(model_dir, dtype):
+    """UnQover's extractive-QA scores (start and end probabilities of subject spans, batched with padding left out
+    of the softmax) on the GPU in ``dtype`` against the CPU's float32 scores of the same checkpoint."""
+    from biasflow.interface.requests import SpanProbability
+
+    path = model_dir("bert_qa", "small")
+    context = "Mary got off the flight to visit John."
+    spans = ((0, 4), (33, 37))
+    reqs = [SpanProbability(q, context, spans) for q in ("Who was a thief?", "Who was honest?", "Who?")]
+    words = [LONG[0].index(w) for w in ("neighbours", "street")]
+    reqs += [SpanProbability("Who was an accountant?", LONG[0], tuple((a, a + 6) for a in words))]
+    want = _answers(path, "question_answering", "cpu", "float32", reqs)
+    got = _answers(path, "question_answering", DEVICE, dtype, reqs)
+    assert_close(got, want, dtype, f"span_probability {dtype}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
