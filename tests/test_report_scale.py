@@ -204,29 +204,63 @@ def test_reference_design_tests_each_model_against_the_reference():
 
 
 # ----------------------------------------------------------------------------------------------- 50 models
+def scattered(m: int) -> float:
+    """A stereotype share per model that spreads metric_score over 30-70 out of model order."""
+    return 0.3 + 0.4 * ((m * 37) % 50) / 50
+
+
+def shown_models(markdown: str) -> list[str]:
+    return re.findall(r"^\| (model_\d\d) \|", markdown, flags=re.M)
+
+
+def ends_of_each_ranking(board: pd.DataFrame) -> dict[str, tuple[str, str]]:
+    """Each ranked column's best and worst model, by leaderboard.csv's own distance to the unbiased value."""
+    out = {}
+    for metric, rows in board[board.distance.notna()].groupby("metric"):
+        ranked = rows.sort_values("distance", kind="stable").model.tolist()
+        out[metric] = (ranked[0], ranked[-1])
+    return out
+
+
 def test_fifty_models_report_shows_the_ends_of_each_ranking(tmp_path):
     from biasflow.report.tables import write_run_report
 
-    plan, agg, per_item = synthetic_run(50, families=("crows_pairs",), n_items=40, n_boot=20)
+    plan, agg, per_item = synthetic_run(50, families=("crows_pairs",), n_items=40, n_boot=20, stereo=scattered)
     write_run_report(plan, agg, per_item, tmp_path)
     board = pd.read_csv(tmp_path / "leaderboard.csv")
     assert board.model.nunique() == 50  # the CSV holds every model
     tests = pd.read_csv(tmp_path / "paired_tests.csv")
     assert set(tests.groupby("metric").size()) <= {49}  # adjacent: each model against the next, per metric
     md = (tmp_path / "leaderboard.md").read_text()
-    assert "… 30 more models not shown (rows 11 to 40 of 50 in this order): [leaderboard.csv](leaderboard.csv)" in md
-    shown = set(re.findall(r"^\| (model_\d\d) \|", md, flags=re.M))
+    shown = shown_models(md)
     order = list(board.drop_duplicates("model").model)
-    assert shown == set(order[:10] + order[-10:])
+    # the table's own order: its first and last 10 rows, in that order
+    assert shown[:10] == order[:10] and shown[-10:] == order[-10:]
+    # every ranked column's best and worst model is in view (the first column's ends alone left some out), and
+    # this data has a column whose end is not among the first column's ends, so the check bites
+    ends = ends_of_each_ranking(board)
+    assert len(ends) >= 2
+    assert all(best in shown and worst in shown for best, worst in ends.values()), ends
+    assert any(m not in order[:10] + order[-10:] for pair in ends.values() for m in pair)
+    # the rows left out are counted where they are, and every model is either shown or counted
+    counted = [(int(a), int(b or a), int(n)) for n, a, b in re.findall(
+        r"… (\d+) more models? not shown \(rows? (\d+)(?: to (\d+))? of 50 in this order\): "
+        r"\[leaderboard.csv\]\(leaderboard.csv\)", md)]
+    assert counted and len(shown) + sum(n for _, _, n in counted) == 50
+    for first, last, n in counted:
+        assert last - first + 1 == n and order[first - 2] in shown and order[last] in shown
+    # a shown cell carries its rank in its column (leaderboard.csv's rank)
+    best = ends["fill_mask_pass_rate"][0]
+    assert re.search(rf"^\| {best} \|.* #1 \|$", md, flags=re.M)
     html = (tmp_path / "report.html").read_text()
-    assert html.count('<a href="leaderboard.csv">leaderboard.csv</a> lists every model') == 1
-    assert "… 30 more models not shown" in html and "<script" not in html
+    assert html.count('<a href="leaderboard.csv">leaderboard.csv</a> lists every model') == len(counted)
+    assert "more models not shown" in html and "<script" not in html
     assert 'href="paired_tests.csv">paired_tests.csv</a> lists every test' in html
     assert "more than 20 models" in html and "Holm&#x27;s correction runs over the" in html
-    # the per-model sections: the 20 models the leaderboard shows
+    # the per-model sections: the models the leaderboard shows
     report = (tmp_path / "report.md").read_text()
-    assert len(re.findall(r"^## crows_pairs / model_\d\d", report, flags=re.M)) == 20
-    assert "the top and bottom 10 of each setting" in report
+    assert sorted(re.findall(r"^## crows_pairs / (model_\d\d)", report, flags=re.M)) == sorted(shown)
+    assert "the ends of each setting's ranking in every column" in report
     # the summary line names 12 models and counts the rest (at 1,000 models the names were a page of their own)
     summary = next(line for line in report.splitlines() if "· models: " in line)
     assert "models: model_00, model_01, " in summary and "model_12" not in summary

@@ -162,7 +162,7 @@ def _leaderboard_html(report: HtmlReport, images: list[Path]) -> str:
         spans = {}
         for r in t.table.itertuples(index=False):
             if r.hidden:
-                spans[len(rows)] = hidden_html(hidden_text(r.hidden, r.total), "leaderboard.csv", "model")
+                spans[len(rows)] = hidden_html(hidden_text(r.hidden, r.total, start=r.start), "leaderboard.csv", "model")
                 rows.append([])
                 classes.append([])
                 continue
