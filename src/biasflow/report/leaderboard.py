@@ -496,10 +496,12 @@ def model_plot(board: pd.DataFrame, family: str, path: Path, ci: str = "95% boot
     if len(labels) < 2 or not metrics:
         return False
     # the rows the table shows (``rows_in_view``: each setting's ends, and the ends of every ranked column)
-    shown = rows_in_view(board[board["family"] == family])
-    in_view = df.drop_duplicates("config_hash")["config_hash"].map(shown).tolist()
-    left_out = in_view.count(False)
-    labels = [label for label, keep in zip(labels, in_view) if keep]
+    left_out = 0
+    if len(labels) > 2 * SHOWN_AT_EACH_END:  # a setting of fewer models shows them all
+        shown = rows_in_view(board[board["family"] == family])
+        in_view = df.drop_duplicates("config_hash")["config_hash"].map(shown).tolist()
+        left_out = in_view.count(False)
+        labels = [label for label, keep in zip(labels, in_view) if keep]
     import matplotlib
 
     matplotlib.use("Agg")
