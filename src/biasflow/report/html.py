@@ -187,7 +187,7 @@ def _leaderboard_html(report: HtmlReport, images: list[Path]) -> str:
         every = ""
         if t.full is not None:
             # every row, collapsed: the browser's find searches it (and opens it), and each row has an address;
-            # no script, which MLflow's artifact viewer may not run
+            # no script or form: MLflow's viewer (a sandboxed iframe) submits no form, and other viewers run no script
             every = (f'<p class="legend">{escape(t.view_note)}</p>'
                      f'<details id="every-{escape(t.family)}"><summary>Every model of {escape(t.family)}: '
                      f"{len(t.full):,} rows in this order (the browser's find searches them; a model's row is at "
