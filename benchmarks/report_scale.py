@@ -19,6 +19,14 @@ the all-pairs design (``stats.paired=all_pairs``, what every run did before the 
 sizes where it finishes (``--baseline-sizes``, default 10 and 100), and a fixed numpy workload timed beside each
 size (the machine's speed and load at that moment). Results: ``benchmarks/out/report_scale.json``; the synthetic
 folder is kept in ``benchmarks/out/report_scale/`` and reused.
+
+Then each size's report.html in headless Chromium (``apt-get install chromium``; driven over the DevTools protocol as
+``tests/test_report_browser.py`` drives it; skipped with a line without Chromium): its bytes, the time from
+navigating to it until its load event (wall, and the page's own navigation timing), the rows its tables show against
+the rows of its collapsed full leaderboards, and whether a model's address (``report.html#<family>--<model>``, a
+model in the middle of the ranking) opens its family's collapsed table and shows its row.
+
+    python benchmarks/report_scale.py --sizes 10,100,1000 --baseline-sizes ''   # the figures in docs/performance.md
 """
 from __future__ import annotations
 
@@ -189,7 +197,77 @@ def one(n_models: int, design: str, n_boot: int, profile: bool) -> dict:
             "paired_tests": len(tests),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0),
             "load_before": load_before, "load_after": load_avg(), "machine_baseline_s": round(baseline_s, 2),
-            "bytes": sizes}
+            "bytes": sizes, "run_dir": str(run_dir)}
+
+
+# what the page shows: the leaderboard's model rows in view (not the goal row, not the lines counting rows left out)
+# and in the collapsed full tables, from the navigation timing
+PAGE_FIGURES = """(() => { const nav = performance.getEntriesByType('navigation')[0];
+  const models = t => [...t.tBodies[0].rows].filter(r => !r.className).length;
+  let shown = 0, full = 0;
+  for (let e = document.getElementById('leaderboard'); e && (e.id === 'leaderboard' || e.tagName !== 'H2');
+       e = e.nextElementSibling) {
+    if (e.tagName === 'TABLE') shown += models(e);
+    if (e.tagName === 'DETAILS') full += models(e.querySelector('table'));
+  }
+  return {dom_content_loaded_ms: Math.round(nav.domContentLoadedEventEnd), load_ms: Math.round(nav.loadEventEnd),
+          leaderboard_rows_in_view: shown, rows_in_full_tables: full,
+          text_chars: document.body.innerText.length}; })()"""
+
+ANCHOR_OPENS = """(() => { const row = document.getElementById(%s); const box = row && row.closest('details');
+  return {row_found: !!row, details_open: !!(box && box.open), row_visible: !!(row && row.offsetParent)}; })()"""
+
+
+def in_browser(records: list[dict]) -> None:
+    """Each size's report.html in headless Chromium: load time, rows in view, a model's address (added to
+    ``records``)."""
+    import asyncio
+    import tempfile
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from mlflow_services import Browser, chromium_path
+
+    if chromium_path() is None:
+        print("no Chromium (apt-get install chromium): the report's load time is not measured", flush=True)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        browser = Browser(Path(tmp))
+        try:
+            for rec in records:
+                page = Path(rec["run_dir"]) / "report.html"
+                browser.text("about:blank")
+
+                async def load(url: str) -> float:
+                    start = time.perf_counter()
+                    await browser._call("Page.navigate", url=url)
+                    while (await browser._call("Runtime.evaluate", returnByValue=True,
+                                               expression="document.readyState"))["result"].get("value") != \
+                            "complete" or not (await browser._call(
+                                "Runtime.evaluate", returnByValue=True, expression="location.href"))["result"][
+                                "value"].startswith("file:"):
+                        await asyncio.sleep(0.02)
+                    return time.perf_counter() - start
+
+                async def evaluate(expression: str):
+                    return (await browser._call("Runtime.evaluate", returnByValue=True,
+                                                expression=expression))["result"]["value"]
+
+                wall = browser.loop.run_until_complete(load(page.as_uri()))
+                figures = browser.loop.run_until_complete(evaluate(PAGE_FIGURES))
+                board = pd.read_csv(page.parent / "leaderboard.csv")
+                middle = board.drop_duplicates("model").iloc[len(board.drop_duplicates("model")) // 2]
+                anchor = f"{middle['family']}--{middle['model']}"
+                browser.text("about:blank")
+                browser.loop.run_until_complete(load(f"{page.as_uri()}#{anchor}"))
+                opened = browser.loop.run_until_complete(evaluate(ANCHOR_OPENS % json.dumps(anchor)))
+                rec["browser"] = {"html_mb": round(page.stat().st_size / 1e6, 2), "load_wall_s": round(wall, 2),
+                                  **figures, "anchor": anchor, **opened}
+                print(f"{rec['models']:>5} models, report.html {rec['browser']['html_mb']} MB: loaded in "
+                      f"{wall:.2f} s (load event at {figures['load_ms']} ms), {figures['leaderboard_rows_in_view']} "
+                      f"leaderboard rows in view, {figures['rows_in_full_tables']} in the collapsed full tables; "
+                      f"#{anchor}: {opened}", flush=True)
+        finally:
+            browser.close()
 
 
 def main() -> None:
@@ -198,6 +276,7 @@ def main() -> None:
     ap.add_argument("--baseline-sizes", default="10,100", help="sizes also run with stats.paired=all_pairs")
     ap.add_argument("--n-boot", type=int, default=1000)
     ap.add_argument("--profile", action="store_true", help="cProfile of each size (to stderr)")
+    ap.add_argument("--no-browser", action="store_true", help="leave out the report's load in headless Chromium")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--design", default="auto", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -226,6 +305,8 @@ def main() -> None:
               f"{rec['paired_s']} s ({rec['paired_tests']} tests), peak RSS {rec['peak_rss_mb']} MB, "
               f"report.html {rec['bytes']['report.html'] / 1e6:.1f} MB; load {rec['load_before']} -> "
               f"{rec['load_after']}; machine baseline {rec['machine_baseline_s']} s", flush=True)
+    if not args.no_browser:
+        in_browser(records)
     from biasflow.provenance import cpu_description as cpu
 
     OUT.mkdir(parents=True, exist_ok=True)

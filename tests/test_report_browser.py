@@ -420,3 +420,29 @@ def test_mlflow_runs_list_tells_the_child_runs_apart(sweep, browser, mlflow_ui, 
         (title,) = evaluate(browser, f"{VISIBLE_NAMES}({json.dumps([name])})")
         screenshot(browser, tmp_path / f"run-page-{width}.png")
         assert title["shown"] and title["shown"][0]["visible"] == name, title
+
+
+# --- a long leaderboard ----------------------------------------------------------------------------------------------
+
+def test_a_models_address_opens_its_row_in_the_collapsed_full_leaderboard(browser, tmp_path):
+    """Above 20 models a family's table shows the ends of each ranking and keeps every model in a collapsed
+    <details>: ``report.html#<family>--<model>`` of a model left out of view opens it and shows the row, with no
+    script on the page."""
+    from test_report_scale import scattered, synthetic_run
+
+    from biasflow.report.tables import write_run_report
+
+    plan, agg, per_item = synthetic_run(30, families=("crows_pairs",), n_items=40, n_boot=10, stereo=scattered)
+    write_run_report(plan, agg, per_item, tmp_path)
+    page = (tmp_path / "report.html")
+    assert "<script" not in page.read_text()
+    board = pd.read_csv(tmp_path / "leaderboard.csv")
+    in_view = set(re.findall(r"^\| (model_\d\d) \|", (tmp_path / "leaderboard.md").read_text(), flags=re.M))
+    left_out = next(m for m in board.drop_duplicates("model").model if m not in in_view)
+    browser.text("about:blank", timeout=1)
+    text = browser.text(f"{page.as_uri()}#crows_pairs--{left_out}", ["Every model of crows_pairs: 30 rows"])
+    assert "Every model of crows_pairs: 30 rows" in text
+    found = evaluate(browser, f"""(() => {{ const row = document.getElementById('crows_pairs--{left_out}');
+        return {{open: row.closest('details').open, shown: !!row.offsetParent,
+                 name: row.cells[0].innerText}}; }})()""")
+    assert found == {"open": True, "shown": True, "name": left_out}

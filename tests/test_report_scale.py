@@ -108,6 +108,12 @@ def test_design_by_the_number_of_models():
     assert paired_design(StatsConfig(paired="reference", paired_reference="m"), 3) == "reference"
     with pytest.raises(ValueError, match="paired_reference"):
         StatsConfig(paired="reference")
+    # a reference beside the adjacent pairs: both, where the design is adjacent (every pair holds it below)
+    assert [paired_design(StatsConfig(paired_reference="m"), n) for n in (20, 21)] == ["all_pairs",
+                                                                                      "adjacent+reference"]
+    assert paired_design(StatsConfig(paired="adjacent", paired_reference="m"), 3) == "adjacent+reference"
+    with pytest.raises(ValueError, match="paired_reference"):
+        StatsConfig(paired="all_pairs", paired_reference="m")
 
 
 def test_the_paired_design_is_the_reports_alone():
@@ -203,30 +209,111 @@ def test_reference_design_tests_each_model_against_the_reference():
     assert "stats.paired_reference=nobody is not one of these models" in design_notes(plan, tests)[0]
 
 
+# metric_score about 55, 25, 95, 48, 62, 40: distances to 50 of 5, 25, 45, 2, 12, 10
+SIX = {0: 0.55, 1: 0.25, 2: 0.95, 3: 0.48, 4: 0.62, 5: 0.40}
+
+
+def test_adjacent_and_reference_design_tests_both_each_pair_once():
+    """``stats.paired_reference`` beside the adjacent design: each model against the next in each ranking and
+    against the reference, a pair both name tested once, Holm over every test run; each pair's numbers are those it
+    has under either design alone."""
+    from statsmodels.stats.multitest import multipletests
+
+    from biasflow.report.compare import design_notes, paired_tests
+
+    reference = "model_01"
+    plan, agg, per_item = synthetic_run(6, families=("crows_pairs",), n_items=200,
+                                        stats={"paired": "adjacent", "paired_reference": reference}, stereo=SIX.get)
+    tests = paired_tests(plan, agg, per_item)
+    overall = agg[agg.category == "overall"]
+    for metric, got in tests.groupby("metric"):
+        goal = 100.0 if metric == "fill_mask_pass_rate" else 50.0
+        v = overall[overall.metric == metric].set_index("model")["value"].dropna()
+        ranked = list((v - goal).abs().sort_values(kind="stable").index)
+        adjacent = {frozenset(p) for p in zip(ranked, ranked[1:])}
+        to_reference = {frozenset((m, reference)) for m in ranked if m != reference}
+        pairs = [frozenset(p) for p in zip(got.model_a, got.model_b)]
+        assert len(pairs) == len(set(pairs)), metric  # each pair once
+        assert set(pairs) == adjacent | to_reference, metric
+        assert len(pairs) < len(adjacent) + len(to_reference)  # the reference's neighbours: named by both
+    # Holm over everything tested, as statsmodels computes it
+    assert tests.p_holm.tolist() == pytest.approx(multipletests(tests.p_value, method="holm")[1], abs=1e-15)
+    assert tests.p_holm.tolist() == pytest.approx(holm_by_hand(tests.p_value.tolist()), abs=1e-15)
+    # each pair's numbers are its numbers under the adjacent design and under the reference design
+    for design in ({"paired": "adjacent"}, {"paired": "reference", "paired_reference": reference}):
+        alone = paired_tests({**plan, "jobs": [{**j, "stats": {"n_boot": 40, "seed": 0, "level": 0.95, **design}}
+                                               for j in plan["jobs"]]}, agg, per_item)
+        # a pair either design names the other way round: its difference and CI with the opposite sign
+        flipped = alone.assign(model_a=alone.model_b, model_b=alone.model_a, value_a=alone.value_b,
+                               value_b=alone.value_a, diff=-alone["diff"], ci_low=-alone.ci_high, ci_high=-alone.ci_low)
+        both = pd.concat([alone, flipped]).merge(tests, on=["metric", "model_a", "model_b"], suffixes=("", "_both"))
+        assert len(both) == len(alone), design
+        for c in ("value_a", "value_b", "diff", "ci_low", "ci_high", "p_value"):
+            # (a flipped CI's quantiles agree to rounding)
+            assert np.allclose(both[c], both[c + "_both"], rtol=0, atol=1e-12, equal_nan=True), (design, c)
+    notes = design_notes(plan, tests)
+    assert "and against the reference model_01, each pair once" in notes[0]
+    assert f"over the {len(tests)} tests run" in notes[-1]
+
+
 # ----------------------------------------------------------------------------------------------- 50 models
+def scattered(m: int) -> float:
+    """A stereotype share per model that spreads metric_score over 30-70 out of model order."""
+    return 0.3 + 0.4 * ((m * 37) % 50) / 50
+
+
+def shown_models(markdown: str) -> list[str]:
+    return re.findall(r"^\| (model_\d\d) \|", markdown, flags=re.M)
+
+
+def ends_of_each_ranking(board: pd.DataFrame) -> dict[str, tuple[str, str]]:
+    """Each ranked column's best and worst model, by leaderboard.csv's own distance to the unbiased value."""
+    out = {}
+    for metric, rows in board[board.distance.notna()].groupby("metric"):
+        ranked = rows.sort_values("distance", kind="stable").model.tolist()
+        out[metric] = (ranked[0], ranked[-1])
+    return out
+
+
 def test_fifty_models_report_shows_the_ends_of_each_ranking(tmp_path):
     from biasflow.report.tables import write_run_report
 
-    plan, agg, per_item = synthetic_run(50, families=("crows_pairs",), n_items=40, n_boot=20)
+    plan, agg, per_item = synthetic_run(50, families=("crows_pairs",), n_items=40, n_boot=20, stereo=scattered)
     write_run_report(plan, agg, per_item, tmp_path)
     board = pd.read_csv(tmp_path / "leaderboard.csv")
     assert board.model.nunique() == 50  # the CSV holds every model
     tests = pd.read_csv(tmp_path / "paired_tests.csv")
     assert set(tests.groupby("metric").size()) <= {49}  # adjacent: each model against the next, per metric
     md = (tmp_path / "leaderboard.md").read_text()
-    assert "… 30 more models not shown (rows 11 to 40 of 50 in this order): [leaderboard.csv](leaderboard.csv)" in md
-    shown = set(re.findall(r"^\| (model_\d\d) \|", md, flags=re.M))
+    shown = shown_models(md)
     order = list(board.drop_duplicates("model").model)
-    assert shown == set(order[:10] + order[-10:])
+    # the table's own order: its first and last 10 rows, in that order
+    assert shown[:10] == order[:10] and shown[-10:] == order[-10:]
+    # every ranked column's best and worst model is in view (the first column's ends alone left some out), and
+    # this data has a column whose end is not among the first column's ends, so the check bites
+    ends = ends_of_each_ranking(board)
+    assert len(ends) >= 2
+    assert all(best in shown and worst in shown for best, worst in ends.values()), ends
+    assert any(m not in order[:10] + order[-10:] for pair in ends.values() for m in pair)
+    # the rows left out are counted where they are, and every model is either shown or counted
+    counted = [(int(a), int(b or a), int(n)) for n, a, b in re.findall(
+        r"… (\d+) more models? not shown \(rows? (\d+)(?: to (\d+))? of 50 in this order\): "
+        r"\[leaderboard.csv\]\(leaderboard.csv\)", md)]
+    assert counted and len(shown) + sum(n for _, _, n in counted) == 50
+    for first, last, n in counted:
+        assert last - first + 1 == n and order[first - 2] in shown and order[last] in shown
+    # a shown cell carries its rank in its column (leaderboard.csv's rank)
+    best = ends["fill_mask_pass_rate"][0]
+    assert re.search(rf"^\| {best} \|.* #1 \|$", md, flags=re.M)
     html = (tmp_path / "report.html").read_text()
-    assert html.count('<a href="leaderboard.csv">leaderboard.csv</a> lists every model') == 1
-    assert "… 30 more models not shown" in html and "<script" not in html
+    assert html.count('<a href="leaderboard.csv">leaderboard.csv</a> lists every model') == len(counted)
+    assert "more models not shown" in html and "<script" not in html
     assert 'href="paired_tests.csv">paired_tests.csv</a> lists every test' in html
     assert "more than 20 models" in html and "Holm&#x27;s correction runs over the" in html
-    # the per-model sections: the 20 models the leaderboard shows
+    # the per-model sections: the models the leaderboard shows
     report = (tmp_path / "report.md").read_text()
-    assert len(re.findall(r"^## crows_pairs / model_\d\d", report, flags=re.M)) == 20
-    assert "the top and bottom 10 of each setting" in report
+    assert sorted(re.findall(r"^## crows_pairs / (model_\d\d)", report, flags=re.M)) == sorted(shown)
+    assert "the ends of each setting's ranking in every column" in report
     # the summary line names 12 models and counts the rest (at 1,000 models the names were a page of their own)
     summary = next(line for line in report.splitlines() if "· models: " in line)
     assert "models: model_00, model_01, " in summary and "model_12" not in summary
@@ -248,7 +335,8 @@ if __name__ == "__main__":
 
 def test_a_reference_the_plan_lacks_or_does_not_use_is_refused_when_planning():
     """``stats.paired_reference`` naming no model of the plan left the report without tests and said only that it had
-    none; set without ``stats.paired=reference`` it was ignored. Both are refused when planning, naming the models."""
+    none: refused when planning, naming the models, with the reference design or beside the adjacent one (where it
+    adds each model against the reference)."""
     from biasflow.errors import ConfigError
     from biasflow.plan import build_plan
     from biasflow.report.leaderboard import hidden_text
@@ -257,8 +345,11 @@ def test_a_reference_the_plan_lacks_or_does_not_use_is_refused_when_planning():
     with pytest.raises(ConfigError, match=r"stats.paired_reference='nosuch' is not a model of this plan; its models: "
                                           r"bert_base_uncased, roberta_base"):
         build_plan([*overrides, "stats.paired=reference", "stats.paired_reference=nosuch"], multirun=True)
-    with pytest.raises(ConfigError, match=r"is read only with stats.paired=reference"):
-        build_plan([*overrides, "stats.paired_reference=roberta_base"], multirun=True)
+    with pytest.raises(ConfigError, match=r"stats.paired_reference='nosuch' is not a model of this plan"):
+        build_plan([*overrides, "stats.paired_reference=nosuch"], multirun=True)
+    with pytest.raises(ConfigError, match=r"is read only with stats.paired=reference, adjacent or auto"):
+        build_plan([*overrides, "stats.paired=all_pairs", "stats.paired_reference=roberta_base"], multirun=True)
+    assert len(build_plan([*overrides, "stats.paired_reference=roberta_base"], multirun=True).jobs) == 2
     plan = build_plan([*overrides, "stats.paired=reference", "stats.paired_reference=roberta_base"], multirun=True)
     assert len(plan.jobs) == 2
     assert hidden_text(1, 21) == "… 1 more model not shown (row 11 of 21 in this order)"

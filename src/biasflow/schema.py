@@ -184,7 +184,9 @@ class StatsConfig(Strict):
     every pair of models of a metric and setting up to ``all_pairs_up_to`` models and ``adjacent`` above;
     ``all_pairs`` every pair whatever the number; ``adjacent`` each model against the next in the ranking of each
     headline metric (the leaderboard's best vs runner-up and worst vs the one above included); ``reference`` each
-    model against ``paired_reference`` (a model name). Holm's correction runs over the tests run."""
+    model against ``paired_reference`` (a model name). ``paired_reference`` with ``adjacent`` (or ``auto`` above
+    ``all_pairs_up_to``) tests both: the adjacent pairs and each model against the reference, each pair once.
+    Holm's correction runs over the tests run."""
     n_boot: NonNegativeInt = 1000
     seed: int = 0
     level: float = Field(0.95, gt=0.0, lt=1.0)
@@ -196,9 +198,9 @@ class StatsConfig(Strict):
     def _reference_named(self) -> "StatsConfig":
         if self.paired == "reference" and not self.paired_reference:
             raise ValueError("stats.paired=reference needs stats.paired_reference=<model name>")
-        if self.paired != "reference" and self.paired_reference:
+        if self.paired == "all_pairs" and self.paired_reference:  # every pair holds the reference's already
             raise ValueError(f"stats.paired_reference={self.paired_reference!r} is read only with "
-                             f"stats.paired=reference (stats.paired={self.paired})")
+                             f"stats.paired=reference, adjacent or auto (stats.paired={self.paired})")
         return self
 
     def bootstrap(self) -> dict[str, Any]:

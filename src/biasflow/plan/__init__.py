@@ -212,10 +212,10 @@ def _refuse_swept_run_settings(configs: Sequence[Mapping[str, Any]]) -> None:
 
 
 def _check_paired_reference(stats: Mapping[str, Any], models: Sequence[str]) -> None:
-    """``stats.paired=reference`` compares every model with ``stats.paired_reference``: a name no model of the plan has
-    would leave the report without a paired test, saying only that it has none."""
+    """``stats.paired_reference`` names the model every other is compared with (``stats.paired=reference``, or beside
+    the adjacent pairs): a name no model of the plan has would leave those tests out, saying only that they are."""
     reference = stats.get("paired_reference")
-    if stats.get("paired") == "reference" and reference not in models:
+    if reference is not None and reference not in models:
         raise ConfigError(f"stats.paired_reference={reference!r} is not a model of this plan; its models: "
                           f"{', '.join(sorted(set(models)))}")
 

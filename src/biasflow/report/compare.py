@@ -3,7 +3,8 @@
 Paired tests: for every metric family, jobs with the same setting (all options equal but the model) are compared
 on each headline metric, in pairs the design chooses (``stats.paired``, ``paired_design``): every pair up to
 ``stats.all_pairs_up_to`` models, above that each model against the next in the metric's ranking (linear in the
-models: 999 tests of a metric at 1,000 models instead of 499,500), or each against a reference model. The difference gets a paired bootstrap CI (``stats.paired.paired_bootstrap``,
+models: 999 tests of a metric at 1,000 models instead of 499,500), or each against a reference model, or both (adjacent
+pairs and each model against the reference, each pair once). The difference gets a paired bootstrap CI (``stats.paired.paired_bootstrap``,
 re-running the family's own ``aggregate`` on one item resample shared by both models, or, where the metric declares
 ``exact_replicates``, its ``bootstrap_statistic`` on every replicate at once: the same numbers, bit for bit). Where a metric is the rate of a
 per-item binary outcome (``MetricSpec.binary_outcomes``), the exact McNemar test gives the p-value; otherwise the bootstrap
@@ -49,10 +50,12 @@ def _compared_metrics(family: str, present: set[str]) -> list[str]:
 
 def paired_design(stats: StatsConfig, n_models: int) -> str:
     """The design of the paired tests between ``n_models`` models of one metric and setting: ``stats.paired``, where
-    ``auto`` is every pair up to ``stats.all_pairs_up_to`` models and adjacent models in each ranking above."""
-    if stats.paired != "auto":
-        return stats.paired
-    return "all_pairs" if n_models <= stats.all_pairs_up_to else "adjacent"
+    ``auto`` is every pair up to ``stats.all_pairs_up_to`` models and adjacent models in each ranking above; adjacent
+    with a ``stats.paired_reference`` is ``adjacent+reference`` (both kinds of pair)."""
+    design = stats.paired
+    if design == "auto":
+        design = "all_pairs" if n_models <= stats.all_pairs_up_to else "adjacent"
+    return "adjacent+reference" if design == "adjacent" and stats.paired_reference else design
 
 
 def _comparison_groups(plan: Mapping[str, Any]):
@@ -86,10 +89,21 @@ def _design_pairs(design: str, group: pd.DataFrame, overall: pd.DataFrame, metri
         return [(m, reference, metric) for metric in metrics for m in group["model"] if m != reference]
     label = dict(zip(group["config_hash"], group["model"]))
     rows = overall[overall["config_hash"].isin(group["config_hash"])]
+    with_reference = design == "adjacent+reference" and reference in set(group["model"])
     pairs = []
     for metric in metrics:  # each model against the next one in this metric's ranking
         ranked = [label[h] for h in ranking(rows, metric)]
-        pairs += [(a, b, metric) for a, b in zip(ranked, ranked[1:])]
+        adjacent = [(i, (a, b, metric)) for i, (a, b) in enumerate(zip(ranked, ranked[1:]))]
+        if not with_reference:
+            pairs += [pair for _, pair in adjacent]
+            continue
+        # and each against the reference, a pair the adjacent ones hold tested once; in the ranking's order (a pair
+        # at its better-ranked model's place), so a long table's first and last tests are the ranking's two ends
+        tested = {frozenset(pair[:2]) for _, pair in adjacent}
+        to_reference = [(i, (m, reference, metric)) for i, m in enumerate(ranked)
+                        if m != reference and frozenset((m, reference)) not in tested]
+        pairs += [pair for _, _, pair in sorted([(i, 0, p) for i, p in adjacent] + [(i, 1, p) for i, p in to_reference],
+                                                key=lambda x: x[:2])]
     return pairs
 
 
@@ -194,6 +208,18 @@ def design_notes(plan: Mapping[str, Any], tests: pd.DataFrame) -> list[str]:
                              f"{stats.paired_reference} is not one of these models).")
                 continue
             how = f"each model against the reference {stats.paired_reference} (stats.paired=reference)"
+        elif design == "adjacent+reference":
+            why = (f"stats.paired=auto: more than {stats.all_pairs_up_to} models" if stats.paired == "auto"
+                   else "stats.paired=adjacent")
+            there = stats.paired_reference in set(group["model"])
+            how = ("each model against the next in the ranking of each headline metric, which holds the "
+                   "leaderboard's best vs runner-up and worst vs the one above, "
+                   + (f"and against the reference {stats.paired_reference}, each pair once" if there else
+                      f"not against the reference {stats.paired_reference}, which is not one of these models")
+                   + f" ({why}; stats.paired_reference={stats.paired_reference})")
+            notes.append(f"{where}: {how}; at most {max(2 * n - 3, n - 1) if there else n - 1:,} tests per metric "
+                         f"instead of {n * (n - 1) // 2:,} pairs.")
+            continue
         else:
             why = (f"stats.paired=auto: more than {stats.all_pairs_up_to} models" if stats.paired == "auto"
                    else "stats.paired=adjacent")
@@ -203,7 +229,8 @@ def design_notes(plan: Mapping[str, Any], tests: pd.DataFrame) -> list[str]:
     if notes:
         notes.append(f"Holm's correction runs over the {len(tests):,} tests run. Every pair: "
                      "stats.paired=all_pairs; each model against one: stats.paired=reference "
-                     "stats.paired_reference=<model>.")
+                     "stats.paired_reference=<model>; the adjacent pairs and each model against one: "
+                     "stats.paired_reference=<model> alone.")
     return notes
 
 

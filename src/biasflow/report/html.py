@@ -114,9 +114,10 @@ def _is_num(text: str) -> bool:
 
 
 def table(head: Sequence[str], rows: Sequence[Sequence[str]], row_classes: Sequence[str] | None = None,
-          cell_classes: Sequence[Sequence[str]] | None = None, spans: Mapping[int, str] | None = None) -> str:
+          cell_classes: Sequence[Sequence[str]] | None = None, spans: Mapping[int, str] | None = None,
+          row_ids: Sequence[str] | None = None) -> str:
     """``spans``: rows (by position) drawn as one cell across the table holding that HTML (the rows a long table
-    leaves out, with a link to the file that has them)."""
+    leaves out, with a link to the file that has them). ``row_ids``: each row's id (an address to link to)."""
     # headers break only after "." or "_" ("model.<wbr>device"), never inside a word ("mod el.de vice")
     out = ["<table><thead><tr>" + "".join(f"<th>{_breakable(escape(str(h)))}</th>" for h in head)
            + "</tr></thead><tbody>"]
@@ -126,6 +127,7 @@ def table(head: Sequence[str], rows: Sequence[Sequence[str]], row_classes: Seque
                        f'text-align:center">{spans[i]}</td></tr>')
             continue
         rc = f' class="{row_classes[i]}"' if row_classes and row_classes[i] else ""
+        rc += f' id="{escape(row_ids[i])}"' if row_ids and row_ids[i] else ""
         cells = []
         for j, v in enumerate(row):
             cls = ["num"] if _is_num(str(v)) else []
@@ -151,37 +153,62 @@ def figure(fig: Figure, images: list[Path]) -> str:
             f"<figcaption>{escape(fig.title)}</figcaption></figure>")
 
 
+def model_anchor(family: str, model: str, setting: str = "") -> str:
+    """The id of a model's row in its family's full leaderboard (``report.html#crows_pairs--tinyA``): a link to a
+    model at any size."""
+    return re.sub(r"\s+", "_", f"{family}--{model}" + (f"--{setting}" if setting else ""))
+
+
+def _leaderboard_table(t: Any, rows_of: Any, with_setting: bool, ids: bool = False) -> str:
+    metrics = list(t.goals)
+    head = ["model"] + (["setting"] if with_setting else []) + metrics
+    rows = [["unbiased value"] + ([""] if with_setting else []) + [t.goals[m] or "(not ranked)" for m in metrics]]
+    classes = [[""] * len(head)]
+    spans, row_ids = {}, [""]
+    for r in rows_of.itertuples(index=False):
+        if r.hidden:
+            spans[len(rows)] = hidden_html(hidden_text(r.hidden, r.total, start=r.start), "leaderboard.csv", "model",
+                                           f"every-{t.family}")
+            rows.append([])
+            classes.append([])
+            row_ids.append("")
+            continue
+        rows.append([r.model] + ([r.setting] if with_setting else []) + [r.cells[m]["text"] for m in metrics])
+        classes.append([""] * (len(head) - len(metrics)) + [
+            "best" if r.cells[m]["best"] else "worst" if r.cells[m]["worst"] else "" for m in metrics])
+        row_ids.append(model_anchor(t.family, r.model, r.setting if with_setting else "") if ids else "")
+    return table(head, rows, ["goal"] + [""] * (len(rows) - 1), classes, spans, row_ids if ids else None)
+
+
 def _leaderboard_html(report: HtmlReport, images: list[Path]) -> str:
     parts = [f'<p class="legend">{escape(report.leaderboard_legend)}</p>']
     for t in report.leaderboard:
-        metrics = list(t.goals)
         with_setting = bool((t.table["setting"] != "").any())
-        head = ["model"] + (["setting"] if with_setting else []) + metrics
-        rows = [["unbiased value"] + ([""] if with_setting else []) + [t.goals[m] or "(not ranked)" for m in metrics]]
-        classes = [[""] * len(head)]
-        spans = {}
-        for r in t.table.itertuples(index=False):
-            if r.hidden:
-                spans[len(rows)] = hidden_html(hidden_text(r.hidden, r.total), "leaderboard.csv", "model")
-                rows.append([])
-                classes.append([])
-                continue
-            rows.append([r.model] + ([r.setting] if with_setting else []) + [r.cells[m]["text"] for m in metrics])
-            classes.append([""] * (len(head) - len(metrics)) + [
-                "best" if r.cells[m]["best"] else "worst" if r.cells[m]["worst"] else "" for m in metrics])
+        every = ""
+        if t.full is not None:
+            # every row, collapsed: the browser's find searches it (and opens it), and each row has an address;
+            # no script or form: MLflow's viewer (a sandboxed iframe) submits no form, and other viewers run no script
+            every = (f'<p class="legend">{escape(t.view_note)}</p>'
+                     f'<details id="every-{escape(t.family)}"><summary>Every model of {escape(t.family)}: '
+                     f"{len(t.full):,} rows in this order (the browser's find searches them; a model's row is at "
+                     f"report.html#{escape(model_anchor(t.family, '<model>'))})</summary>"
+                     + _leaderboard_table(t, t.full, with_setting, ids=True) + "</details>")
         parts.append(f"<h3>{escape(t.title)}</h3>" + _meanings_html(t.meanings)
-                     + table(head, rows, ["goal"] + [""] * (len(rows) - 1), classes, spans)
+                     + _leaderboard_table(t, t.table, with_setting) + every
                      + (f'<p class="legend">{escape(t.ci_note)}</p>' if t.ci_note else "")
-                     + (f'<p class="legend">Marks (paired tests): {escape("; ".join(t.notes))}.</p>' if t.notes else ""))
+                     + (f'<p class="legend">Marks (paired tests): {escape("; ".join(t.notes))}.</p>' if t.notes
+                        else ""))
         fig = report.model_plots.get(t.family)
         if fig is not None:
             parts.append(figure(fig, images))
     return "\n".join(parts)
 
 
-def hidden_html(text: str, csv: str, what: str) -> str:
-    """The cell standing for the rows a table leaves out, linking the file beside the report that holds them all."""
-    return f'{escape(text)}: <a href="{escape(csv)}">{escape(csv)}</a> lists every {escape(what)}'
+def hidden_html(text: str, csv: str, what: str, every: str = "") -> str:
+    """The cell standing for the rows a table leaves out, linking the file beside the report that holds them all
+    (and ``every``: the id of the page's own collapsed table of them)."""
+    return (f'{escape(text)}: <a href="{escape(csv)}">{escape(csv)}</a> lists every {escape(what)}'
+            + (f', as does <a href="#{escape(every)}">every {escape(what)} below</a>' if every else ""))
 
 
 def _meanings_html(lines: Sequence[str]) -> str:

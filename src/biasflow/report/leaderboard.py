@@ -233,6 +233,9 @@ def _mark_notes(df: pd.DataFrame) -> list[str]:
 # a table of more rows than twice this (a setting's models, a metric's paired tests) shows the first and last this
 # many and says how many it leaves out: the full tables (leaderboard.csv, paired_tests.csv) hold every row
 SHOWN_AT_EACH_END = 10
+# and a cut leaderboard also shows the best and worst this many of every other ranked column (its rows are in the
+# order of the first one), so no column's best or worst model is left out of view; few, so the view stays short
+OTHER_ENDS_SHOWN = 3
 
 
 def hidden_middle(n: int) -> range:
@@ -240,26 +243,48 @@ def hidden_middle(n: int) -> range:
     return range(SHOWN_AT_EACH_END, n - SHOWN_AT_EACH_END) if n > 2 * SHOWN_AT_EACH_END else range(0)
 
 
-def hidden_text(hidden: int, total: int, what: str = "models") -> str:
-    """The line standing for the rows a table leaves out (the file that holds them is named beside it)."""
-    hidden, total = int(hidden), int(total)  # counts (a table's column of them is float beside its NaNs)
+def hidden_text(hidden: int, total: int, what: str = "models", start: int = SHOWN_AT_EACH_END) -> str:
+    """The line standing for the rows a table leaves out (the file that holds them is named beside it); ``start``:
+    the position (from 0) of the first of them."""
+    hidden, total, start = int(hidden), int(total), int(start)  # counts (a table's column of them is float)
     if hidden == 1:
-        return f"… 1 more {what.removesuffix('s')} not shown (row {SHOWN_AT_EACH_END + 1:,} of {total:,} in this order)"
-    return (f"… {hidden:,} more {what} not shown (rows {SHOWN_AT_EACH_END + 1:,} to {SHOWN_AT_EACH_END + hidden:,} "
+        return f"… 1 more {what.removesuffix('s')} not shown (row {start + 1:,} of {total:,} in this order)"
+    return (f"… {hidden:,} more {what} not shown (rows {start + 1:,} to {start + hidden:,} "
             f"of {total:,} in this order)")
 
 
-def _top_and_bottom(rows: list[dict]) -> list[dict]:
-    """Each setting's rows (consecutive, best first): the top and bottom SHOWN_AT_EACH_END with a row between them
-    that counts the others (``hidden``, ``total``)."""
+def rows_in_view(df: pd.DataFrame) -> dict[str, bool]:
+    """Which jobs (``config_hash``) of one family's leaderboard rows (in the board's order) a table shows: every job
+    of a setting of up to 2 x SHOWN_AT_EACH_END models; above that the first and last SHOWN_AT_EACH_END in the
+    table's order (the first ranked column's) and the best and worst OTHER_ENDS_SHOWN of every ranked column."""
+    order = df.drop_duplicates("config_hash")
+    settings = order["setting"].fillna("").tolist()
+    hashes = order["config_hash"].tolist()
+    shown: dict[str, bool] = {}
+    for setting in dict.fromkeys(settings):
+        members = [h for h, s in zip(hashes, settings) if s == setting]
+        gap = hidden_middle(len(members))
+        keep = set(members) - {members[i] for i in gap}
+        if gap:
+            rows = df[df["config_hash"].isin(members) & df["distance"].notna()]
+            for _, one in rows.groupby("metric", sort=False):
+                ranked = one.sort_values("distance", kind="stable")["config_hash"].tolist()
+                keep |= set(ranked[:OTHER_ENDS_SHOWN]) | set(ranked[-OTHER_ENDS_SHOWN:])
+        shown.update({h: h in keep for h in members})
+    return shown
+
+
+def _cut(rows: list[dict], shown: Mapping[str, bool]) -> list[dict]:
+    """Each setting's rows (consecutive, best first) as the table shows them: the rows ``shown`` keeps, and for each
+    run of rows between them one row that counts them (``hidden``, ``total``, ``start``: its position)."""
     out: list[dict] = []
     for setting, members in itertools.groupby(rows, key=lambda r: r["setting"]):
         members = list(members)
-        gap = hidden_middle(len(members))
-        if gap:
-            members[gap.start:gap.stop] = [{"model": "", "setting": setting, "cells": {}, "hidden": len(gap),
-                                            "total": len(members)}]
-        out += members
+        for keep, run in itertools.groupby(enumerate(members), key=lambda ir: shown.get(ir[1]["config_hash"], True)):
+            run = list(run)
+            out += [r for _, r in run] if keep else [
+                {"model": "", "setting": setting, "cells": {}, "hidden": len(run), "total": len(members),
+                 "start": run[0][0], "config_hash": ""}]
     return out
 
 
@@ -269,12 +294,21 @@ class FamilyTable:
     family: str
     title: str  # the family, the definition its numbers follow and the mode (``bbq · Parrish et al. 2022 ...``)
     table: pd.DataFrame  # a row per job: model, setting, cells {metric: {text, best, worst}}, hidden (0); above
-    # 2 x SHOWN_AT_EACH_END jobs in a setting, its top and bottom rows and between them one whose ``hidden`` counts
-    # the rows left out (of ``total``)
+    # 2 x SHOWN_AT_EACH_END jobs in a setting, the rows ``rows_in_view`` keeps, and for each run of rows between them
+    # one whose ``hidden`` counts them (of ``total``, from position ``start``)
     goals: dict[str, str]  # metric -> the unbiased value as text
     notes: list[str]  # per column (and setting): whether the best / worst marks passed the paired test
     meanings: list[str]  # per metric: what it measures, which way is fair
     ci_note: str  # why the table has no CIs ('' when it has them)
+    full: pd.DataFrame | None = None  # where ``table`` leaves rows out: every row (the HTML's collapsed full table)
+    view_note: str = ""  # where ``table`` leaves rows out: which rows it shows
+
+
+# what a cut leaderboard shows (``rows_in_view``), said under it
+VIEW_NOTE = (f"Above {2 * SHOWN_AT_EACH_END} models in a setting, the table shows its first and last "
+             f"{SHOWN_AT_EACH_END} rows in this order and the best and worst {OTHER_ENDS_SHOWN} of every other ranked "
+             "column, so every column's best and worst model is in view; #k after a value is its rank in its column "
+             "(leaderboard.csv's rank).")
 
 
 def wide_tables(board: pd.DataFrame, stats: Any = None) -> list[FamilyTable]:
@@ -287,17 +321,25 @@ def wide_tables(board: pd.DataFrame, stats: Any = None) -> list[FamilyTable]:
     for family in pd.unique(board["family"]):
         df = board[board["family"] == family]
         metrics = list(pd.unique(df["metric"]))
+        shown = rows_in_view(df)
+        # a cut setting's ranked cells carry their rank in their column (#k, as leaderboard.csv's rank): it says why
+        # a row off the ends of the table's order is shown (near an end of another column)
+        cut = set(df.loc[~df["config_hash"].map(shown), "setting"].fillna(""))
         rows = []
         for ch, at in df.groupby("config_hash", sort=False).indices.items():
             r = df.iloc[at].set_index("metric")
             first = r.iloc[0]
+            ranked = (first["setting"] if isinstance(first["setting"], str) else "") in cut
             cells = {m: ({"text": cell_text(r.at[m, "value"], r.at[m, "ci_low"], r.at[m, "ci_high"],
-                                             r.at[m, "note"] if "note" in r else ""),
+                                             r.at[m, "note"] if "note" in r else "")
+                          + (f" #{int(r.at[m, 'rank'])}" if ranked and pd.notna(r.at[m, "rank"]) else ""),
                           "best": bool(r.at[m, "best"]), "worst": bool(r.at[m, "worst"])} if m in r.index
                          else {"text": "– (not computed for this job)", "best": False, "worst": False})
                      for m in metrics}
-            rows.append({"model": first["model"], "setting": first["setting"], "cells": cells, "hidden": 0})
-        rows = _top_and_bottom(rows)
+            rows.append({"model": first["model"], "setting": first["setting"], "cells": cells, "hidden": 0,
+                         "config_hash": ch})
+        full = pd.DataFrame(rows) if cut else None
+        rows = _cut(rows, shown)
         goals = {m: goal_text(goal(m)) for m in metrics}
         notes = _mark_notes(df)
         definition = str(df["definition"].iloc[0]) if "definition" in df and isinstance(
@@ -310,7 +352,8 @@ def wide_tables(board: pd.DataFrame, stats: Any = None) -> list[FamilyTable]:
             family=str(family), title=f"{family} · {definition}" if definition else str(family),
             table=pd.DataFrame(rows), goals=goals, notes=notes,
             meanings=meaning_lines(spec, metrics) if spec is not None else [],
-            ci_note=ci_note(spec, stats) if spec is not None and stats is not None else ""))
+            ci_note=ci_note(spec, stats) if spec is not None and stats is not None else "", full=full,
+            view_note=VIEW_NOTE if full is not None else ""))
     return out
 
 
@@ -371,7 +414,7 @@ def leaderboard_markdown(board: pd.DataFrame, stats: Any = None) -> str:
                   + "".join(f" {t.goals[m] or '(not ranked)'} |" for m in metrics)]
         for r in t.table.itertuples(index=False):
             if r.hidden:
-                lines.append(f"| {hidden_text(r.hidden, r.total)}: [leaderboard.csv](leaderboard.csv) lists every "
+                lines.append(f"| {hidden_text(r.hidden, r.total, start=r.start)}: [leaderboard.csv](leaderboard.csv) lists every "
                              "model |" + " |" * (len(head) - 1))
                 continue
             cells = []
@@ -379,6 +422,8 @@ def leaderboard_markdown(board: pd.DataFrame, stats: Any = None) -> str:
                 c = r.cells[m]
                 cells.append(f"**{c['text']}**" if c["best"] else f"_{c['text']}_" if c["worst"] else c["text"])
             lines.append("| " + " | ".join([r.model] + ([r.setting] if with_setting else []) + cells) + " |")
+        if t.view_note:
+            lines.append("\n" + t.view_note)
         if t.ci_note:
             lines.append("\n" + t.ci_note)
         if t.notes:
@@ -420,7 +465,7 @@ def leaderboard_latex(board: pd.DataFrame, run: str = "") -> str:
         rows = [goal_row]
         for r in table.itertuples(index=False):
             if r.hidden:
-                text = latex_escape(hidden_text(r.hidden, r.total) + ": leaderboard.csv lists every model")
+                text = latex_escape(hidden_text(r.hidden, r.total, start=r.start) + ": leaderboard.csv lists every model")
                 rows.append([rf"\multicolumn{{{len(head)}}}{{l}}{{\textit{{{text}}}}}"])
                 continue
             cells = []
@@ -450,15 +495,13 @@ def model_plot(board: pd.DataFrame, family: str, path: Path, ci: str = "95% boot
         df["model"], df["setting"])))
     if len(labels) < 2 or not metrics:
         return False
-    # the rows the table shows: each setting's top and bottom (its rows are consecutive, best first)
-    settings = df.drop_duplicates(["model", "setting"])["setting"].fillna("").tolist()
+    # the rows the table shows (``rows_in_view``: each setting's ends, and the ends of every ranked column)
     left_out = 0
-    for setting in reversed(list(dict.fromkeys(settings))):
-        at = [i for i, s in enumerate(settings) if s == setting]
-        gap = hidden_middle(len(at))
-        left_out += len(gap)
-        for i in reversed([at[j] for j in gap]):
-            del labels[i]
+    if len(labels) > 2 * SHOWN_AT_EACH_END:  # a setting of fewer models shows them all
+        shown = rows_in_view(board[board["family"] == family])
+        in_view = df.drop_duplicates("config_hash")["config_hash"].map(shown).tolist()
+        left_out = in_view.count(False)
+        labels = [label for label, keep in zip(labels, in_view) if keep]
     import matplotlib
 
     matplotlib.use("Agg")
@@ -492,7 +535,7 @@ def model_plot(board: pd.DataFrame, family: str, path: Path, ci: str = "95% boot
     axes[0][0].set_yticks(y, labels, fontsize=8)
     axes[0][0].invert_yaxis()
     fig.suptitle(f"{family}: models side by side" + (f" ({ci})" if ci else "")
-                 + (f"\nthe top and bottom {SHOWN_AT_EACH_END} of each setting; {left_out:,} more in leaderboard.csv"
+                 + (f"\nthe models the leaderboard shows (each ranking's ends); {left_out:,} more in leaderboard.csv"
                     if left_out else ""), fontsize=10)
     fig.tight_layout()
     with atomic_path(path, suffix=".png") as tmp:

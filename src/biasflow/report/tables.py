@@ -340,8 +340,8 @@ def write_run_report(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.Da
            if t.table["hidden"].any()}
     if cut:
         report.sections_note = (f"Per metric and model, for {', '.join(cut)}: the models the leaderboard shows (the "
-                                f"top and bottom {lb.SHOWN_AT_EACH_END} of each setting); aggregate.csv has every "
-                                "model's numbers, by category too.")
+                                "ends of each setting's ranking in every column); aggregate.csv has every model's "
+                                "numbers, by category too.")
         lines.append(f"\n{report.sections_note}\n")
         agg = agg[[f not in cut or m in cut[f] for f, m in zip(agg["metric_family"], agg["_label"])]]
     groups = sorted(agg.groupby(["metric_family", "_label"], sort=False), key=lambda g: (g[0][0], g[0][1]))

@@ -60,6 +60,9 @@ EXPERIMENT_KIND = "custom_model_development"  # MLflow's kind for model training
 DIGEST_CHARS = 16  # dataset digests (MLflow stores at most 36 characters; the full sha256 is in the profile)
 NOTE_CHARS = 7500  # a run description is a tag: at most 8,000 characters
 TABLE_ROWS = 20_000  # rows of a JSON table for the artifact viewer (the Parquet file has them all)
+# rows of the parent run's aggregate table in the artifact viewer: 20,000 rows took 54-103 s to show there, 5,000
+# 11-13 s, 2,000 7.5 s (benchmarks/mlflow_table_rows.py, 2 cores at load 4-7); aggregate.csv / .parquet hold every row
+PARENT_TABLE_ROWS = 5_000
 SKIPPED_FILES = {"score_meta.json", "metric_meta.json"}  # read into run times and tags, not artifacts
 MAX_CREATE_TAGS = 100  # a child run is created with its tags when they are this few (MLflow's limit per batch)
 CHILDREN_PAGE = 250  # child runs read per request when a plan is logged again (each with its metrics and tags)
@@ -489,19 +492,21 @@ def _log_files(client, run_id: str, paths: list[Path], redactor: Redactor, artif
             client.log_artifact(run_id, str(f), artifact_path=artifact_path)
 
 
-def _log_tables(client, run_id: str, tables: Mapping[str, pd.DataFrame], redactor: Redactor) -> list[str]:
+def _log_tables(client, run_id: str, tables: Mapping[str, pd.DataFrame], redactor: Redactor,
+                rows: int = TABLE_ROWS) -> list[str]:
     """The tables as MlflowClient.log_table writes them (pandas "split" JSON, listed in the run's
     mlflow.loggedArtifacts tag, which makes the artifact viewer render a table), except that a table logged again
-    replaces the file instead of being appended to it (log_table's behaviour, which would double the rows)."""
+    replaces the file instead of being appended to it (log_table's behaviour, which would double the rows). A table
+    of more than ``rows`` rows keeps its first ``rows``, named so (``aggregate_first_5000.json``)."""
     from mlflow.utils.mlflow_tags import MLFLOW_LOGGED_ARTIFACTS
 
     written = []
     with tempfile.TemporaryDirectory(prefix="biasflow-tables-") as tmp:
         files = []
         for name, df in tables.items():
-            if len(df) > TABLE_ROWS:
-                name = f"{name}_first_{TABLE_ROWS}"
-                df = df.head(TABLE_ROWS)
+            if len(df) > rows:
+                name = f"{name}_first_{rows}"
+                df = df.head(rows)
             path = Path(tmp) / f"{name}.json"
             df = front_columns(df)
             df.to_json(path, orient="split", index=False, date_format="iso", default_handler=str)
@@ -748,7 +753,7 @@ def _log_plan(plan: Mapping[str, Any], run_dir: Path, real_uri: str, redactor: R
             if (run_dir / "aggregate.parquet").exists() else {}
         if (run_dir / "comparison.csv").exists() and not is_placeholder(run_dir / "comparison.csv"):
             tables["comparison"] = pd.read_csv(run_dir / "comparison.csv")
-        _log_tables(client, parent_id, tables, redactor)
+        _log_tables(client, parent_id, tables, redactor, rows=PARENT_TABLE_ROWS)
         plots = run_dir / "plots"
         if plots.is_dir():
             _log_files(client, parent_id, sorted(p for p in plots.iterdir() if p.is_file()
