@@ -257,6 +257,42 @@ def test_adjacent_and_reference_design_tests_both_each_pair_once():
 
 
 # ----------------------------------------------------------------------------------------------- 50 models
+def test_a_model_lacking_items_changes_only_its_own_pairs():
+    """Each pair is compared on the items its two models both have: a model whose table lacks items (an item the
+    metric could not score for it) leaves the other pairs' values, CIs and p-values as in a run without it, and its
+    own pairs' value, difference, CI, n_items and McNemar counts all come from the same items."""
+    from biasflow.report.compare import paired_tests
+    from biasflow.stats.paired import mcnemar_exact
+
+    plan, agg, per_item = synthetic_run(4, families=("crows_pairs",), n_items=120, stats={"paired": "all_pairs"},
+                                        stereo=STEREO.get)
+    complete = paired_tests(plan, agg, per_item)
+    lacking = per_item["model"].eq("model_02") & per_item["item_id"].isin([f"p{i}" for i in range(0, 120, 3)])
+    short = per_item[~lacking].reset_index(drop=True)
+    got = paired_tests(plan, agg, short)  # all_pairs: no ranking read
+    key = ["model_a", "model_b", "metric"]
+    others = got[(got.model_a != "model_02") & (got.model_b != "model_02")].set_index(key)
+    want = complete.set_index(key).loc[others.index]
+    assert len(others) == 3 * got.metric.nunique()
+    pd.testing.assert_frame_equal(others.drop(columns=["p_holm", "significant"]),
+                                  want.drop(columns=["p_holm", "significant"]), check_exact=True)
+    assert (others["n_items"] == 120).all()
+    mine = got[(got.model_a == "model_02") | (got.model_b == "model_02")]
+    assert (mine["n_items"] == 80).all() and len(mine) == 3 * got.metric.nunique()
+    pll = short[short.variant == "pll"].set_index("item_id")
+    for r in mine[mine.metric == "metric_score"].itertuples():
+        a = pll[pll.model == r.model_a]["stereo_preferred"]
+        b = pll[pll.model == r.model_b]["stereo_preferred"]
+        both = a.index.intersection(b.index)
+        assert len(both) == 80
+        # the value of each side is its rate on the shared items; the difference's sign follows McNemar's counts
+        assert r.value_a == pytest.approx(100 * a.loc[both].mean()) and r.value_b == pytest.approx(
+            100 * b.loc[both].mean())
+        mc = mcnemar_exact(a.loc[both].to_numpy(), b.loc[both].to_numpy())
+        assert (r.discordant_a, r.discordant_b, r.p_value) == (mc["b"], mc["c"], mc["p_value"])
+        assert np.sign(r.diff) == np.sign(mc["b"] - mc["c"])
+
+
 def scattered(m: int) -> float:
     """A stereotype share per model that spreads metric_score over 30-70 out of model order."""
     return 0.3 + 0.4 * ((m * 37) % 50) / 50

@@ -17,6 +17,7 @@ one line per model (and per value of any other varied option), with the CI as a 
 from __future__ import annotations
 
 import math
+from itertools import combinations
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -115,6 +116,34 @@ def _mcnemar(a: pd.Series, b: pd.Series) -> dict[str, float]:
     return mcnemar_exact(a.to_numpy(), b.to_numpy())
 
 
+def _pairs_on_shared_items(tables: Mapping[str, pd.DataFrame], aggregates: Mapping[str, Any],
+                           statistics: Mapping[str, Any], metrics: list[str],
+                           pairs: list[tuple[str, str, str]] | None, bootstrap: Mapping[str, Any]) -> pd.DataFrame:
+    """``paired_bootstrap`` of ``pairs`` (None: every pair), each pair on the items its two models both have: a model
+    lacking items changes only its own pairs (as McNemar's counts, ``_mcnemar``). Models with the same items share
+    one call (their draws and replicates computed once, as when every model has every item, the usual case)."""
+    models = list(tables)
+    if pairs is None:
+        pairs = [(a, b, metric) for a, b in combinations(models, 2) for metric in metrics]
+    item_sets: dict[frozenset, int] = {}  # each distinct set of items once (compared by hash, not item by item)
+    items = {m: item_sets.setdefault(frozenset(tables[m]["item_id"]), len(item_sets)) for m in models}
+    groups: dict[Any, list[tuple[str, str, str]]] = {}
+    for pair in pairs:
+        a, b = pair[0], pair[1]
+        groups.setdefault(items[a] if items[a] == items[b] else (a, b), []).append(pair)
+    if len(groups) <= 1:
+        return paired_bootstrap(tables, aggregates, metrics, statistic=statistics, pairs=pairs, **bootstrap)
+    frames = []
+    for key, group_pairs in groups.items():
+        members = [m for m in models if items[m] == key] if isinstance(key, int) else list(key)
+        frames.append(paired_bootstrap({m: tables[m] for m in members}, aggregates, metrics, pairs=group_pairs,
+                                       statistic={m: statistics[m] for m in members}, **bootstrap))
+    out = pd.concat([f for f in frames if not f.empty] or frames[:1], ignore_index=True)
+    order = {pair: i for i, pair in enumerate(pairs)}  # the design's order, as one call gives it
+    return out.iloc[np.argsort([order[t] for t in zip(out["model_a"], out["model_b"], out["metric"])],
+                             kind="stable")].reset_index(drop=True)
+
+
 def job_rows(table: pd.DataFrame) -> dict[str, slice | np.ndarray]:
     """Each job's rows of a run table (by ``config_hash``): a slice where they are contiguous, as the aggregate
     stage concatenates the jobs' files. Why: a text column of that table is one Arrow chunk per job, and a selection
@@ -148,9 +177,9 @@ def paired_tests(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.DataFr
             aggregates[job.model] = lambda df, agg=spec.aggregate, cfg=job.cfg: agg(df, cfg)
             # every replicate at once where the metric's array path is exact: the same numbers, in seconds
             statistics[job.model] = (lambda df, r, st=fast, cfg=job.cfg: st(df, cfg, r)) if fast else None
-        res = paired_bootstrap(tables, aggregates, metrics, n_boot=n_boot, seed=seed, level=level,
-                               statistic=statistics,
-                               pairs=_design_pairs(design, group, overall, metrics, stats.paired_reference))
+        pairs = _design_pairs(design, group, overall, metrics, stats.paired_reference)
+        res = _pairs_on_shared_items(tables, aggregates, statistics, metrics, pairs,
+                                     dict(n_boot=n_boot, seed=seed, level=level))
         if res.empty:  # no item in common
             continue
         res.insert(0, "family", family)
