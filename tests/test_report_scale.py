@@ -293,6 +293,30 @@ def test_a_model_lacking_items_changes_only_its_own_pairs():
         assert np.sign(r.diff) == np.sign(mc["b"] - mc["c"])
 
 
+def test_values_the_same_distance_from_the_goal_tie():
+    """A third and two thirds of the pairs (metric_score 33.33 and 66.67) are both 16.67 from 50 on paper, not in
+    floats (16.666666666666664 and 16.66666666666667): they share a rank, and in the ranking the adjacent design
+    tests and in the leaderboard's rows they come by model name."""
+    from biasflow.report.compare import paired_tests, ranking
+    from biasflow.report.leaderboard import leaderboard
+
+    plan, agg, per_item = synthetic_run(3, families=("crows_pairs",), n_items=120, stats={"paired": "adjacent"},
+                                        stereo=[2 / 3, 1 / 3, 0.45].__getitem__)
+    # model_00 is 16.67 over 50, model_01 as far under it, and model_01 the smaller float: it came first before
+    overall = agg[agg.category == "overall"]
+    values = overall[overall.metric == "metric_score"].set_index("model")["value"]
+    assert abs(values["model_00"] - 50) != abs(values["model_01"] - 50)  # the floats differ in their last bits
+    order = dict(zip(overall["config_hash"], overall["model"]))
+    assert [order[h] for h in ranking(overall, "metric_score")] == ["model_02", "model_00", "model_01"]
+    board = leaderboard(plan, agg, paired_tests(plan, agg, per_item))
+    ranks = board[board.metric == "metric_score"].set_index("model")["rank"]
+    assert ranks.to_dict() == {"model_02": 1.0, "model_00": 2.0, "model_01": 2.0}
+    assert list(dict.fromkeys(board["model"])) == ["model_02", "model_00", "model_01"]
+    tests = paired_tests(plan, agg, per_item)
+    got = tests[tests.metric == "metric_score"]
+    assert list(zip(got.model_a, got.model_b)) == [("model_02", "model_00"), ("model_00", "model_01")]
+
+
 def scattered(m: int) -> float:
     """A stereotype share per model that spreads metric_score over 30-70 out of model order."""
     return 0.3 + 0.4 * ((m * 37) % 50) / 50

@@ -26,7 +26,7 @@ import pandas as pd
 from biasflow.io import atomic_path
 from biasflow.report.explain import stats_of
 from biasflow.report.leaderboard import (SHOWN_AT_EACH_END, distance, goal, goals, headline_metrics, hidden_middle,
-                                         hidden_text)
+                                         hidden_text, ranked_index)
 from biasflow.report.sweep import job_table, short_option
 from biasflow.schema import StatsConfig
 from biasflow.stats.paired import holm, mcnemar_exact, paired_bootstrap
@@ -73,12 +73,13 @@ def _comparison_groups(plan: Mapping[str, Any]):
 
 def ranking(rows: pd.DataFrame, metric: str) -> list[str]:
     """The ``config_hash`` of ``rows`` (overall aggregate rows) in the leaderboard's order for ``metric``: closest to
-    its unbiased value first, ties in table order (``leaderboard._significance_marks`` ranks the same way); a
+    its unbiased value first, ties by model name (``leaderboard.ranked_index``, as the leaderboard's rows and marks); a
     metric without a goal by value, highest first. Rows without a value are not ranked."""
     g = goal(metric)
     one = rows[rows["metric"] == metric].drop_duplicates("config_hash")
-    key = pd.Series([distance(v, g if g is not None else "max") for v in one["value"]], index=one.index)
-    return list(one.loc[key.dropna().sort_values(kind="stable").index, "config_hash"])
+    one = one.assign(distance=[distance(v, g if g is not None else "max") for v in one["value"]])
+    one = one[one["distance"].notna()]
+    return list(one.loc[ranked_index(one), "config_hash"])
 
 
 def _design_pairs(design: str, group: pd.DataFrame, overall: pd.DataFrame, metrics: list[str],

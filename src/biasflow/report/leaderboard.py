@@ -62,6 +62,20 @@ def distance(value: float, g: float | str | None) -> float:
     return abs(float(value) - float(g))
 
 
+def tie_key(distances: pd.Series) -> pd.Series:
+    """``distances`` to 12 significant digits, what rankings sort by: two values the same distance from the goal in
+    exact arithmetic (0.69444444444444 above and below it) tie, as on paper, instead of ranking by a float sum's
+    last bits (which would choose the pairs an adjacent design tests)."""
+    return distances.map(lambda d: float(f"{d:.12g}") if pd.notna(d) else np.nan).astype(float)
+
+
+def ranked_index(rows: pd.DataFrame) -> pd.Index:
+    """The index of ``rows`` (one metric's rows of one setting, ``distance`` not NaN, a ``model`` column) best first:
+    by ``tie_key`` of the distance, ties by model name (the leaderboard's row order, its marks and the adjacent
+    design's pairs all follow it)."""
+    return rows.assign(_tie=tie_key(rows["distance"])).sort_values(["_tie", "model"], kind="stable").index
+
+
 def goal_text(g: float | str | None) -> str:
     if g is None:
         return ""
@@ -103,8 +117,9 @@ def _significance_marks(df: pd.DataFrame, family: str, tests: pd.DataFrame | Non
     """``best`` / ``worst`` only where the paired test separates them from their neighbour; ``marks`` says why."""
     df = df.assign(best=False, worst=False, marks="")
     for _, g in df.groupby(["setting_key", "metric"], sort=False):
-        ranked = g[g["distance"].notna()].sort_values("distance", kind="stable")
-        if len(ranked) < 2 or ranked["distance"].iloc[0] == ranked["distance"].iloc[-1]:
+        ranked = g[g["distance"].notna()]
+        ranked = ranked.loc[ranked_index(ranked)]
+        if len(ranked) < 2 or tie_key(ranked["distance"]).iloc[0] == tie_key(ranked["distance"]).iloc[-1]:
             continue
         metric = ranked["metric"].iloc[0]
         p_best = _paired_p(tests, family, metric, ranked.iloc[0], ranked.iloc[1])
@@ -175,11 +190,13 @@ def leaderboard(plan: Mapping[str, Any], agg: pd.DataFrame, tests: pd.DataFrame 
                       for v, lo, hi, n, m, h in zip(df["value"], df["ci_low"], df["ci_high"], df["n"], df["metric"],
                                                     df["config_hash"])]
         df["distance"] = [distance(v, g) for v, g in zip(df["value"], df["goal"])]
-        df["rank"] = df.groupby(["setting_key", "metric"])["distance"].rank(method="min")
+        df["rank"] = df.assign(_tie=tie_key(df["distance"])).groupby(["setting_key", "metric"])["_tie"].rank(
+            method="min")
         df = _significance_marks(df, family, tests, 1.0 - level)
         # within a setting, rows in the order of the first ranked headline metric (best first), then by model
         ranked = [m for m in metrics if goal(m) is not None and df.loc[df.metric == m, "distance"].notna().any()]
-        key = df[df.metric == ranked[0]].set_index("config_hash")["distance"] if ranked else pd.Series(dtype=float)
+        key = tie_key(df[df.metric == ranked[0]].set_index("config_hash")["distance"]) if ranked else pd.Series(
+            dtype=float)
         df["_set"] = df["setting_key"].map(order)
         df["_row"] = df["config_hash"].map(key).fillna(np.inf)
         df["_col"] = df["metric"].map({m: i for i, m in enumerate(metrics)})
@@ -268,7 +285,7 @@ def rows_in_view(df: pd.DataFrame) -> dict[str, bool]:
         if gap:
             rows = df[df["config_hash"].isin(members) & df["distance"].notna()]
             for _, one in rows.groupby("metric", sort=False):
-                ranked = one.sort_values("distance", kind="stable")["config_hash"].tolist()
+                ranked = one.loc[ranked_index(one), "config_hash"].tolist()
                 keep |= set(ranked[:OTHER_ENDS_SHOWN]) | set(ranked[-OTHER_ENDS_SHOWN:])
         shown.update({h: h in keep for h in members})
     return shown
