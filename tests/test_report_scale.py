@@ -370,6 +370,9 @@ def test_fifty_models_report_shows_the_ends_of_each_ranking(tmp_path):
     assert "more models not shown" in html and "<script" not in html
     assert 'href="paired_tests.csv">paired_tests.csv</a> lists every test' in html
     assert "more than 20 models" in html and "Holm&#x27;s correction runs over the" in html
+    # the provenance's table of models, a row each, folded (at 1,000 models it was a page of rows)
+    provenance = html[html.index('<h2 id="provenance">'):]
+    assert "<details><summary>All 50 models</summary>" in provenance
     # the per-model sections: the models the leaderboard shows
     report = (tmp_path / "report.md").read_text()
     assert sorted(re.findall(r"^## crows_pairs / (model_\d\d)", report, flags=re.M)) == sorted(shown)

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 
 from biasflow.provenance import configured_revision, model_source
-from biasflow.report.leaderboard import hidden_text
+from biasflow.report.leaderboard import SHOWN_AT_EACH_END, hidden_text
 from biasflow.report.sweep import model_labels, summary_line
 from biasflow.secrets import redact_text
 
@@ -274,12 +274,21 @@ def provenance(plan: Mapping[str, Any]) -> dict[str, Any]:
             "models": models, "datasets": datasets}
 
 
+def _folded_above_a_page(html: str, n: int, what: str) -> str:
+    """``html`` as it is up to 2 x SHOWN_AT_EACH_END rows; above that folded (a list of 1,000 models would push the
+    rest of the section a page of rows down; the browser's find still searches it)."""
+    if n <= 2 * SHOWN_AT_EACH_END:
+        return html
+    return f"<details><summary>All {n:,} {what}</summary>{html}</details>"
+
+
 def _provenance_html(prov: Mapping[str, Any], files: Sequence[str]) -> str:
     kv = [["plan", prov["plan"]], ["created", prov["created"]], ["git commit", prov["git commit"]],
           ["mode", prov["mode"]], ["bootstrap", prov["bootstrap"]]]
     parts = [table(["what", "value"], kv)]
-    parts.append("<h3>Overrides of each sweep job</h3><ul>"
-                 + "".join(f"<li><code>{escape(c)}</code></li>" for c in prov["commands"]) + "</ul>")
+    parts.append("<h3>Overrides of each sweep job</h3>" + _folded_above_a_page(
+        "<ul>" + "".join(f"<li><code>{escape(c)}</code></li>" for c in prov["commands"]) + "</ul>",
+        len(prov["commands"]), "sweep jobs"))
     if prov["models"]:
         cols = sorted({k for m in prov["models"].values() for k in m}
                       - {"model", "kind", "source", "revision", "demo", "gpu", "cpu"})
@@ -289,7 +298,7 @@ def _provenance_html(prov: Mapping[str, Any], files: Sequence[str]) -> str:
                 + [m.get(c, "–") for c in cols] for k, m in prov["models"].items()]
         parts.append("<h3>Models</h3>" + ('<p class="legend">–: the setting does not apply to the model\'s kind.</p>'
                                           if any(c not in m for c in cols for m in prov["models"].values()) else "")
-                     + table(head, rows))
+                     + _folded_above_a_page(table(head, rows), len(rows), "models"))
     if prov["datasets"]:
         rows = [[k, d["items"], d["sha256"], d["source"]] for k, d in sorted(prov["datasets"].items())]
         parts.append("<h3>Datasets (verified files)</h3><p>The files the items were read from, each with the "
