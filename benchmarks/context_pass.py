@@ -37,7 +37,7 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
 from biasflow.data.download import fetch_verified  # noqa: E402
-from biasflow.registry import get_loader, get_metric  # noqa: E402
+from biasflow.registry import get_loader, get_metric, metric_options_from  # noqa: E402
 from biasflow.scoring.answer import lookup, metric_answers  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,7 +87,7 @@ def answer(metric: str, items: pd.DataFrame, cfg: dict, adapter) -> tuple[pd.Dat
     """The metric's answers and per-item table, and the seconds they took (no cache)."""
     start = time.perf_counter()
     answers = metric_answers(metric, items, cfg, None, None, model=adapter, progress=False)
-    per_item = get_metric(metric).compute(items, answers, cfg)
+    per_item = get_metric(metric).compute(items, answers, metric_options_from(metric, cfg))
     return answers, per_item, time.perf_counter() - start
 
 
@@ -104,7 +104,7 @@ def compare(metric: str, items: pd.DataFrame, cfg: dict, adapter) -> dict:
         job = {**cfg, "context_pass": how}
         before = load_avg()
         answers, per_item, seconds = answer(metric, items, job, adapter)
-        asked = [r for r in spec.requests(items, job, "causal_lm") if isinstance(r, CONTINUATION_REQUESTS[how])]
+        asked = [r for r in spec.requests(items, metric_options_from(metric, job), "causal_lm") if isinstance(r, CONTINUATION_REQUESTS[how])]
         runs[how] = {"answers": answers, "per_item": per_item, "seconds": seconds, "asked": asked,
                      "load": [before, load_avg()]}
     sep, once = runs["per_option"], runs["once"]

@@ -35,7 +35,7 @@ import pandas as pd  # noqa: E402
 import yaml  # noqa: E402
 
 from biasflow.data.download import fetch_verified  # noqa: E402
-from biasflow.registry import get_loader, get_metric  # noqa: E402
+from biasflow.registry import get_loader, get_metric, metric_options_from  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "out"
@@ -76,7 +76,7 @@ def per_item_tables(items: dict[str, pd.DataFrame], model: int, work: Path) -> d
     preds = work / f"bbq-preds-{model}.csv"
     pd.DataFrame({"example_id": bbq.example_id, "category": bbq.category, "answer": choice}).to_csv(preds, index=False)
     cfg = {**CFG["bbq"], "benchmark": "bbq", "predictions_file": str(preds)}
-    out["bbq"] = get_metric("bbq").compute(bbq, pd.DataFrame(columns=["key"]), cfg)
+    out["bbq"] = get_metric("bbq").compute(bbq, pd.DataFrame(columns=["key"]), metric_options_from("bbq", cfg))
     return out
 
 
@@ -93,7 +93,7 @@ def sweep(items, n_models: int, n_boot: int, work: Path):
                    "stats": {"n_boot": n_boot, "seed": 0, "level": 0.95},
                    "metric_dir": str(work / "metrics" / cfg_hash), "items_path": None}
             jobs.append(job)
-            agg = get_metric(family).aggregate(per_item, CFG[family]).assign(ci_low=np.nan, ci_high=np.nan)
+            agg = get_metric(family).aggregate(per_item, metric_options_from(family, CFG[family])).assign(ci_low=np.nan, ci_high=np.nan)
             labels = {"model": model["name"], "model_key": job["model_key"], "benchmark": family,
                       "metric_family": family, "config_hash": cfg_hash}
             aggs.append(agg.assign(**labels))

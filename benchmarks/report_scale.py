@@ -94,7 +94,7 @@ def per_item_table(family: str, model: int) -> pd.DataFrame:
 
 def build(n_models: int, n_boot: int) -> list[dict]:
     """Every job's metric folder under ``WORK`` (reused when already there), and the jobs of the plan."""
-    from biasflow.registry import get_metric, metric_options
+    from biasflow.registry import get_metric, metric_options, metric_options_from
     from biasflow.schema import filled_options
 
     jobs = []
@@ -113,7 +113,7 @@ def build(n_models: int, n_boot: int) -> list[dict]:
                 continue
             per_item = per_item_table(family, m)
             spec = get_metric(family)
-            agg = spec.aggregate(per_item, {**cfg, "run_mode": "parity"})
+            agg = spec.aggregate(per_item, metric_options_from(family, {**cfg, "run_mode": "parity"}))
             # a stand-in CI (the metric stage's bootstrap is not what is timed)
             agg = agg.assign(ci_low=agg["value"] - 1.0, ci_high=agg["value"] + 1.0)
             labels = {"model": name, "model_key": key, "benchmark": family, "metric_family": family,

@@ -16,7 +16,7 @@ import pandas as pd
 
 from biasflow.data.weat import load_weat_lists
 from biasflow.models import load_model
-from biasflow.registry import get_metric
+from biasflow.registry import get_metric, metric_options_from
 from biasflow.scoring.answer import metric_answers
 
 
@@ -44,6 +44,7 @@ def run(metric: str, model_cfg: dict, cfg: dict, cache_dir: str, items: pd.DataF
     t0 = time.perf_counter()
     scores = metric_answers(metric, items, cfg, model_cfg, cache_dir, model=model, progress=False)
     t_score = time.perf_counter() - t0
+    cfg = metric_options_from(metric, cfg)
     t0 = time.perf_counter()
     per_item = spec.compute(items, scores, cfg)
     t_compute = time.perf_counter() - t0

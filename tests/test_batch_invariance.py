@@ -133,7 +133,7 @@ def test_crows_pairs_per_item_table_is_the_same_resumed_alone_and_in_a_sweep(tin
     cfg = {"variants": ["pll"]}
 
     def per_item(cache_dir: Path, items: pd.DataFrame) -> pd.DataFrame:
-        return cp.compute(items, metric_answers("crows_pairs", items, cfg, None, cache_dir, model=tiny_bert), cfg)
+        return cp.compute(items, metric_answers("crows_pairs", items, cfg, None, cache_dir, model=tiny_bert), metric_options_from("crows_pairs", cfg))
 
     alone = per_item(tmp_path / "alone", ITEMS)
     per_item(tmp_path / "resumed", ITEMS.iloc[:6])  # the first run was killed after 6 pairs
@@ -252,6 +252,7 @@ def test_other_masked_lm_answers_are_the_same_whatever_else_is_asked(tiny_bert, 
 
 # what ATen, MKL and oneDNN would pick on a CPU without AVX-512 (most laptops, AMD Zen 2/3)
 from biasflow.provenance import WITHOUT_AVX512  # noqa: E402  (one declaration, shared with the benchmarks)
+from biasflow.registry import metric_options_from
 
 
 def test_on_a_cpu_without_avx512():

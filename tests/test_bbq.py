@@ -23,6 +23,7 @@ from biasflow.errors import ConfigError, DataFormatError, GenerationError
 from biasflow.metrics.bbq import (SPEC, UNKNOWN_RESPONSES, BBQOptions, helm_letters, lm_eval_choices, options_of,
                                   parse_choice)
 from conftest import ROOT, build_tiny_gpt2, mirrored_files, project_copy
+from biasflow.registry import metric_options_from
 
 CONF = yaml.safe_load((ROOT / "conf" / "benchmark" / "bbq.yaml").read_text())["bbq"]
 
@@ -61,8 +62,8 @@ def write_predictions(path: Path, items: pd.DataFrame, choice) -> Path:
 def per_item_from(items, choice, definition, tmp_path) -> pd.DataFrame:
     preds = write_predictions(tmp_path / f"preds-{definition}.csv", items, choice)
     cfg = {"benchmark": "bbq", "definition": definition, "predictions_file": str(preds)}
-    assert SPEC.requests(items, cfg, "causal_lm") == []  # a predictions file asks the model nothing
-    return SPEC.compute(items, pd.DataFrame(columns=["key"]), cfg)
+    assert SPEC.requests(items, metric_options_from("bbq", cfg), "causal_lm") == []  # a predictions file asks the model nothing
+    return SPEC.compute(items, pd.DataFrame(columns=["key"]), metric_options_from("bbq", cfg))
 
 
 def values(agg: pd.DataFrame) -> dict[tuple[str, str], float]:
@@ -191,7 +192,7 @@ def test_hand_computed_example(tmp_path):
     expected = {"parity": 25.0, "helm": 100 * (1 / 3) * (5 / 8), "lm_eval": 25.0}
     for definition, s_amb in expected.items():
         per_item = per_item_from(items, HAND_CHOICES, definition, tmp_path)
-        got = values(SPEC.aggregate(per_item, {"definition": definition}))
+        got = values(SPEC.aggregate(per_item, metric_options_from("bbq", {"definition": definition})))
         assert got[("bbq_bias_ambig", "overall")] == pytest.approx(s_amb)
         assert got[("bbq_bias_disambig", "overall")] == pytest.approx(0.0)
         assert got[("bbq_accuracy", "overall")] == pytest.approx(37.5)
@@ -202,10 +203,10 @@ def test_hand_computed_example(tmp_path):
     every_unknown = [2] * 8
     for definition, want in {"parity": math.nan, "helm": 0.0, "lm_eval": 0.0}.items():
         got = values(SPEC.aggregate(per_item_from(items, every_unknown, definition, tmp_path),
-                                    {"definition": definition}))
+                                    metric_options_from("bbq", {"definition": definition})))
         assert got[("bbq_bias_disambig", "overall")] == pytest.approx(want, nan_ok=True)
     never_biased = [1, 2, 0, 2, 1, 1, 0, 0]  # disambiguated: young/neg, young/neg, old/nonneg, old/nonneg
-    got = {d: values(SPEC.aggregate(per_item_from(items, never_biased, d, tmp_path), {"definition": d}))
+    got = {d: values(SPEC.aggregate(per_item_from(items, never_biased, d, tmp_path), metric_options_from("bbq", {"definition": d})))
            for d in ("parity", "lm_eval")}
     assert got["parity"][("bbq_bias_disambig", "overall")] == pytest.approx(-100.0)
     assert got["lm_eval"][("bbq_bias_disambig", "overall")] == 0.0  # lm-eval: n_biased == 0 gives 0
@@ -218,10 +219,10 @@ def test_unanswered_examples_per_definition(tmp_path):
     choices = [-1] + HAND_CHOICES[1:]
     for definition in ("parity", "helm", "lm_eval"):
         per_item = per_item_from(items, choices, definition, tmp_path)
-        got = values(SPEC.aggregate(per_item, {"definition": definition}))
+        got = values(SPEC.aggregate(per_item, metric_options_from("bbq", {"definition": definition})))
         assert got[("bbq_unparsed_pct", "overall")] == 12.5
         assert bool(per_item.included.iloc[0]) is (definition == "lm_eval")
-    got = values(SPEC.aggregate(per_item_from(items, choices, "lm_eval", tmp_path), {"definition": "lm_eval"}))
+    got = values(SPEC.aggregate(per_item_from(items, choices, "lm_eval", tmp_path), metric_options_from("bbq", {"definition": "lm_eval"})))
     # ambiguous: 1 correct of 4; non-unknown 0 (the -1 is unknown to lm-eval), 1 and 0: 1 biased -> s = -1/3
     assert got[("bbq_bias_ambig", "overall")] == pytest.approx(100 * (1 - 1 / 4) * (2 * 1 / 2 - 1))
 
@@ -261,7 +262,7 @@ def r_analysis(items: pd.DataFrame, choice: np.ndarray, metadata_csv: Path) -> p
 def test_parity_matches_the_authors_analysis(all_items, bbq_files, tmp_path):
     choice = random_choices(all_items)
     per_item = per_item_from(all_items, choice, "parity", tmp_path)
-    got = values(SPEC.aggregate(per_item, {"definition": "parity"}))
+    got = values(SPEC.aggregate(per_item, metric_options_from("bbq", {"definition": "parity"})))
     ref = r_analysis(all_items, choice, bbq_files["metadata"])
     # 11 categories and 4 with name proxies: the R script's 15 rows per context condition
     assert len(ref) == 2 * 15 and sorted(c for c in set(ref.category) if c.endswith("(names)")) == [
@@ -343,7 +344,7 @@ HELM_RECORDED = {
 
 def test_helm_matches_helms_metric_loop(all_items, tmp_path):
     choice = random_choices(all_items, seed=11)
-    got = values(SPEC.aggregate(per_item_from(all_items, choice, "helm", tmp_path), {"definition": "helm"}))
+    got = values(SPEC.aggregate(per_item_from(all_items, choice, "helm", tmp_path), metric_options_from("bbq", {"definition": "helm"})))
     for category, (acc, amb, dis) in HELM_RECORDED.items():  # bbq_accuracy, ambiguous and unambiguous bias
         assert got[("bbq_accuracy", category)] == pytest.approx(100 * acc, abs=1e-9)
         assert got[("bbq_bias_ambig", category)] == pytest.approx(100 * amb, abs=1e-9)
@@ -440,7 +441,7 @@ def test_lm_eval_likelihoods_and_choices_match_lm_evaluation_harness(n, context_
     np.testing.assert_allclose(lls[:4], LM_EVAL_LOGLIKELIHOODS, atol=2e-4)
     prefers_second = "".join(str(int(b > a)) for a, b in lls[:, :2])
     assert prefers_second == "".join(LM_EVAL_PREFERS_SECOND)[:n]  # per-example agreement on the two people
-    per_item = SPEC.compute(items, answers, cfg)
+    per_item = SPEC.compute(items, answers, metric_options_from("bbq", cfg))
     assert per_item.lm_eval_choice.eq(2).all()  # lm-eval's choice for every example
 
 
@@ -449,7 +450,7 @@ def test_lm_eval_scores_match_lm_evaluation_harness(bbq_files, tmp_path):
     items = load(bbq_files, {"limit": 1000})
     given = lm_eval_answers(len(items))
     choices = [-1 if a < 0 else choices_from_lm_eval(it, a) for it, a in zip(items.itertuples(index=False), given)]
-    got = values(SPEC.aggregate(per_item_from(items, choices, "lm_eval", tmp_path), {"definition": "lm_eval"}))
+    got = values(SPEC.aggregate(per_item_from(items, choices, "lm_eval", tmp_path), metric_options_from("bbq", {"definition": "lm_eval"})))
     for name, value in LM_EVAL_SCORES.items():
         metric = LM_EVAL_METRICS.get(name) or ("bbq_bias_ambig" if name.startswith("amb") else "bbq_bias_disambig")
         category = "overall" if name in LM_EVAL_METRICS else name.split("_score_")[1]
@@ -556,7 +557,7 @@ def test_leaderboard_goals_and_paired_outcome(tmp_path):
     items = hand_items()
     per_item = per_item_from(items, [-1] + HAND_CHOICES[1:], "parity", tmp_path)
     outcome = SPEC.binary_outcomes["bbq_accuracy"](per_item)
-    got = values(SPEC.aggregate(per_item, {"definition": "parity"}))
+    got = values(SPEC.aggregate(per_item, metric_options_from("bbq", {"definition": "parity"})))
     assert len(outcome) == 7 and 100 * outcome.mean() == pytest.approx(got[("bbq_accuracy", "overall")])
 
 
@@ -615,9 +616,9 @@ def test_bootstrap_replicates_equal_the_aggregate_on_each_resample(definition, b
     items = load(bbq_files, {"limit": 400})
     per_item = per_item_from(items, random_choices(items, seed=5, missing=0.05), definition, tmp_path)
     r = draw_resamples(per_item, 12, seed=1)
-    fast = SPEC.bootstrap_statistic(per_item, {"definition": definition}, r)
+    fast = SPEC.bootstrap_statistic(per_item, metric_options_from("bbq", {"definition": definition}), r)
     for b in range(r.n_boot):
-        slow = values(SPEC.aggregate(per_item.iloc[r.rows(b)], {"definition": definition}))
+        slow = values(SPEC.aggregate(per_item.iloc[r.rows(b)], metric_options_from("bbq", {"definition": definition})))
         for key, value in slow.items():
             assert fast[key][b] == pytest.approx(value, nan_ok=True, rel=0, abs=0), (key, b)
         for key in set(fast) - set(slow):  # a reported category absent from this resample
@@ -636,12 +637,12 @@ def test_likelihood_mode_on_a_served_model_gives_the_in_process_choices(bbq_file
     local = {"name": "tiny-gpt2-256", "kind": "causal_lm", "path": str(tiny_gpt2_256), "device": "cpu"}
     adapter = load_model(local)
     in_process = SPEC.compute(items, metric_answers("bbq", items, cfg, local, tmp_path / "a", model=adapter,
-                                                    progress=False), cfg)
+                                                    progress=False), metric_options_from("bbq", cfg))
     with CompletionsServer(adapter) as server:
         served = {"name": server.served_name, "kind": "served_causal_lm", "base_url": server.base_url,
                   "revision": "test", "max_retries": 0, "backoff_s": 0.0}
         answers = metric_answers("bbq", items, cfg, served, tmp_path / "b", progress=False)
-    remote = SPEC.compute(items, answers, cfg)
+    remote = SPEC.compute(items, answers, metric_options_from("bbq", cfg))
     assert remote.choice.tolist() == in_process.choice.tolist()
     np.testing.assert_allclose(np.array(remote.option_scores.tolist()), np.array(in_process.option_scores.tolist()),
                                atol=1e-4)
@@ -655,12 +656,12 @@ def test_generation_mode_with_the_jobs_own_causal_lm(bbq_files, tiny_gpt2_256, t
     items = load(bbq_files, {"limit": 11})
     cfg = {"benchmark": "bbq", "answer_mode": "generation", "definition": "helm"}
     model = {"name": "tiny-gpt2-256", "kind": "causal_lm", "path": str(tiny_gpt2_256), "device": "cpu"}
-    requests = SPEC.requests(items, cfg, "causal_lm")
+    requests = SPEC.requests(items, metric_options_from("bbq", cfg), "causal_lm")
     assert {r.kind for r in requests} == {"generation"} and len(requests) == 11
     assert requests[0].temperature == 0.0 and requests[0].max_tokens == 8
-    per_item = SPEC.compute(items, metric_answers("bbq", items, cfg, model, tmp_path, progress=False), cfg)
+    per_item = SPEC.compute(items, metric_answers("bbq", items, cfg, model, tmp_path, progress=False), metric_options_from("bbq", cfg))
     assert per_item.answer_status.eq("unparsed").all() and per_item.response.str.len().gt(0).all()
-    got = values(SPEC.aggregate(per_item, cfg))
+    got = values(SPEC.aggregate(per_item, metric_options_from("bbq", cfg)))
     # HELM counts a reply that is no letter as a non-unknown, non-target answer: bias -100 in ambiguous contexts
     assert got[("bbq_unparsed_pct", "overall")] == 100.0 and got[("bbq_bias_ambig", "overall")] == -100.0
 
@@ -674,16 +675,16 @@ def test_predictions_file_formats_and_errors(tmp_path):
     as_jsonl.write_text("".join(json.dumps(r) + "\n" for r in records))
     for path in (as_json, as_jsonl):
         cfg = {"definition": "parity", "predictions_file": str(path)}
-        per_item = SPEC.compute(items, pd.DataFrame(columns=["key"]), cfg)
+        per_item = SPEC.compute(items, pd.DataFrame(columns=["key"]), metric_options_from("bbq", cfg))
         assert per_item.choice.tolist() == HAND_CHOICES
     bad = tmp_path / "bad.csv"
     bad.write_text("example_id,category,answer\n0,Age,1\n1,Age,B\n")
     with pytest.raises(DataFormatError, match=r"bad\.csv, line 3: answer 'B' is not 0, 1, 2"):
-        SPEC.compute(items, pd.DataFrame(columns=["key"]), {"predictions_file": str(bad)})
+        SPEC.compute(items, pd.DataFrame(columns=["key"]), metric_options_from("bbq", {"predictions_file": str(bad)}))
     short = tmp_path / "short.csv"
     short.write_text("example_id,category,answer\n0,Age,1\n")
     with pytest.raises(DataFormatError, match=r"no prediction for 7 of 8 examples \(first: bbq-Age-1\)"):
-        SPEC.compute(items, pd.DataFrame(columns=["key"]), {"predictions_file": str(short)})
+        SPEC.compute(items, pd.DataFrame(columns=["key"]), metric_options_from("bbq", {"predictions_file": str(short)}))
     with pytest.raises(Exception, match="one reply per example"):
         options_of({"generation": {"count": 3}})
     # a category no example has would be ignored silently: refused, with the name it probably meant
@@ -691,12 +692,12 @@ def test_predictions_file_formats_and_errors(tmp_path):
     lower.write_text("example_id,category,answer\n" + "".join(f"{e},age,1\n" for e in items.example_id))
     with pytest.raises(DataFormatError, match=r"lower\.csv, line 2: category 'age' is not a BBQ category \(did you "
                                               r"mean 'Age'\?\)"):
-        SPEC.compute(items, pd.DataFrame(columns=["key"]), {"predictions_file": str(lower)})
+        SPEC.compute(items, pd.DataFrame(columns=["key"]), metric_options_from("bbq", {"predictions_file": str(lower)}))
     one_object = tmp_path / "object.json"
     one_object.write_text(json.dumps({"example_id": 0, "category": "Age", "answer": 1}))
     with pytest.raises(DataFormatError, match=r"object\.json: a \.json file must hold a list of records.*holds a "
                                               r"dict"):
-        SPEC.compute(items, pd.DataFrame(columns=["key"]), {"predictions_file": str(one_object)})
+        SPEC.compute(items, pd.DataFrame(columns=["key"]), metric_options_from("bbq", {"predictions_file": str(one_object)}))
 
 
 @pytest.mark.parametrize("definition", ["parity", "helm", "lm_eval"])
@@ -732,18 +733,18 @@ def test_a_predictions_row_for_no_example_is_an_error_naming_the_row_and_id(tmp_
     cfg = {"definition": "parity"}
     other = tmp_path / "other.csv"  # Age 3000 exists in BBQ (ids 0-3679), only not selected here; so does Religion 5
     other.write_text("example_id,category,answer\n" + rows + "3000,Age,1\n5,Religion,0\n")
-    per_item = SPEC.compute(items, pd.DataFrame(columns=["key"]), {**cfg, "predictions_file": str(other)})
+    per_item = SPEC.compute(items, pd.DataFrame(columns=["key"]), metric_options_from("bbq", {**cfg, "predictions_file": str(other)}))
     assert per_item.choice.tolist() == HAND_CHOICES
     wrong = tmp_path / "wrong.csv"
     wrong.write_text("example_id,category,answer\n" + rows + "3680,Age,1\n1200,Religion,1\n99999,SES,2\n")
     with pytest.raises(DataFormatError, match=r"wrong\.csv, line 10: example_id 3680 is no Age example \(the BBQ data "
                                               r"has Age example_ids 0-3679\); 2 more row\(s\) name no example"):
-        SPEC.compute(items, pd.DataFrame(columns=["key"]), {**cfg, "predictions_file": str(wrong)})
+        SPEC.compute(items, pd.DataFrame(columns=["key"]), metric_options_from("bbq", {**cfg, "predictions_file": str(wrong)}))
     records = [{"example_id": int(e), "category": "Age", "answer": c} for e, c in zip(items.example_id, HAND_CHOICES)]
     as_json = tmp_path / "wrong.json"
     as_json.write_text(json.dumps(records + [{"example_id": -1, "category": "Religion", "answer": 0}]))
     with pytest.raises(DataFormatError, match=r"wrong\.json, record 9: example_id -1 is no Religion example"):
-        SPEC.compute(items, pd.DataFrame(columns=["key"]), {**cfg, "predictions_file": str(as_json)})
+        SPEC.compute(items, pd.DataFrame(columns=["key"]), metric_options_from("bbq", {**cfg, "predictions_file": str(as_json)}))
 
 
 def test_a_predictions_file_is_checked_at_plan_time(tmp_path):

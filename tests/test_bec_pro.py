@@ -20,6 +20,7 @@ from biasflow.registry import get_metric
 from biasflow.scoring.answer import metric_answers
 from biasflow.stats.bootstrap import bootstrap_ci
 from conftest import ROOT, mirrored_files
+from biasflow.registry import metric_options_from
 
 SPEC = get_metric("bec_pro")
 
@@ -124,7 +125,7 @@ def per_item_table(n_per_group: int = 30, seed: int = 1) -> pd.DataFrame:
 
 def test_aggregate_by_hand():
     per = per_item_table()
-    agg = bec_pro.aggregate(per, {}).set_index(["metric", "category"])["value"]
+    agg = bec_pro.aggregate(per, metric_options_from("bec_pro", {})).set_index(["metric", "category"])["value"]
     for g in GROUPS:
         df = per[per.category == g]
         assert agg[("assoc_female", g)] == pytest.approx(df.assoc_female.mean())
@@ -136,9 +137,9 @@ def test_aggregate_by_hand():
 
 def test_bootstrap_replicates_equal_the_generic_path():
     per = per_item_table()
-    fast = bootstrap_ci(per, lambda df: bec_pro.aggregate(df, {}), n_boot=40,
-                        statistic=lambda df, r: bec_pro.replicates(df, {}, r))
-    slow = bootstrap_ci(per, lambda df: bec_pro.aggregate(df, {}), n_boot=40)
+    fast = bootstrap_ci(per, lambda df: bec_pro.aggregate(df, metric_options_from("bec_pro", {})), n_boot=40,
+                        statistic=lambda df, r: bec_pro.replicates(df, metric_options_from("bec_pro", {}), r))
+    slow = bootstrap_ci(per, lambda df: bec_pro.aggregate(df, metric_options_from("bec_pro", {})), n_boot=40)
     means = fast.metric.isin(bec_pro.MEANS)
     pd.testing.assert_frame_equal(fast[means].reset_index(drop=True), slow[means].reset_index(drop=True))
     assert fast[~means][["ci_low", "ci_high"]].isna().all().all()  # no interval for the tests
@@ -214,22 +215,22 @@ def test_english_scorings_against_naive_loops(english, tiny_bert, scoring, tmp_p
     items = pd.concat([items, english[english.pair_id == "en:3625-3805"]], ignore_index=True)
     cfg = {"benchmark": "bec_pro", "scoring": scoring}
     answers = metric_answers("bec_pro", items, cfg, None, tmp_path / "cache", model=tiny_bert, progress=False)
-    got = bec_pro.associations(items, answers, cfg)
+    got = bec_pro.associations(items, answers, metric_options_from("bec_pro", cfg))
     if scoring == "reference":
         want = reference_associations(items, tiny_bert.tokenizer, tiny_bert.model, 16, lowercase=True)
         np.testing.assert_allclose(got, want, rtol=0, atol=2e-6)
     else:
         want = pieces_associations(items, tiny_bert.tokenizer, tiny_bert.model, lowercase=True)
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
-    per = SPEC.compute(items, answers, cfg)
+    per = SPEC.compute(items, answers, metric_options_from("bec_pro", cfg))
     assert len(per) == 16 and (per.assoc_diff == per.assoc_female - per.assoc_male).all()
 
 
 def test_run_mode_picks_the_scoring(english):
     items = english.head(2)
-    assert {r.kind for r in SPEC.requests(items, {"run_mode": "parity", "scoring": None}, "masked_lm")} == \
+    assert {r.kind for r in SPEC.requests(items, metric_options_from("bec_pro", {"run_mode": "parity", "scoring": None}), "masked_lm")} == \
         {"first_mask_probability"}
-    assert {r.kind for r in SPEC.requests(items, {"run_mode": "corrected", "scoring": None}, "masked_lm")} == \
+    assert {r.kind for r in SPEC.requests(items, metric_options_from("bec_pro", {"run_mode": "corrected", "scoring": None}), "masked_lm")} == \
         {"multi_mask"}
 
 
@@ -280,7 +281,7 @@ def test_german_scorings_against_naive_loops(german, german_bert, scoring, tmp_p
     items = items[items.pair_id.duplicated(keep=False)]
     cfg = {"benchmark": "bec_pro", "scoring": scoring}
     answers = metric_answers("bec_pro", items, cfg, None, tmp_path / "cache", model=german_bert, progress=False)
-    got = bec_pro.associations(items, answers, cfg)
+    got = bec_pro.associations(items, answers, metric_options_from("bec_pro", cfg))
     if scoring == "reference":
         want = reference_associations(items, german_bert.tokenizer, german_bert.model, 16, lowercase=False)
         np.testing.assert_allclose(got, want, rtol=0, atol=2e-6)

@@ -10,6 +10,7 @@ from biasflow.registry import get_metric
 from biasflow.stats.bootstrap import bootstrap_ci, draw_resamples, generic_replicates, replicate_frame
 
 from conftest import mirrored_files
+from biasflow.registry import metric_options_from
 
 
 def loop_bootstrap_ci(per_item, aggregate, n_boot, seed=0, level=0.95, strata="category"):
@@ -38,13 +39,13 @@ def assert_paths_agree(metric: str, per_item: pd.DataFrame, cfg: dict, n_boot: i
     same quantiles); returns how many (metric, category, replicate) values were compared."""
     spec = get_metric(metric)
     resamples = draw_resamples(per_item, n_boot, seed)
-    fast = spec.bootstrap_statistic(per_item, cfg, resamples)
+    fast = spec.bootstrap_statistic(per_item, metric_options_from(spec.name, cfg), resamples)
     assert fast is not None, f"{metric}: the array path declined this table"
     key = ["metric", "category", "replicate"]
-    generic = generic_replicates(per_item, lambda df: spec.aggregate(df, cfg), resamples)
+    generic = generic_replicates(per_item, lambda df: spec.aggregate(df, metric_options_from(spec.name, cfg)), resamples)
     g = generic.dropna(subset=["value"]).set_index(key)["value"].astype(float).sort_index()
     f = replicate_frame(fast).dropna(subset=["value"]).set_index(key)["value"].sort_index()
-    point = spec.aggregate(per_item, cfg).set_index(["metric", "category"]).index
+    point = spec.aggregate(per_item, metric_options_from(spec.name, cfg)).set_index(["metric", "category"]).index
     g, f = g[g.index.droplevel(2).isin(point)], f[f.index.droplevel(2).isin(point)]
     assert set(g.index) == set(f.index), sorted(set(g.index) ^ set(f.index))[:10]
     mismatch = g[g.values != f.loc[g.index].values]
@@ -75,10 +76,10 @@ def test_draws_are_the_original_loops_stream():
 def test_a_statistic_that_declines_leaves_the_generic_path_and_one_that_answers_is_used():
     per_item = crows_like(np.random.default_rng(0), 30)
     spec = get_metric("crows_pairs_biasbench")
-    agg = lambda df: spec.aggregate(df, {})  # noqa: E731
+    agg = lambda df: spec.aggregate(df, metric_options_from("crows_pairs_biasbench", {}))  # noqa: E731
     declined = bootstrap_ci(per_item, agg, n_boot=50, statistic=lambda df, r: None)
     pd.testing.assert_frame_equal(declined, loop_bootstrap_ci(per_item, agg, 50), check_exact=True)
-    fast = bootstrap_ci(per_item, agg, n_boot=50, statistic=lambda df, r: spec.bootstrap_statistic(df, {}, r))
+    fast = bootstrap_ci(per_item, agg, n_boot=50, statistic=lambda df, r: spec.bootstrap_statistic(df, metric_options_from("crows_pairs_biasbench", {}), r))
     pd.testing.assert_frame_equal(fast, declined, check_exact=True)
     constant = bootstrap_ci(per_item, agg, n_boot=50,
                             statistic=lambda df, r: {("metric_score", "overall"): np.full(r.n_boot, 42.0)})
@@ -181,7 +182,7 @@ def stereoset_examples() -> pd.DataFrame:
     scores = items[["item_id", "task"]].assign(score=np.random.default_rng(0).integers(0, 5, len(items)) * 1.0)
     from biasflow.metrics.stereoset import count_examples
 
-    return count_examples(items, scores, {})
+    return count_examples(items, scores, metric_options_from("stereoset", {}))
 
 
 @pytest.mark.parametrize("n_examples, n_boot", [(700, 20), (40, 60), (3, 100)])
@@ -209,11 +210,11 @@ def crows_tables(tiny_bert_dir, crows_csv, tmp_path_factory) -> dict[str, tuple[
     for metric, cfg in cfgs.items():
         spec = get_metric(metric)
         scores = metric_answers(metric, items, cfg, model, cache, progress=False)
-        per_item = spec.compute(items, scores, cfg)
+        per_item = spec.compute(items, scores, metric_options_from(spec.name, cfg))
         if metric == "crows_pairs":  # a threshold that passes about half the pairs
             fm = per_item[per_item.variant == "fill_mask"]
             cfg["diff_threshold"] = float((fm.p_more - fm.p_less).abs().median())
-            per_item = spec.compute(items, scores, cfg)
+            per_item = spec.compute(items, scores, metric_options_from("crows_pairs", cfg))
         tables[metric] = (per_item, cfg)
     return tables
 
@@ -242,7 +243,7 @@ def test_weat_on_glove_every_test(glove_weat_scores, cfg):
     """The 10 WEAT tests on real GloVe vectors: OOV and balanced-out words (rows the effect size skips), sets of
     different sizes (balance none), the bias-type averages."""
     items, scores = glove_weat_scores
-    per_item = get_metric("weat").compute(items, scores, cfg)
+    per_item = get_metric("weat").compute(items, scores, metric_options_from("weat", cfg))
     assert {"oov", "balanced_out"} <= set(per_item.status) or cfg.get("balance") == "none"
     assert assert_paths_agree("weat", per_item, cfg) > 1000
 
@@ -255,7 +256,7 @@ def test_seat_sentences_with_random_encodings():
     units = seat.expand(get_loader("weat_lists")({}, {"tests": ["weat3", "weat6", "weat8"]}))
     rng = np.random.default_rng(12)
     units = units.assign(found=True, vector=list(rng.normal(size=(len(units), 8))))
-    per_item = weat.compute_units(units, {}, "association")
+    per_item = weat.compute_units(units, metric_options_from("weat", {}), "association")
     assert assert_paths_agree("seat", per_item, {}) > 0
 
 
@@ -302,9 +303,9 @@ def assert_paired_paths_agree(metric: str, tables: dict[str, pd.DataFrame], cfg:
     spec = get_metric(metric)
     assert spec.exact_replicates, f"{metric} does not declare exact replicates"
     metrics = list(spec.headline)
-    aggregates = {m: (lambda df: spec.aggregate(df, cfg)) for m in tables}
+    aggregates = {m: (lambda df: spec.aggregate(df, metric_options_from(spec.name, cfg))) for m in tables}
     fast = paired.paired_bootstrap(tables, aggregates, metrics, n_boot=n_boot, seed=seed,
-                                   statistic={m: (lambda df, r: spec.bootstrap_statistic(df, cfg, r)) for m in tables})
+                                   statistic={m: (lambda df, r: spec.bootstrap_statistic(df, metric_options_from(spec.name, cfg), r)) for m in tables})
     slow = paired.paired_bootstrap(tables, aggregates, metrics, n_boot=n_boot, seed=seed)
     pd.testing.assert_frame_equal(fast, slow, check_exact=True)
     reps = loop_paired_replicates(tables, aggregates, metrics, n_boot, seed)
@@ -388,7 +389,7 @@ def test_paired_stereoset_on_real_examples():
     def model(seed):
         scores = items[["item_id", "task"]].assign(
             score=np.random.default_rng(seed).integers(0, 5, len(items)) * 1.0)
-        return count_examples(items, scores, {})
+        return count_examples(items, scores, metric_options_from("stereoset", {}))
 
     assert_paired_paths_agree("stereoset", {"A": model(1), "B": model(2), "C": model(3)}, {})
 
@@ -402,7 +403,7 @@ def test_paired_weat_and_seat_with_random_vectors():
         def model(seed, units=units):
             rng = np.random.default_rng(seed)
             return weat.compute_units(units.assign(found=True, vector=list(rng.normal(size=(len(units), 8)))),
-                                      {}, "association")
+                                      metric_options_from("weat", {}), "association")
 
         assert_paired_paths_agree(metric, {"A": model(1), "B": model(2)}, {}, n_boot=30)
 

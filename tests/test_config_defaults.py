@@ -67,21 +67,12 @@ def test_the_plan_holds_every_option_filled_in():
 
 
 def test_a_metric_called_with_only_what_differs_reads_every_default():
-    """Tests and notebooks may call a metric with part of its options: the registry fills the rest."""
-    spec = get_metric("cbs")
-    seen = {}
-    original = spec.aggregate.__wrapped__
+    """Tests and notebooks build a metric's options from only what differs: the options model fills the rest."""
+    from biasflow.registry import metric_options_from
 
-    def probe(per_item, cfg):
-        seen.update(cfg)
-        return original(per_item, cfg)
-
-    import pandas as pd
-
-    from biasflow.registry import _with_options
-
-    _with_options(probe, 1, spec.options)(pd.DataFrame({"category": ["t0"], "value": [0.5]}), {"plurals": "corrected"})
-    assert seen["piece_product"] == "reference" and seen["plurals"] == "corrected"
+    cfg = metric_options_from("cbs", {"plurals": "corrected"})
+    assert cfg.piece_product == "reference" and cfg.plurals == "corrected"
+    assert metric_options_from("cbs", cfg) is cfg  # already built: passed through
 
 
 OPTION_FALLBACK = re.compile(r"\b(cfg|opts|options|metric_cfg)\.get\(")  # a metric's options, read with a fallback

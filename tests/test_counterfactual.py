@@ -11,6 +11,7 @@ from conftest import minilm_vocab_dir
 
 from biasflow.errors import BiasflowError, DataFormatError
 from biasflow.metrics import counterfactual as cf
+from biasflow.registry import metric_options_from
 
 FIX = Path(__file__).parent / "fixtures" / "langfair_counterfactual"
 PROMPTS = json.loads((FIX / "counterfactual_prompts.json").read_text())["prompts"]
@@ -145,7 +146,7 @@ def test_pipeline_and_api_on_a_responses_file_equal_the_library(tmp_path, minilm
     from biasflow.plan import build_plan
 
     items = load_langfair_prompts({}, {}).head(2)
-    variants = cf.variant_table(items, {"run_mode": "parity"})
+    variants = cf.variant_table(items, metric_options_from("counterfactual", {"run_mode": "parity"}))
     assert set(variants["group"]) == {"female", "male"}
     replies = {"female": ["She is kind and caring.", "A terrible, awful letter."],
                "male": ["He is kind and confident.", "A wonderful letter."]}
@@ -176,7 +177,7 @@ def test_pipeline_and_api_on_a_responses_file_equal_the_library(tmp_path, minilm
     other = per_item.copy()
     other["rougel"], other["sentiment1"] = other["rougel"] * 0.5, 0.0
     tables = {"A": per_item, "B": other}
-    tests = paired.paired_bootstrap(tables, {m: (lambda df: spec.aggregate(df, {})) for m in tables},
+    tests = paired.paired_bootstrap(tables, {m: (lambda df: spec.aggregate(df, metric_options_from("counterfactual", {}))) for m in tables},
                                     list(spec.headline), n_boot=20, seed=0)
     row = tests[tests["metric"] == "rougel"].iloc[0]
     assert row["ci_low"] > 0 and set(tests["metric"]) == set(spec.headline)
@@ -330,7 +331,7 @@ def test_prompts_file_benchmark_runs_the_counterfactual_metric(tmp_path):
                        "p3,The black man smiled.\n", encoding="utf-8")
     sha = hashlib.sha256(prompts.read_bytes()).hexdigest()
     items = pd.read_csv(prompts)
-    variants = cf.variant_table(items, {"run_mode": "parity", "mode": None, "attributes": ["gender", "race"]})
+    variants = cf.variant_table(items, metric_options_from("counterfactual", {"run_mode": "parity", "mode": None, "attributes": ["gender", "race"]}))
     assert sorted(set(variants["item_id"])) == ["p1", "p3"]
     pd.DataFrame({"prompt": variants["prompt"].unique(), "response": "A fine answer."}).to_csv(tmp_path / "resp.csv",
                                                                                       index=False)

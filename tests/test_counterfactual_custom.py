@@ -13,6 +13,7 @@ from biasflow.errors import ConfigError
 from biasflow.metrics.counterfactual import (check_custom_dict, custom_variants, custom_words, groups_of,
                                              variant_table)
 from conftest import ROOT
+from biasflow.registry import metric_options_from
 
 REFERENCE = json.loads((ROOT / "tests" / "fixtures" / "langfair_counterfactual" / "custom_dict_reference.json")
                        .read_text(encoding="utf-8"))
@@ -67,9 +68,9 @@ def test_the_option_is_checked_at_plan_time_and_feeds_the_variants(tmp_path, mon
                          "+metric.counterfactual.custom_attributes.religion={muslim: [mosque, imam], "
                          "christian: [church, priest]}"]).jobs
     cfg = dict(job.metric_cfg)
-    assert groups_of("religion", cfg) == ("christian", "muslim")  # sorted: the plan keeps mappings sorted
+    assert groups_of("religion", metric_options_from("counterfactual", cfg)) == ("christian", "muslim")  # sorted: the plan keeps mappings sorted
     items = pd.DataFrame({"item_id": ["p1", "p2"], "prompt": ["The imam spoke.", "No religion here."]})
-    table = variant_table(items, cfg)
+    table = variant_table(items, metric_options_from("counterfactual", cfg))
     assert table[["attribute", "group", "prompt"]].values.tolist() == [
         ["religion", "christian", "the priest spoke."], ["religion", "muslim", "the imam spoke."]]
     assert "custom_attributes" in job.score_params()["metric_cfg"]  # the variants asked of the model depend on it

@@ -12,6 +12,7 @@ from biasflow.scoring.answer import answer_requests, metric_answers, request_fra
 from biasflow.scoring.cache import AnswerCache
 from biasflow.interface.requests import UnmaskedLogprobs, UnmaskedLogprobsAttention
 from biasflow.scoring.unmasked import ROW_EAGER, encode, ensure_eager_attention, unmasked_scores
+from biasflow.registry import metric_options_from
 
 TEXTS = ["the doctor said she was tired.", "a cat", "poor people are lazy and never work hard enough.",
          "he is a nurse", "x"]
@@ -103,8 +104,8 @@ def test_plain_and_attention_requests_are_two_kinds(eager_bert, tmp_path):
     """AUL alone asks for the answers without attention; with AULA both variants read the attention kind."""
     items = pd.DataFrame({"item_id": ["p"], "category": ["age"], "direction": ["stereo"], "sent_more": ["a cat"],
                           "sent_less": ["a dog"]})
-    assert {type(r) for r in aul.requests(items, {"variants": ["aul"]}, "masked_lm")} == {UnmaskedLogprobs}
-    assert {type(r) for r in aul.requests(items, {"variants": ["aula", "aul"]}, "masked_lm")} == \
+    assert {type(r) for r in aul.requests(items, metric_options_from("crows_pairs_aul", {"variants": ["aul"]}), "masked_lm")} == {UnmaskedLogprobs}
+    assert {type(r) for r in aul.requests(items, metric_options_from("crows_pairs_aul", {"variants": ["aula", "aul"]}), "masked_lm")} == \
         {UnmaskedLogprobsAttention}
     plain_answers = metric_answers("crows_pairs_aul", items, {"variants": ["aul"]}, None, tmp_path, model=eager_bert)
     assert set(plain_answers.kind) == {"unmasked_logprobs"} and "attention" not in plain_answers
@@ -145,14 +146,14 @@ def pairs_frame(pairs=PAIRS, request=UnmaskedLogprobsAttention):
 
 def test_hand_computed_pairs():
     items, scores = pairs_frame()
-    per = aul.compute(items, scores, {"variants": ["aul", "aula"]})
+    per = aul.compute(items, scores, metric_options_from("crows_pairs_aul", {"variants": ["aul", "aula"]}))
     got = per.set_index(["variant", "item_id"])
     assert got.loc[("aul", "a"), "score_more"] == pytest.approx(-1.5)
     assert got.loc[("aula", "a"), "score_less"] == pytest.approx(-0.35)
     assert got.loc["aul"].stereo_preferred.to_dict() == {"a": 1, "b": 0, "c": 0}
     assert got.loc["aula"].stereo_preferred.to_dict() == {"a": 0, "b": 0, "c": 0}
     assert got.loc["aul"].tie.to_dict() == {"a": False, "b": False, "c": True}
-    agg = aul.aggregate(per, {}).set_index(["metric", "category"])
+    agg = aul.aggregate(per, metric_options_from("crows_pairs_aul", {})).set_index(["metric", "category"])
     assert agg.value["aul_bias_score", "overall"] == pytest.approx(100 / 3)
     assert agg.n["aul_bias_score", "overall"] == 3                  # ties stay in N
     assert agg.value["aul_bias_score", "race-color"] == pytest.approx(0.0)
@@ -165,13 +166,13 @@ def test_hand_computed_pairs():
 def test_aul_only_uses_plain_kind_and_rejects_unknown_variant():
     items, scores = pairs_frame()
     _, plain_scores = pairs_frame(request=UnmaskedLogprobs)
-    per = aul.compute(items, plain_scores, {"variants": ["aul"]})
+    per = aul.compute(items, plain_scores, metric_options_from("crows_pairs_aul", {"variants": ["aul"]}))
     assert set(per.variant) == {"aul"}
     assert per.stereo_preferred.tolist() == [1, 0, 0]
     with pytest.raises(KeyError):  # AUL alone does not read the attention kind's answers
-        aul.compute(items, scores, {"variants": ["aul"]})
+        aul.compute(items, scores, metric_options_from("crows_pairs_aul", {"variants": ["aul"]}))
     with pytest.raises(Exception, match="crows_pairs_aul.variants"):
-        aul.compute(items, scores, {"variants": ["aulx"]})
+        aul.compute(items, scores, metric_options_from("crows_pairs_aul", {"variants": ["aulx"]}))
 
 
 def naive_reference(items, table, attention: bool):
@@ -205,7 +206,7 @@ def test_against_naive_reference():
                       f"more {i}", f"less {i}", sent(), sent()))
     items, scores = pairs_frame(pairs)
     table = {t: (lp, a) for t, lp, a in zip(scores.text, scores.logprobs, scores.attention)}
-    agg = aul.aggregate(aul.compute(items, scores, {"variants": ["aul", "aula"]}), {})
+    agg = aul.aggregate(aul.compute(items, scores, metric_options_from("crows_pairs_aul", {"variants": ["aul", "aula"]})), metric_options_from("crows_pairs_aul", {}))
     agg = agg.set_index(["metric", "category"]).value
     for variant, att in (("aul", False), ("aula", True)):
         overall, per_type = naive_reference(items, table, att)
@@ -220,7 +221,7 @@ def test_score_stage_end_to_end(eager_bert, tmp_path):
                           "sent_less": ["The doctor said he was tired.", "She is a nurse"]})
     cfg = {"benchmark": "crows_pairs", "variants": ["aul", "aula"]}
     answers = metric_answers("crows_pairs_aul", items, cfg, None, tmp_path, model=eager_bert)
-    per = aul.compute(items, answers, cfg)  # the cased sentences: the uncased model lowercased them
+    per = aul.compute(items, answers, metric_options_from("crows_pairs_aul", cfg))  # the cased sentences: the uncased model lowercased them
     lp, att, _ = plain(eager_bert, encode(eager_bert, ["the doctor said she was tired."])[0])
     row = per.set_index(["variant", "item_id"])
     assert row.loc[("aul", "p1"), "score_more"] == pytest.approx(lp[1:-1].mean(), abs=1e-5)

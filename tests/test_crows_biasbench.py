@@ -14,6 +14,7 @@ from biasflow.metrics import crows_pairs_biasbench as bb
 from biasflow.scoring.answer import metric_answers, request_frame
 from biasflow.scoring.cache import AnswerCache
 from biasflow.interface.requests import PseudoLogLikelihood
+from biasflow.registry import metric_options_from
 
 NAN = float("nan")
 
@@ -57,14 +58,14 @@ def pll_answers(rows):
 
 def test_hand_computed_pairs():
     items, scores = pairs_frame()
-    per = bb.compute(items, scores, {}).set_index("item_id")
+    per = bb.compute(items, scores, metric_options_from("crows_pairs_biasbench", {})).set_index("item_id")
     assert per.loc["a", ["score_more", "score_less"]].tolist() == [-1.0, -1.5]
     assert per.loc["a", ["n_diff_tokens_more", "n_diff_tokens_less"]].tolist() == [1, 2]
     assert per.loc["b", ["score_more", "score_less"]].tolist() == [-4.0, -2.0]
     assert per.skipped.to_dict() == {"a": False, "b": False, "c": False, "d": True, "e": False}
     assert per.tie.to_dict() == {"a": False, "b": False, "c": True, "d": False, "e": False}
     assert per.stereo_preferred.to_dict() == {"a": 1, "b": 0, "c": 0, "d": 0, "e": 1}
-    agg = bb.aggregate(per.reset_index(), {}).set_index(["metric", "category"])
+    agg = bb.aggregate(per.reset_index(), metric_options_from("crows_pairs_biasbench", {})).set_index(["metric", "category"])
     assert agg.value["metric_score", "overall"] == pytest.approx(100 * 2 / 4)  # d skipped, the tie c counts in N
     assert agg.n["metric_score", "overall"] == 4
     assert agg.value["stereo_score", "overall"] == pytest.approx(100.0)        # a (c is a tie)
@@ -81,7 +82,7 @@ def test_special_token_in_diff_is_a_clear_error():
                           ("l", [101, 5, 6, 102], [NAN, -1.0, -2.0, NAN])])
     items = items.head(1).assign(sent_more="m", sent_less="l")
     with pytest.raises(ValueError, match="special token"):
-        bb.compute(items, scores, {})
+        bb.compute(items, scores, metric_options_from("crows_pairs_biasbench", {}))
 
 
 def naive_bias_bench(adapter, items):
@@ -120,7 +121,7 @@ def test_against_reference_loop_on_real_pairs(tiny_bert, crows_csv, tmp_path):
 
     items = get_loader("crows_pairs")({"csv": crows_csv}, {"split": "all"}).head(25)
     answers = metric_answers("crows_pairs_biasbench", items, {}, None, tmp_path, model=tiny_bert)
-    per = bb.compute(items, answers, {})
+    per = bb.compute(items, answers, metric_options_from("crows_pairs_biasbench", {}))
     want = naive_bias_bench(tiny_bert, items)
     kept = per[~per.skipped]
     assert set(kept.item_id) == set(want)
@@ -128,7 +129,7 @@ def test_against_reference_loop_on_real_pairs(tiny_bert, crows_csv, tmp_path):
         s1, s2 = want[row.item_id]
         got = (row.score_more, row.score_less) if row.direction == "stereo" else (row.score_less, row.score_more)
         assert got == pytest.approx((s1, s2), abs=1.01e-3)  # rounded to 3 decimals: at most one step apart
-    agg = bb.aggregate(per, {}).set_index(["metric", "category"]).value
+    agg = bb.aggregate(per, metric_options_from("crows_pairs_biasbench", {})).set_index(["metric", "category"]).value
     wins = sum(int((a > b) if d == "stereo" else (b > a))
                for (a, b), d in ((want[i], items.set_index("item_id").direction[i]) for i in want))
     assert agg["metric_score", "overall"] == pytest.approx(100 * wins / len(want))
@@ -152,5 +153,5 @@ def test_reuses_the_core_pll_cache(tiny_bert, tmp_path):
     finally:
         AnswerCache.put = real_put
     assert writes == [] and len(scores) == 2
-    per = bb.compute(items, scores, {})
+    per = bb.compute(items, scores, metric_options_from("crows_pairs_biasbench", {}))
     assert per.n_diff_tokens_more.tolist() == [1] and not per.skipped.any()

@@ -13,6 +13,7 @@ from biasflow.scoring.answer import answer_requests, metric_answers, request_fra
 from biasflow.scoring.cache import AnswerCache
 from biasflow.scoring.causal import causal_token_logprobs, encode
 from biasflow.interface.requests import TokenLogprobs
+from biasflow.registry import metric_options_from
 
 TEXTS = ["The doctor said she was tired.", "A cat", "Poor people are lazy and never work hard enough.",
          "He is a nurse", "x"]
@@ -105,12 +106,12 @@ def pairs_frame(pairs=PAIRS):
 
 def test_hand_computed_sum_and_mean():
     items, scores = pairs_frame()
-    per = cc.compute(items, scores, {"aggregation": "sum", "first_token": "prefix"}).set_index("item_id")
+    per = cc.compute(items, scores, metric_options_from("crows_pairs_causal", {"aggregation": "sum", "first_token": "prefix"})).set_index("item_id")
     assert per.loc["a", ["score_more", "score_less"]].tolist() == [-6.0, -7.0]
     assert per.loc["d", ["score_more", "score_less"]].tolist() == [-6.0, -3.0]
     assert per.stereo_preferred.to_dict() == {"a": 1, "b": 1, "c": 0, "d": 0}
     assert per.tie.to_dict() == {"a": False, "b": False, "c": True, "d": False}
-    agg = cc.aggregate(per.reset_index(), {}).set_index(["metric", "category"]).value
+    agg = cc.aggregate(per.reset_index(), metric_options_from("crows_pairs_causal", {})).set_index(["metric", "category"]).value
     assert agg["metric_score", "overall"] == pytest.approx(50.0)       # 2 of 4, the tie counts in N
     assert agg["stereo_score", "overall"] == pytest.approx(100.0)      # a (c is a tie, excluded)
     assert agg["antistereo_score", "overall"] == pytest.approx(50.0)   # b yes, d no
@@ -118,7 +119,7 @@ def test_hand_computed_sum_and_mean():
     assert agg["likelihood_diff", "overall"] == pytest.approx((1 + 0.5 + 0 + 3) / 4)
     assert agg["metric_score", "age"] == pytest.approx(0.0)
 
-    per_mean = cc.compute(items, scores, {"aggregation": "mean"}).set_index("item_id")
+    per_mean = cc.compute(items, scores, metric_options_from("crows_pairs_causal", {"aggregation": "mean"})).set_index("item_id")
     assert per_mean.loc["b", ["score_more", "score_less"]].tolist() == [-2.0, -1.125]
     assert per_mean.stereo_preferred.to_dict() == {"a": 1, "b": 0, "c": 0, "d": 0}
     assert per_mean.loc["d", "score_more"] == -3.0  # mean over the 2 scored tokens
@@ -127,11 +128,11 @@ def test_hand_computed_sum_and_mean():
 def test_bad_options_name_the_option():
     items, scores = pairs_frame()
     with pytest.raises(Exception, match="crows_pairs_causal.aggregation"):
-        cc.compute(items, scores, {"aggregation": "median"})
+        cc.compute(items, scores, metric_options_from("crows_pairs_causal", {"aggregation": "median"}))
     with pytest.raises(Exception, match="first_token"):
-        cc.compute(items, scores, {"first_token": "bos"})
+        cc.compute(items, scores, metric_options_from("crows_pairs_causal", {"first_token": "bos"}))
     with pytest.raises(ValueError, match="first_token"):
-        cc.compute(items, scores, {"first_token": "none"})  # scores were made with prefix
+        cc.compute(items, scores, metric_options_from("crows_pairs_causal", {"first_token": "none"}))  # scores were made with prefix
 
 
 def naive_lm_eval(items, lp):
@@ -166,8 +167,8 @@ def test_against_naive_references():
                       f"more {i}", f"less {i}", lm, ll))
     items, scores = pairs_frame(pairs)
     lp = dict(zip(scores.text, scores.logprobs))
-    agg_sum = cc.aggregate(cc.compute(items, scores, {"aggregation": "sum"}), {})
-    agg_mean = cc.aggregate(cc.compute(items, scores, {"aggregation": "mean"}), {})
+    agg_sum = cc.aggregate(cc.compute(items, scores, metric_options_from("crows_pairs_causal", {"aggregation": "sum"})), metric_options_from("crows_pairs_causal", {}))
+    agg_mean = cc.aggregate(cc.compute(items, scores, metric_options_from("crows_pairs_causal", {"aggregation": "mean"})), metric_options_from("crows_pairs_causal", {}))
     pick = lambda a: a.set_index(["metric", "category"]).value["metric_score", "overall"]  # noqa: E731
     assert pick(agg_sum) == pytest.approx(naive_lm_eval(items, lp))
     assert pick(agg_mean) == pytest.approx(naive_bias_bench(items, lp))
@@ -179,9 +180,9 @@ def test_score_stage_end_to_end(tiny_gpt2, tmp_path):
     cfg = {"benchmark": "crows_pairs", "aggregation": "mean", "first_token": "separate", "round": None}
     scores = metric_answers("crows_pairs_causal", items, cfg, None, tmp_path, model=tiny_gpt2)
     assert set(scores.text) == {TEXTS[0], TEXTS[2], TEXTS[3]} and set(scores.first_token) == {"separate"}
-    per = cc.compute(items, scores, cfg)
+    per = cc.compute(items, scores, metric_options_from("crows_pairs_causal", cfg))
     want = np.mean(loop_logprobs(tiny_gpt2, encode(tiny_gpt2, [TEXTS[0]])[0], "separate"))
     assert per.set_index("item_id").loc["p1", "score_more"] == pytest.approx(want, abs=1e-4)
-    agg = cc.aggregate(per, cfg)
+    agg = cc.aggregate(per, metric_options_from("crows_pairs_causal", cfg))
     assert {"metric_score", "likelihood_diff"} <= set(agg.metric)
 

@@ -12,6 +12,7 @@ from biasflow.metrics import crows_pairs as cp
 from biasflow.scoring.answer import request_frame
 from biasflow.scoring.fill_mask import listed_probability
 from biasflow.interface.requests import MaskCandidates, MaskTokenStr, PseudoLogLikelihood
+from biasflow.registry import metric_options_from
 
 
 def scores_table(rows):
@@ -49,12 +50,12 @@ def items_and_scores():
 
 def test_hand_computed_pairs():
     items, scores = items_and_scores()
-    per_item = cp.compute(items, scores, {"variants": ["pll"]})
+    per_item = cp.compute(items, scores, metric_options_from("crows_pairs", {"variants": ["pll"]}))
     got = per_item.set_index("item_id")
     assert got.loc["a", "score_more"] == -3.0 and got.loc["a", "score_less"] == -3.5
     assert got.stereo_preferred.to_dict() == {"a": 1, "b": 0, "c": 1, "d": 0}
     assert got.tie.to_dict() == {"a": False, "b": False, "c": False, "d": True}
-    agg = cp.aggregate(per_item, {"variants": ["pll"]}).set_index(["metric", "category"]).value
+    agg = cp.aggregate(per_item, metric_options_from("crows_pairs", {"variants": ["pll"]})).set_index(["metric", "category"]).value
     assert agg["metric_score", "overall"] == pytest.approx(100 * 2 / 4)  # the tie counts in N
     assert agg["stereo_score", "overall"] == pytest.approx(100 * 1 / 2)  # ties excluded: a, b
     assert agg["antistereo_score", "overall"] == pytest.approx(100.0)
@@ -75,7 +76,7 @@ def test_antistereo_alignment_runs_in_reference_order():
     items = pd.DataFrame([{"item_id": "x", "direction": "antistereo", "category": "age",
                            "sent_more": "more", "sent_less": "less"}])
     scores = scores_table([("more", a, lp_a), ("less", b, lp_b)])
-    row = cp.compute(items, scores, {"variants": ["pll"]}).iloc[0]
+    row = cp.compute(items, scores, metric_options_from("crows_pairs", {"variants": ["pll"]})).iloc[0]
     s1, s2, _ = cp.pair_scores(b, lp_b, a, lp_a)  # sent1 = sent_less for antistereo
     assert (row.score_less, row.score_more) == (round(s1, 3), round(s2, 3))
 
@@ -125,7 +126,7 @@ def test_matches_naive_reference_on_random_pairs():
                      "category": "x", "sent_more": f"m{i}", "sent_less": f"l{i}"})
     items = pd.DataFrame(rows)
     scores = scores_table([(k, v[0], v[1]) for k, v in token_scores.items()])
-    agg = cp.aggregate(cp.compute(items, scores, {"variants": ["pll"]}), {"variants": ["pll"]})
+    agg = cp.aggregate(cp.compute(items, scores, metric_options_from("crows_pairs", {"variants": ["pll"]})), metric_options_from("crows_pairs", {"variants": ["pll"]}))
     agg = agg.set_index(["metric", "category"]).value
     metric, stereo, neutral = naive_reference(items, token_scores)
     assert agg["metric_score", "overall"] == pytest.approx(metric)
@@ -161,14 +162,14 @@ def test_whitespace_tokens_keep_punctuation_like_langtest():
 
 
 def test_fill_mask_options_follow_run_mode():
-    assert (cp.fill_mask_tokens({}), cp.fill_mask_match({})) == ("whitespace", "exact")  # parity by default
-    assert (cp.fill_mask_tokens({"run_mode": "parity"}), cp.fill_mask_match({"run_mode": "parity"})) == (
+    assert (cp.fill_mask_tokens(metric_options_from("crows_pairs", {})), cp.fill_mask_match(metric_options_from("crows_pairs", {}))) == ("whitespace", "exact")  # parity by default
+    assert (cp.fill_mask_tokens(metric_options_from("crows_pairs", {"run_mode": "parity"})), cp.fill_mask_match(metric_options_from("crows_pairs", {"run_mode": "parity"}))) == (
         "whitespace", "exact")
-    assert (cp.fill_mask_tokens({"run_mode": "corrected"}), cp.fill_mask_match({"run_mode": "corrected"})) == (
+    assert (cp.fill_mask_tokens(metric_options_from("crows_pairs", {"run_mode": "corrected"})), cp.fill_mask_match(metric_options_from("crows_pairs", {"run_mode": "corrected"}))) == (
         "words", "normalised")
-    assert cp.fill_mask_tokens({"run_mode": "parity", "fill_mask_tokens": "words"}) == "words"  # explicit wins
+    assert cp.fill_mask_tokens(metric_options_from("crows_pairs", {"run_mode": "parity", "fill_mask_tokens": "words"})) == "words"  # explicit wins
     with pytest.raises(ConfigError, match="metric.crows_pairs.fill_mask_match='lower'"):
-        cp.fill_mask_match({"fill_mask_match": "lower"})
+        cp.fill_mask_match(metric_options_from("crows_pairs", {"fill_mask_match": "lower"}))
 
 
 def test_exact_match_scores_capitalised_and_punctuated_words_zero():
@@ -189,16 +190,16 @@ def test_exact_match_scores_capitalised_and_punctuated_words_zero():
     scores = pd.concat([exact, normalised], ignore_index=True)
     base = {"variants": ["fill_mask"], "diff_threshold": 0.10, "filter_threshold": 0.15, "min_pass_rate": 0.5,
             "fill_mask_top_k": 5, }
-    parity = cp.compute(items, scores, base).set_index("item_id")
+    parity = cp.compute(items, scores, metric_options_from("crows_pairs", base)).set_index("item_id")
     assert parity.p_more.tolist() == [0.0, 0.0] and parity.p_less.tolist() == [0.30, 0.0]
     assert parity.kept.tolist() == [True, False] and parity.passed.tolist() == [False, False]
-    corrected = cp.compute(items, scores, dict(base, fill_mask_tokens="words", fill_mask_match="normalised"))
+    corrected = cp.compute(items, scores, metric_options_from("crows_pairs", dict(base, fill_mask_tokens="words", fill_mask_match="normalised")))
     corrected = corrected.set_index("item_id")
     assert corrected.p_more.tolist() == [0.25, 0.40] and corrected.p_less.tolist() == [0.30, 0.05]
     assert corrected.passed.tolist() == [True, False]
     # a missing score is an error naming the item, not a silent 0
     with pytest.raises(DataFormatError, match="item 2"):
-        cp.compute(items, scores.drop(index=1), base)
+        cp.compute(items, scores.drop(index=1), metric_options_from("crows_pairs", base))
 
 
 def test_listed_probability_is_langtests_dict_lookup():
@@ -222,17 +223,17 @@ def test_fill_mask_thresholds_by_hand():
                           n_pieces=[[1, 1], [1, 1], [1, 1]])
     cfg = {"variants": ["fill_mask"], "diff_threshold": 0.10, "filter_threshold": 0.15, "min_pass_rate": 0.70,
            "fill_mask_top_k": None, "fill_mask_tokens": "words", "fill_mask_match": "normalised"}
-    per_item = cp.compute(items, scores, cfg).set_index("item_id")
+    per_item = cp.compute(items, scores, metric_options_from("crows_pairs", cfg)).set_index("item_id")
     assert per_item.kept.to_dict() == {"1": True, "2": True, "3": False}  # 3: both below 0.15
     assert per_item.passed.to_dict() == {"1": True, "2": False, "3": False}
-    agg = cp.aggregate(per_item.reset_index(), cfg).set_index(["metric", "category"]).value
+    agg = cp.aggregate(per_item.reset_index(), metric_options_from("crows_pairs", cfg)).set_index(["metric", "category"]).value
     assert agg["fill_mask_pass_rate", "overall"] == pytest.approx(50.0)
     assert agg["fill_mask_test_passed", "overall"] == 0.0  # 50% < 70%
     # top-5 list semantics: item 2's "He" (rank 7) is not in the list -> probability 0, diff 0.5 -> still fails
     cfg5 = dict(cfg, fill_mask_top_k=5)
-    assert cp.compute(items, scores, cfg5).set_index("item_id").loc["2", "p_less"] == 0.0
+    assert cp.compute(items, scores, metric_options_from("crows_pairs", cfg5)).set_index("item_id").loc["2", "p_less"] == 0.0
     # a looser threshold passes item 2
-    assert cp.compute(items, scores, dict(cfg, diff_threshold=0.45)).set_index("item_id").loc["2", "passed"]
+    assert cp.compute(items, scores, metric_options_from("crows_pairs", dict(cfg, diff_threshold=0.45))).set_index("item_id").loc["2", "passed"]
 
 
 def test_fill_mask_verdict_compares_fractions():
@@ -240,7 +241,7 @@ def test_fill_mask_verdict_compares_fractions():
     percentage check (55.0 >= 100 * 0.55 = 55.00000000000001) failed it."""
     per = pd.DataFrame({"item_id": [str(i) for i in range(20)], "category": "gender", "variant": "fill_mask",
                         "kept": True, "passed": [True] * 11 + [False] * 9})
-    agg = cp.aggregate(per, {"min_pass_rate": 0.55}).set_index(["metric", "category"]).value
+    agg = cp.aggregate(per, metric_options_from("crows_pairs", {"min_pass_rate": 0.55})).set_index(["metric", "category"]).value
     assert agg["fill_mask_pass_rate", "overall"] == pytest.approx(55.0)
     assert agg["fill_mask_test_passed", "overall"] == 1.0
 
@@ -249,13 +250,13 @@ def test_sub_scores_exclude_ties_beside_fill_mask_rows():
     """With both variants the per-item table's tie column is object dtype (fill-mask rows have none); a tied pair
     still counts in N but not in the stereo sub-score (it used to: ~True is -2 on objects)."""
     items, scores = items_and_scores()
-    pll = cp.compute(items, scores, {"variants": ["pll"]})
+    pll = cp.compute(items, scores, metric_options_from("crows_pairs", {"variants": ["pll"]}))
     fill_mask = pd.DataFrame({"item_id": ["a"], "category": ["gender"], "direction": ["stereo"],
                               "variant": ["fill_mask"], "p_more": [0.3], "p_less": [0.2], "kept": [True],
                               "passed": [True]})
     both = pd.concat([pll, fill_mask], ignore_index=True)
     assert both.tie.dtype == object
-    agg = cp.aggregate(both, {"variants": ["pll", "fill_mask"], "min_pass_rate": 0.7})
+    agg = cp.aggregate(both, metric_options_from("crows_pairs", {"variants": ["pll", "fill_mask"], "min_pass_rate": 0.7}))
     got = agg.set_index(["metric", "category"])
     assert got.loc[("stereo_score", "overall"), "value"] == pytest.approx(100 * 1 / 2)  # a, b; d tied
     assert got.loc[("stereo_score", "overall"), "n"] == 2

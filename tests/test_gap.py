@@ -17,6 +17,7 @@ from biasflow.metrics import gap as G
 from biasflow.registry import get_metric
 from biasflow.scoring.answer import metric_answers
 from conftest import mirrored_or_skip
+from biasflow.registry import metric_options_from
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -188,17 +189,17 @@ def test_window_keeps_the_pronoun_and_both_names():
 def test_her_is_possessive_before_a_content_word(text, form):
     row = pd.Series({"item_id": "x", "text": text, "pronoun": "her", "pronoun_offset": text.index("her"),
                      "a": "Ann", "a_offset": 0, "b": "Bo", "b_offset": 0})
-    assert G.pronoun_form(row, {"possessive_her": "rule"}) == form
-    assert G.pronoun_form(row, {"possessive_her": "object"}) == "plain"
+    assert G.pronoun_form(row, metric_options_from("gap", {"possessive_her": "rule"})) == form
+    assert G.pronoun_form(row, metric_options_from("gap", {"possessive_her": "object"})) == "plain"
 
 
 def test_masked_text_of_the_first_example(items):
     row = next(items.itertuples(index=False))
-    full = G.masked_text(row, {"context_words": None, "possessive_her": "rule"})
+    full = G.masked_text(row, metric_options_from("gap", {"context_words": None, "possessive_her": "rule"}))
     assert full == row.text[:274] + "[MASK]'s" + row.text[277:]
     his = items[items.pronoun == "He"].iloc[0]
-    assert G.masked_text(his, {"context_words": None, "possessive_her": "rule"}).count("[MASK]") == 1
-    short = G.masked_text(row, MLM_CFG)
+    assert G.masked_text(his, metric_options_from("gap", {"context_words": None, "possessive_her": "rule"})).count("[MASK]") == 1
+    short = G.masked_text(row, metric_options_from("gap", MLM_CFG))
     assert len(short.split()) == 40 and "Cheryl Cassidy" in short and "Pauline" in short
 
 
@@ -213,10 +214,10 @@ def test_name_scores_are_the_mean_log_probability_at_the_masks(subset, tiny_bert
     """Against a naive loop: the pronoun replaced by k masks (k = the name's word pieces), one forward pass, the
     mean of log P(piece i at mask i)."""
     answers = metric_answers("gap", subset, MLM_CFG, None, tmp_path / "cache", model=tiny_bert, progress=False)
-    per = get_metric("gap").compute(subset, answers, MLM_CFG)
+    per = get_metric("gap").compute(subset, answers, metric_options_from("gap", MLM_CFG))
     tok, model = tiny_bert.tokenizer, tiny_bert.model
     for row, got_a, got_b in list(zip(subset.itertuples(index=False), per.score_a, per.score_b))[:6]:
-        text = G.masked_text(row, MLM_CFG)
+        text = G.masked_text(row, metric_options_from("gap", MLM_CFG))
         for name, got in ((row.a, got_a), (row.b, got_b)):
             pieces = tok(" " + name.lower(), add_special_tokens=False)["input_ids"]
             filled = text.replace("[MASK]", " ".join([tok.mask_token] * len(pieces))).lower() \
@@ -231,7 +232,7 @@ def test_name_scores_are_the_mean_log_probability_at_the_masks(subset, tiny_bert
     assert ((per.choice == "A") == (per.score_a > per.score_b)).all()
     # neither_below is a metric-stage option: the same answers, "neither" below it
     cut = float(np.median(np.maximum(per.score_a, per.score_b)))
-    again = get_metric("gap").compute(subset, answers, {**MLM_CFG, "neither_below": cut})
+    again = get_metric("gap").compute(subset, answers, metric_options_from("gap", {**MLM_CFG, "neither_below": cut}))
     assert (again.choice == "neither").sum() == (np.maximum(per.score_a, per.score_b) < cut).sum() > 0
 
 
@@ -290,7 +291,7 @@ MC_CFG = G.GapMCOptions(context_words=40).model_dump()
 
 def test_mc_prompt_marks_the_pronoun(items):
     row = next(items.itertuples(index=False))
-    prompt = G.mc_prompt(row, MC_CFG)
+    prompt = G.mc_prompt(row, metric_options_from("gap_mc", MC_CFG))
     assert "Dumped [[her]] boyfriend" in prompt and "A. Cheryl Cassidy\nB. Pauline\nC. Neither\nAnswer:" in prompt
     assert prompt.count("[[") == 2  # the passage's mark and the question's
 
@@ -299,17 +300,17 @@ def test_mc_replies_are_read_by_the_choice_grammar(items):
     from biasflow.interface.requests import Generation
 
     sub = items.head(6)
-    asked = G.mc_requests(sub, MC_CFG, "causal_lm")
+    asked = G.mc_requests(sub, metric_options_from("gap_mc", MC_CFG), "causal_lm")
     assert all(isinstance(r, Generation) for r in asked)
     replies = ["A", f"B. {sub.b.iloc[1]}", "Neither", "C", "Maybe A or B", None]
     status = ["ok"] * 5 + ["failed"]
     answers = pd.DataFrame({"key": [r.key for r in asked], "kind": "generation", "response": replies,
                             "status": status})
-    per = get_metric("gap_mc").compute(sub, answers, MC_CFG)
+    per = get_metric("gap_mc").compute(sub, answers, metric_options_from("gap_mc", MC_CFG))
     assert per.choice.tolist()[:4] == ["A", "B", "neither", "neither"] and per.choice.iloc[4:].isna().all()
     assert G.read_choice("B. Pauline", sub.a.iloc[1], sub.b.iloc[1]) is None  # another example's name: no choice
     assert per.answer_status.tolist() == ["ok", "ok", "ok", "ok", "unparsed", "failed"]
     assert G.read_choice(f"The answer is {sub.a.iloc[0]}.", sub.a.iloc[0], sub.b.iloc[0]) == "A"
-    agg = get_metric("gap_mc").aggregate(per, MC_CFG).set_index(["metric", "category"])
+    agg = get_metric("gap_mc").aggregate(per, metric_options_from("gap_mc", MC_CFG)).set_index(["metric", "category"])
     assert agg.loc[("unparsed_pct", "overall"), "value"] == pytest.approx(100 * 2 / 6)
     assert agg.loc[("f1", "overall"), "n"] == 4

@@ -20,6 +20,7 @@ from biasflow.errors import ConfigError, DataFormatError
 from biasflow.metrics import grep_biasir as G
 from biasflow.registry import get_metric
 from conftest import ROOT, mirrored_or_skip
+from biasflow.registry import metric_options_from
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -188,7 +189,7 @@ def test_three_queries_by_hand():
     assert per["top_version"].tolist() == ["female", "male", "both"]
     assert per["top_relevant"].tolist() == [True, True, False]
 
-    agg = G.aggregate(per, CFG).set_index(["metric", "category"])
+    agg = G.aggregate(per, metric_options_from("grep_biasir", CFG)).set_index(["metric", "category"])
     v, n = agg["value"], agg["n"]
     assert v[("score_gap", "overall")] == pytest.approx(-10 / 3) and n[("score_gap", "overall")] == 3
     assert v[("rank_gap", "overall")] == pytest.approx(-2 / 3)
@@ -226,7 +227,7 @@ def test_aggregate_equals_a_plain_loop_with_scipy_ranks():
     rows = [(cats[i % 7], ["female", "male", "none"][i % 3], bool(i % 5)) for i in range(60)]
     items = _table(rows)
     scores = np.round(rng.uniform(0, 1, size=(60, 6)), 1)
-    agg = G.aggregate(G.per_query(items, scores), CFG).set_index(["metric", "category"])["value"]
+    agg = G.aggregate(G.per_query(items, scores), metric_options_from("grep_biasir", CFG)).set_index(["metric", "category"])["value"]
 
     def expected(sel: list[int]) -> dict[str, float]:
         acc: dict[str, list[float]] = {}
@@ -269,17 +270,17 @@ def test_aggregate_equals_a_plain_loop_with_scipy_ranks():
 def test_compute_reads_cosine_scores_from_the_vectors(items):
     """Vectors in the plane: the query along x (length 2), each document at a chosen cosine (length 3)."""
     sub = items.head(2)
-    asked = G.requests(sub, CFG, "sentence_encoder")
+    asked = G.requests(sub, metric_options_from("grep_biasir", CFG), "sentence_encoder")
     assert len(asked) == 14 and asked[0].text == sub["query"].iloc[0]
     assert asked[1].text == sub["relevant_female_title"].iloc[0] + "\n" + sub["relevant_female_text"].iloc[0]
-    assert G.texts(sub, dict(CFG, document="text"))[1] == sub["relevant_female_text"].iloc[0]
+    assert G.texts(sub, metric_options_from("grep_biasir", dict(CFG, document="text")))[1] == sub["relevant_female_text"].iloc[0]
     cosines = [[0.9, 0.5, 0.7, 0.1, -0.2, 0.0], [0.3, 0.6, 0.6, 0.2, 0.1, 0.0]]
     vectors = []
     for c in cosines:
         vectors.append([2.0, 0.0])
         vectors += [[3 * x, 3 * math.sqrt(1 - x * x)] for x in c]
     answers = pd.DataFrame({"key": [r.key for r in asked], "vector": vectors})
-    per = G.compute(sub, answers, CFG)
+    per = G.compute(sub, answers, metric_options_from("grep_biasir", CFG))
     got = per[[f"score_{s}" for s in SLOTS]].to_numpy()
     np.testing.assert_allclose(got, np.array(cosines), atol=1e-12)
     assert per["score_gap"].tolist() == pytest.approx([40.0, -30.0])
@@ -322,7 +323,7 @@ def test_runs_through_the_pipeline_stages_with_all_minilm(files, items, tmp_path
     model_cfg = yaml.safe_load((ROOT / "conf" / "model" / "all_minilm_l6_v2.yaml").read_text())
     encoder = load_model({**model_cfg, "device": "cpu"})
     sub = items.head(10)
-    vec = np.asarray(encoder.encode(G.texts(sub, CFG), batch_size=16), dtype=np.float64).reshape(10, 7, -1)
+    vec = np.asarray(encoder.encode(G.texts(sub, metric_options_from("grep_biasir", CFG)), batch_size=16), dtype=np.float64).reshape(10, 7, -1)
     q = vec[:, 0] / np.linalg.norm(vec[:, 0], axis=1, keepdims=True)
     d = vec[:, 1:] / np.linalg.norm(vec[:, 1:], axis=2, keepdims=True)
     direct = np.einsum("qd,qkd->qk", q, d)

@@ -8,6 +8,7 @@ import pytest
 
 from biasflow.metrics.helm import _aggregate, demographic_representation
 from biasflow.metrics.langfair import group_lists, word_tokenize
+from biasflow.registry import metric_options_from
 
 
 def test_representation_by_hand():
@@ -48,6 +49,6 @@ def test_representation_against_naive(seed):
 def test_aggregate_on_responses():
     per = pd.DataFrame({"prompt": ["p", "p", "q"], "response": ["She is kind.", None, "He is kind and lazy."],
                         "status": ["ok", "failed", "ok"]})
-    out = _aggregate(per, {}).set_index("metric")["value"]
+    out = _aggregate(per, metric_options_from("helm_representation", {})).set_index("metric")["value"]
     assert out["representation_gender"] == pytest.approx(0.0)
     assert pd.isna(out["representation_race"]) and out["associations_gender_adjective"] == pytest.approx(0.25)

@@ -13,6 +13,7 @@ import pytest
 from biasflow.metrics.langfair import (classifier_metrics, cobs_tokens, cooccurrence_bias, group_lists,
                                        stereotype_scores, stereotypical_associations, stop_words, treebank_words,
                                        word_list, word_tokenize)
+from biasflow.registry import metric_options_from
 
 SEED_TEXTS = ["He was confident after receiving a job offer.",
               "She was emotional after a stressful week and not as confident."]
@@ -275,14 +276,14 @@ def test_the_classifier_answers_in_the_score_stage_and_the_metric_stage_loads_no
     monkeypatch.setattr(transformers.AutoModelForSequenceClassification, "from_pretrained",
                         lambda *a, **k: pytest.fail("the metric stage loaded a model"))
     items = pd.read_parquet(tmp_path / "items.parquet")
-    per = _compute(items, answers, cfg)
+    per = _compute(items, answers, metric_options_from("langfair_stereotype", cfg))
     expected = classifier_scores(texts, model, tok, labels)
     ok = per["status"] == "ok"
     assert ok.sum() == 8 and per.loc[~ok, "stereotype_score_gender"].isna().all()
     for cat in labels:
         assert per.loc[ok, f"stereotype_score_{cat}"].tolist() == pytest.approx(
             expected[f"stereotype_score_{cat}"].tolist(), abs=1e-6)
-    agg = _aggregate(per, cfg).set_index("metric")["value"]
+    agg = _aggregate(per, metric_options_from("langfair_stereotype", cfg)).set_index("metric")["value"]
     assert agg["non_completion_rate"] == pytest.approx(1 / 9)
     assert agg["expected_maximum_stereotype_gender"] == pytest.approx(
         classifier_metrics(per[ok], list(labels), 0.5)["expected_maximum_stereotype_gender"])

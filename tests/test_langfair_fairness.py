@@ -14,6 +14,7 @@ import pytest
 from biasflow.errors import DataFormatError
 from biasflow.registry import get_metric
 from conftest import ROOT
+from biasflow.registry import metric_options_from
 
 REFERENCE = json.loads((ROOT / "tests" / "fixtures" / "langfair_fairness" / "reference.json").read_text())
 # LangFair's parity class name -> our rate
@@ -31,8 +32,8 @@ def classification(tmp_path: Path, rows: dict[str, list], **options) -> pd.DataF
     pd.DataFrame(rows).to_csv(path, index=False)
     spec = get_metric("classification_fairness")
     cfg = {"predictions_file": str(path), **options}
-    per_item = spec.compute(pd.DataFrame(), pd.DataFrame(), cfg)
-    return spec.aggregate(per_item, cfg)
+    per_item = spec.compute(pd.DataFrame(), pd.DataFrame(), metric_options_from("classification_fairness", cfg))
+    return spec.aggregate(per_item, metric_options_from("classification_fairness", cfg))
 
 
 def value(agg: pd.DataFrame, metric: str, category: str = "overall") -> float:
@@ -86,7 +87,7 @@ def test_recommendation_hand_computed(tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     spec = get_metric("recommendation_fairness")
     cfg = {"recommendations_file": str(path)}
-    agg = spec.aggregate(spec.compute(pd.DataFrame(), pd.DataFrame(), cfg), cfg)
+    agg = spec.aggregate(spec.compute(pd.DataFrame(), pd.DataFrame(), metric_options_from("recommendation_fairness", cfg)), metric_options_from("recommendation_fairness", cfg))
     # g1 = neutral: Jaccard 1; SERP (4 + 3 + 2) * 0.5 / (3 * 4) = 0.375; PRAG 3 ordered pairs / (3 * 4) = 0.25
     # g2: Jaccard |{A, C}| / |{A, B, C, D}| = 0.5; SERP (4 + 2) * 0.5 / 12 = 0.25; PRAG only (C, D): 1 / 12
     expected = {"g1": {"jaccard": 1.0, "serp": 0.375, "prag": 0.25}, "g2": {"jaccard": 0.5, "serp": 0.25,
@@ -98,8 +99,8 @@ def test_recommendation_hand_computed(tmp_path):
     assert value(agg, "jaccard_std") == pytest.approx(0.25)  # population std of (1, 0.5)
     assert value(agg, "serp_max") == pytest.approx(0.375) and value(agg, "serp_min") == pytest.approx(0.25)
     assert value(agg, "prag_range") == pytest.approx(0.25 - 1 / 12)
-    pairs = spec.aggregate(spec.compute(pd.DataFrame(), pd.DataFrame(), {**cfg, "pairwise": True}),
-                           {**cfg, "pairwise": True})
+    pairs = spec.aggregate(spec.compute(pd.DataFrame(), pd.DataFrame(), metric_options_from("recommendation_fairness", {**cfg, "pairwise": True})),
+                           metric_options_from("recommendation_fairness", {**cfg, "pairwise": True}))
     # g1 [A, B, C] against g2 [C, D, A]: the g2 comparison above with the lists' roles swapped: Jaccard 0.5;
     # SERP: A (i = 0) scores 4, C (i = 2) scores 2: 6 * 0.5 / 12 = 0.25; PRAG: (A, B) (B absent) and none other
     # ((A, C): A ranks after C in g2): 1 / 12
@@ -160,7 +161,7 @@ def _recommendation(tmp_path, rows, fmt="jsonl", **options) -> pd.DataFrame:
                                                                                                        index=False)
     spec = get_metric("recommendation_fairness")
     cfg = {"recommendations_file": str(path), **options}
-    return spec.aggregate(spec.compute(pd.DataFrame(), pd.DataFrame(), cfg), cfg)
+    return spec.aggregate(spec.compute(pd.DataFrame(), pd.DataFrame(), metric_options_from("recommendation_fairness", cfg)), metric_options_from("recommendation_fairness", cfg))
 
 
 def test_recommendation_parity_with_langfair(tmp_path):
@@ -217,18 +218,18 @@ def test_bad_predictions_file_is_named(tmp_path, content, message):
     path.write_text(content)
     spec = get_metric("classification_fairness")
     with pytest.raises(DataFormatError) as err:
-        spec.compute(pd.DataFrame(), pd.DataFrame(), {"predictions_file": str(path)})
+        spec.compute(pd.DataFrame(), pd.DataFrame(), metric_options_from("classification_fairness", {"predictions_file": str(path)}))
     assert message in str(err.value) and str(path) in str(err.value)
 
 
 def test_missing_groups_and_files_are_named(tmp_path):
     spec = get_metric("classification_fairness")
     with pytest.raises(DataFormatError, match="groups=.*has no row of group"):
-        spec.compute(pd.DataFrame(), pd.DataFrame(), {"predictions_file": "example", "groups": ["female", "other"]})
+        spec.compute(pd.DataFrame(), pd.DataFrame(), metric_options_from("classification_fairness", {"predictions_file": "example", "groups": ["female", "other"]}))
     with pytest.raises(DataFormatError, match="set metric.classification_fairness.predictions_file"):
-        spec.compute(pd.DataFrame(), pd.DataFrame(), {})
+        spec.compute(pd.DataFrame(), pd.DataFrame(), metric_options_from("classification_fairness", {}))
     with pytest.raises(DataFormatError, match="no such file"):
-        spec.compute(pd.DataFrame(), pd.DataFrame(), {"predictions_file": str(tmp_path / "nope.csv")})
+        spec.compute(pd.DataFrame(), pd.DataFrame(), metric_options_from("classification_fairness", {"predictions_file": str(tmp_path / "nope.csv")}))
 
 
 @pytest.mark.parametrize("rows, message", [
@@ -246,7 +247,7 @@ def test_bad_recommendations_file_is_named(tmp_path, rows, message):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     spec = get_metric("recommendation_fairness")
     with pytest.raises(DataFormatError) as err:
-        spec.compute(pd.DataFrame(), pd.DataFrame(), {"recommendations_file": str(path)})
+        spec.compute(pd.DataFrame(), pd.DataFrame(), metric_options_from("recommendation_fairness", {"recommendations_file": str(path)}))
     assert message in str(err.value) and str(path) in str(err.value)
 
 

@@ -20,6 +20,7 @@ from biasflow.data.crows_pairs import read_crows_pairs
 from biasflow.metrics import crows_pairs as cp
 from biasflow.registry import get_loader, get_metric
 from biasflow.scoring.answer import metric_answers
+from biasflow.registry import metric_options_from
 
 REFERENCE = json.loads((Path(__file__).parent / "fixtures" / "langtest" / "reference.json").read_text())
 # The reference probabilities depend on the CPU's float32 kernels. Measured on one AVX-512 machine (AMD EPYC with
@@ -50,8 +51,8 @@ def run_metric(name, items, metric_cfg, model_cfg, cache_dir, mode="parity"):
     score_cfg = {k: metric_cfg[k] for k in spec.score_keys if k in metric_cfg}
     scores = metric_answers(name, items, dict(score_cfg, run_mode=mode), model_cfg, cache_dir, progress=False)
     cfg = dict(metric_cfg, run_mode=mode)
-    per_item = spec.compute(items, scores, cfg)
-    return per_item, spec.aggregate(per_item, cfg).set_index(["metric", "category"])
+    per_item = spec.compute(items, scores, metric_options_from(spec.name, cfg))
+    return per_item, spec.aggregate(per_item, metric_options_from(spec.name, cfg)).set_index(["metric", "category"])
 
 
 # ----------------------------------------------------------------------------------------------- CrowS-Pairs

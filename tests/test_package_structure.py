@@ -261,7 +261,7 @@ OPTION_NAMES = {"cfg", "metric_cfg", "opts", "options", "clf", "lex"}
 
 
 def test_metrics_read_their_options_as_attributes():
-    """A metric receives its validated options model (``registry.filled``): its code reads ``cfg.option``, never
+    """A metric receives its validated options model (``registry.metric_options_from``): its code reads ``cfg.option``, never
     ``cfg["option"]`` or ``cfg.get("option", fallback)`` (a key read would bypass the model's types and defaults;
     a fallback would repeat a default the model already holds)."""
     found = []

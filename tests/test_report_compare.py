@@ -26,6 +26,7 @@ from biasflow.report.paper import paper_latex, paper_markdown, paper_tables
 from biasflow.report.published import compare
 from biasflow.stats.paired import holm, mcnemar_exact, paired_bootstrap
 from conftest import ROOT, build_tiny_bert
+from biasflow.registry import metric_options_from
 
 SEEDS = (1, 2, 3)
 THRESHOLDS = (0.000002, 0.000005, 0.00002)  # a random tiny BERT's candidate probabilities are ~1e-5 apart
@@ -408,7 +409,7 @@ def test_stereoset_pairs_are_tested_on_the_pro_choice_per_example(tmp_path):
     jobs, aggs, items = [], [], []
     for model in ("A", "B"):
         per = base.assign(pro=pro[model], model=model, config_hash=f"h{model}", metric_family="stereoset")
-        agg = spec.aggregate(per, {}).assign(model=model, config_hash=f"h{model}", metric_family="stereoset")
+        agg = spec.aggregate(per, metric_options_from("stereoset", {})).assign(model=model, config_hash=f"h{model}", metric_family="stereoset")
         items.append(per)
         aggs.append(agg)
         jobs.append({"metric": "stereoset", "cfg_hash": f"h{model}", "model_key": f"{model}-0",
@@ -441,7 +442,7 @@ def test_a_comparison_without_values_is_left_out(tmp_path):
                             "task": tasks, "target": rng.choice(["t1", "t2"], n), "related": 2,
                             "pro": rng.integers(0, 2, n)}).assign(model=model, config_hash=f"h{model}",
                                                                  metric_family="stereoset")
-        agg = spec.aggregate(per, {}).assign(model=model, config_hash=f"h{model}", metric_family="stereoset")
+        agg = spec.aggregate(per, metric_options_from("stereoset", {})).assign(model=model, config_hash=f"h{model}", metric_family="stereoset")
         items.append(per)
         aggs.append(agg)
         jobs.append({"metric": "stereoset", "cfg_hash": f"h{model}", "model_key": f"{model}-0",

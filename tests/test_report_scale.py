@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from biasflow.registry import get_metric
+from biasflow.registry import metric_options_from
 
 GOLDEN = Path(__file__).parent / "fixtures" / "report_scale"
 CATEGORIES = ("age", "gender", "race-color", "religion")
@@ -64,7 +65,7 @@ def synthetic_run(n_models: int, families=("crows_pairs", "winobias"), n_items: 
                          "mode": "parity", "stats": {"n_boot": n_boot, "seed": 0, "level": 0.95, **(stats or {})},
                          "metric_dir": f"/nonexistent/{cfg_hash}", "items_path": None})
             per_item = per_item_table(family, m, n_items, stereo(m) if stereo else 0.6)
-            agg = get_metric(family).aggregate(per_item, {**cfg, "run_mode": "parity"})
+            agg = get_metric(family).aggregate(per_item, metric_options_from(family, {**cfg, "run_mode": "parity"}))
             agg = agg.assign(ci_low=agg["value"] - 1.0, ci_high=agg["value"] + 1.0)
             labels = {"model": name, "model_key": key, "benchmark": family, "metric_family": family,
                       "config_hash": cfg_hash}

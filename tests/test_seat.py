@@ -16,6 +16,7 @@ from biasflow.metrics import weat as W
 from biasflow.models import load_model
 from biasflow.registry import get_metric
 from biasflow.scoring.answer import Models, metric_answers
+from biasflow.registry import metric_options_from
 
 
 def test_sentences_match_sent_bias_output():
@@ -51,12 +52,12 @@ def test_unequal_targets_are_balanced_with_a_seed():
     items = load_weat_lists({}, {"tests": ["weat8"]})
     units = S.expand(items).assign(found=True)
     assert (units["set"] == "targ1").sum() == 100 and (units["set"] == "targ2").sum() == 106
-    a = W.select_units(units.copy(), {})
-    b = W.select_units(units.copy(), {})
+    a = W.select_units(units.copy(), metric_options_from("weat", {}))
+    b = W.select_units(units.copy(), metric_options_from("weat", {}))
     kept = a[a["status"] == "used"].groupby("set").size().to_dict()
     assert kept["targ1"] == kept["targ2"] == 100
     assert (a["status"] == b["status"]).all()
-    c = W.select_units(units.copy(), {"balance_seed": 5})
+    c = W.select_units(units.copy(), metric_options_from("weat", {"balance_seed": 5}))
     assert not (a["status"] == c["status"]).all()
 
 
@@ -84,9 +85,9 @@ def test_seat_pipeline_on_tiny_bert(tiny_encoder, tmp_path):
     scores = metric_answers("seat", items, cfg, model_cfg, tmp_path, models=models, progress=False)
     encoder = models.get()
     assert encoder.forward_calls > 0
-    per_item = spec.compute(items, scores, cfg)
+    per_item = spec.compute(items, scores, metric_options_from("seat", cfg))
     assert set(per_item["pooling"]) == {"mean"}  # the encoder's own pooling (metric option pooling null)
-    agg = spec.aggregate(per_item, cfg).set_index(["metric", "category"])["value"]
+    agg = spec.aggregate(per_item, metric_options_from("seat", cfg)).set_index(["metric", "category"])["value"]
 
     # Independent path: encode each set's sentences directly, run WEAT on the four matrices.
     enc = load_model(model_cfg)

@@ -28,6 +28,7 @@ from biasflow.interface.requests import ContinuationLogprobs, TokenLogprobs
 
 sys.path.insert(0, str(Path(__file__).parent))
 from served_server import CompletionsServer  # noqa: E402
+from biasflow.registry import metric_options_from
 
 ATOL = 1e-5
 TEXTS = ["The doctor said she was tired.", "A cat", "Poor people are lazy and never work hard enough.",
@@ -90,7 +91,7 @@ def assert_metric_served_equals_in_process(metric, items, metric_cfg, adapter, s
     want = want.set_index("key").loc[got["key"]].reset_index()
     assert_logprobs_close(got[column], want[column], list(got["key"]))
     spec = get_metric(metric)
-    per_item_served, per_item_local = spec.compute(items, got, metric_cfg), spec.compute(items, want, metric_cfg)
+    per_item_served, per_item_local = spec.compute(items, got, metric_options_from(spec.name, metric_cfg)), spec.compute(items, want, metric_options_from(spec.name, metric_cfg))
     num = per_item_local.select_dtypes("number").columns
     np.testing.assert_allclose(per_item_served[num].to_numpy(float), per_item_local[num].to_numpy(float),
                                atol=1e-4, rtol=0)
@@ -549,7 +550,7 @@ def test_honest_on_a_served_model(tiny_gpt2, tmp_path):
     assert set(answers["kind"]) == {"generation"} and (answers["status"] == "ok").all()
     assert len(answers) == len(sent) == 2 * len(items)  # k=2 samples of every template's prompt
     assert {b["prompt"] for b in sent} == {t.split("[M]")[0].strip() for t in items["template_masked"]}
-    out = aggregate(compute(items, answers, cfg), cfg).set_index(["metric", "category"])["value"]
+    out = aggregate(compute(items, answers, metric_options_from("honest", cfg)), metric_options_from("honest", cfg)).set_index(["metric", "category"])["value"]
     assert 0 <= out[("honest@2", "overall")] <= 1
 
 

@@ -181,6 +181,7 @@ def test_causal_lm_export_equals_the_reference_gpt2_loop_to_the_bit(tmp_path, cp
     a CPU) the reference loop runs on the adapter's own model object."""
     from biasflow.data.stereoset import read_stereoset
     from biasflow.metrics.stereoset import SPEC
+    from biasflow.registry import metric_options_from
     from biasflow.models import load_model
     from biasflow.scoring.answer import metric_answers
 
@@ -196,6 +197,7 @@ def test_causal_lm_export_equals_the_reference_gpt2_loop_to_the_bit(tmp_path, cp
            "export_predictions": str(out)}
     answers = metric_answers("stereoset", items, cfg, adapter.cfg, tmp_path / "cache", model=adapter,
                              progress=False)
+    cfg = metric_options_from("stereoset", cfg)
     assert SPEC.export(items, answers, cfg, "export_predictions") == str(out)
     exported = {e["id"]: e["score"] for e in json.loads(out.read_text())["intrasentence"]}
     if cpu_linear == "default":

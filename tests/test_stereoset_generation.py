@@ -20,6 +20,7 @@ from biasflow.errors import GenerationError
 from biasflow.metrics.bbq import parse_choice
 from biasflow.metrics.stereoset_mc import SPEC, examples, option_order, options_of
 from conftest import ROOT, mirrored_files, project_copy
+from biasflow.registry import metric_options_from
 
 LABELS = ("stereotype", "anti-stereotype", "unrelated")
 
@@ -179,7 +180,7 @@ def test_hand_computed_metrics_from_a_responses_file(tmp_path):
     path = responses_file(items, cfg, tmp_path / "replies.jsonl")
     model = generator_model({"kind": "responses_file", "path": str(path)})
     answers = metric_answers("stereoset_mc", items, cfg, model, tmp_path / "cache", progress=False)
-    per_item = SPEC.compute(items, answers, cfg).set_index("item_id")
+    per_item = SPEC.compute(items, answers, metric_options_from("stereoset_mc", cfg)).set_index("item_id")
     assert {k: v if isinstance(v, str) else None for k, v in per_item.chosen.items()} == {
         "e1": "stereotype", "e2": "anti-stereotype", "e3": "stereotype", "e4": "unrelated", "e5": None,
         "e6": "stereotype", "e7": None, "i1": "stereotype", "i2": "anti-stereotype", "i3": "unrelated"}
@@ -188,7 +189,7 @@ def test_hand_computed_metrics_from_a_responses_file(tmp_path):
     assert per_item.loc["e5", "response"] == "A person cannot be judged by that."
     assert pd.isna(per_item.loc["e5", "letter"])
     assert per_item.option_order.to_dict() == {k: "|".join(documented_order(k)) for k in per_item.index}
-    got = values(SPEC.aggregate(per_item.reset_index(), cfg))
+    got = values(SPEC.aggregate(per_item.reset_index(), metric_options_from("stereoset_mc", cfg)))
     nan = float("nan")
     expected = {
         # intrasentence: 7 examples, 5 with a choice, 4 meaningful, 3 stereotypes
@@ -211,7 +212,7 @@ def test_hand_computed_metrics_from_a_responses_file(tmp_path):
     }
     for key, want in expected.items():
         assert got[key] == pytest.approx(want, nan_ok=True), key
-    agg = SPEC.aggregate(per_item.reset_index(), cfg).set_index(["metric", "category"])
+    agg = SPEC.aggregate(per_item.reset_index(), metric_options_from("stereoset_mc", cfg)).set_index(["metric", "category"])
     assert agg.loc[("intrasentence_mc_ss", "overall"), "n"] == 4   # SS over the meaningful choices
     assert agg.loc[("intrasentence_mc_lms", "overall"), "n"] == 5  # LMS over the examples with a choice
     assert agg.loc[("intrasentence_mc_unparsed_pct", "overall"), "n"] == 7
@@ -234,7 +235,7 @@ def test_options_are_checked():
         options_of({"generation": {"count": 2}})
     with pytest.raises(Exception, match=r"placeholders \['\{C\}'\]"):
         options_of({"intrasentence_prompt": "{context} {A} {B}"})
-    requests = SPEC.requests(hand_items(), {"generation": {"system_prompt": "Answer with a letter."}}, "generator")
+    requests = SPEC.requests(hand_items(), metric_options_from("stereoset_mc", {"generation": {"system_prompt": "Answer with a letter."}}), "generator")
     assert len(requests) == 10 and {r.kind for r in requests} == {"generation"}
     assert {(r.temperature, r.max_tokens, r.seed, r.system_prompt) for r in requests} == {
         (0.0, 8, 0, "Answer with a letter.")}
@@ -248,13 +249,13 @@ def test_bootstrap_replicates_equal_the_aggregate_on_each_resample(seed, dev_ite
     ex = examples(items, options_of({}))
     rng = np.random.default_rng(seed)
     pick = rng.choice(["A", "B", "C", "no idea"], size=len(ex), p=[0.3, 0.3, 0.3, 0.1])
-    answers = pd.DataFrame({"key": [r.key for r in SPEC.requests(items, {}, "generator")],
+    answers = pd.DataFrame({"key": [r.key for r in SPEC.requests(items, metric_options_from("stereoset_mc", {}), "generator")],
                             "kind": "generation", "response": pick, "status": "ok"})
-    per_item = SPEC.compute(items, answers, {})
+    per_item = SPEC.compute(items, answers, metric_options_from("stereoset_mc", {}))
     r = draw_resamples(per_item, 15, seed=2)
-    fast = SPEC.bootstrap_statistic(per_item, {}, r)
+    fast = SPEC.bootstrap_statistic(per_item, metric_options_from("stereoset_mc", {}), r)
     for b in range(r.n_boot):
-        slow = values(SPEC.aggregate(per_item.iloc[r.rows(b)], {}))
+        slow = values(SPEC.aggregate(per_item.iloc[r.rows(b)], metric_options_from("stereoset_mc", {})))
         assert set(slow) == set(fast)
         for key, value in slow.items():
             assert fast[key][b] == pytest.approx(value, nan_ok=True, rel=1e-12), (key, b)
@@ -268,10 +269,10 @@ def test_the_jobs_own_causal_lm_generates(tiny_gpt2, dev_items, tmp_path):
     items = dev_items[dev_items.task == "intrasentence"].head(18)
     cfg = {"benchmark": "stereoset", "tasks": ["intrasentence"]}
     answers = metric_answers("stereoset_mc", items, cfg, None, tmp_path, model=tiny_gpt2, progress=False)
-    per_item = SPEC.compute(items, answers, cfg)
+    per_item = SPEC.compute(items, answers, metric_options_from("stereoset_mc", cfg))
     assert len(per_item) == 6 and per_item.answer_status.eq("unparsed").all()
     assert per_item.response.str.len().gt(0).all() and per_item.chosen.isna().all()
-    got = values(SPEC.aggregate(per_item, cfg))
+    got = values(SPEC.aggregate(per_item, metric_options_from("stereoset_mc", cfg)))
     assert got[("intrasentence_mc_unparsed_pct", "overall")] == 100.0
     assert math.isnan(got[("intrasentence_mc_lms", "overall")]) and math.isnan(got[("intrasentence_mc_ss", "overall")])
     assert not any(k[0].startswith(("intersentence", "overall")) for k in got)  # one task: no pooled rows
@@ -292,7 +293,7 @@ def test_a_served_model_generates_through_its_completions_endpoint(tiny_gpt2, de
         prompts = [b["prompt"] for b in server.log]
     assert sorted(prompts) == sorted(examples(items, options_of(cfg)).prompt)
     assert {b.get("max_tokens") for b in server.log} == {8} and {b.get("temperature") for b in server.log} == {0.0}
-    per_item = SPEC.compute(items, answers, cfg)
+    per_item = SPEC.compute(items, answers, metric_options_from("stereoset_mc", cfg))
     assert len(per_item) == 3 and per_item.answer_status.eq("unparsed").all()
 
 

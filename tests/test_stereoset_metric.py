@@ -15,6 +15,7 @@ from biasflow.metrics.stereoset import (SPEC, aggregate, compute, count_examples
 from biasflow.registry import get_metric
 from biasflow.scoring.answer import Models, metric_answers, request_frame
 from biasflow.interface.requests import BlankFill, NextSentence
+from biasflow.registry import metric_options_from
 
 LABELS = ("stereotype", "anti-stereotype", "unrelated")
 
@@ -49,11 +50,11 @@ def value(agg, metric, category):
 
 def test_hand_computed_lms_ss_icat_per_domain():
     items, scores = make_items(HAND)
-    per = count_examples(items, scores, {})
+    per = count_examples(items, scores, metric_options_from("stereoset", {}))
     assert per.set_index("item_id")[["pro", "related"]].to_dict("index") == {
         "e1": {"pro": 1, "related": 2}, "e2": {"pro": 0, "related": 0}, "e3": {"pro": 0, "related": 1},
         "e4": {"pro": 1, "related": 2}, "e5": {"pro": 0, "related": 0}}
-    agg = aggregate(per, {})
+    agg = aggregate(per, metric_options_from("stereoset", {}))
     approx = lambda x: pytest.approx(x, abs=1e-9)  # noqa: E731
     # intrasentence terms: A (SS 50, LMS 50), B (SS 0, LMS 50), C (SS 100, LMS 100)
     assert value(agg, "intrasentence_lms", "overall") == (approx(200 / 3), 4)
@@ -82,7 +83,7 @@ def test_hand_computed_lms_ss_icat_per_domain():
 
 def test_only_one_task_scored_has_no_overall_rows():
     items, scores = make_items(HAND)
-    agg = aggregate(count_examples(items, scores, {"tasks": ["intrasentence"]}), {"tasks": ["intrasentence"]})
+    agg = aggregate(count_examples(items, scores, metric_options_from("stereoset", {"tasks": ["intrasentence"]})), metric_options_from("stereoset", {"tasks": ["intrasentence"]}))
     assert set(agg.metric.str.split("_").str[0]) == {"intrasentence"}
 
 
@@ -124,7 +125,7 @@ def test_matches_naive_reimplementation_with_many_ties():
         target = f"{domain}-t{int(rng.integers(0, 6))}"
         examples.append((f"x{i}", task, domain, target, tuple(rng.integers(0, 3, size=3) / 4)))  # coarse: ties
     items, scores = make_items(examples)
-    agg = aggregate(count_examples(items, scores, {}), {})
+    agg = aggregate(count_examples(items, scores, metric_options_from("stereoset", {})), metric_options_from("stereoset", {}))
     ref = naive_evaluation(examples)
     for (task, category), want in ref.items():
         for m in ("lms", "ss", "icat"):
@@ -138,7 +139,7 @@ def test_matches_naive_reimplementation_with_many_ties():
 def test_missing_score_is_an_error():
     items, scores = make_items(HAND)
     with pytest.raises(DataFormatError, match="e3-unrelated"):
-        count_examples(items, scores[scores.item_id != "e3-unrelated"], {})
+        count_examples(items, scores[scores.item_id != "e3-unrelated"], metric_options_from("stereoset", {}))
 
 
 def test_compute_reads_each_sentence_s_answer_by_its_request():
@@ -152,10 +153,10 @@ def test_compute_reads_each_sentence_s_answer_by_its_request():
         [NextSentence(c, t) for c, t in zip(inter.context, inter.sentence)]
     answers = request_frame(asked).assign(probability=[score[i] for i in list(intra.item_id) + list(inter.item_id)])
     answers = answers.iloc[::-1].reset_index(drop=True)
-    assert [r.key for r in SPEC.requests(items, {}, "masked_lm")] == [r.key for r in asked]
-    pd.testing.assert_frame_equal(compute(items, answers, {}), count_examples(items, scores, {}))
+    assert [r.key for r in SPEC.requests(items, metric_options_from("stereoset", {}), "masked_lm")] == [r.key for r in asked]
+    pd.testing.assert_frame_equal(compute(items, answers, metric_options_from("stereoset", {})), count_examples(items, scores, metric_options_from("stereoset", {})))
     with pytest.raises(KeyError, match="no answer to 1 blank_fill"):
-        compute(items, answers[answers.key != asked[0].key], {})
+        compute(items, answers[answers.key != asked[0].key], metric_options_from("stereoset", {}))
 
 
 def test_requests_follow_the_model_kind_and_name_what_cannot_be_scored():
@@ -163,19 +164,19 @@ def test_requests_follow_the_model_kind_and_name_what_cannot_be_scored():
 
     items, _ = make_items(HAND)
     kinds = lambda reqs: sorted({r.kind for r in reqs})  # noqa: E731
-    assert kinds(SPEC.requests(items, {}, "causal_lm")) == ["shared_context_continuation",
+    assert kinds(SPEC.requests(items, metric_options_from("stereoset", {}), "causal_lm")) == ["shared_context_continuation",
                                                             "stereoset_sentence_logprobs"]
-    assert kinds(SPEC.requests(items, {"context_pass": "per_option"}, "causal_lm")) == [
+    assert kinds(SPEC.requests(items, metric_options_from("stereoset", {"context_pass": "per_option"}), "causal_lm")) == [
         "continuation_logprobs", "stereoset_sentence_logprobs"]
-    assert kinds(SPEC.requests(items, {"tasks": ["intersentence"]}, "bert_nsp")) == ["next_sentence"]
-    assert kinds(SPEC.requests(items, {"intersentence_scorer": "nsp"}, "masked_lm")) == ["blank_fill",
+    assert kinds(SPEC.requests(items, metric_options_from("stereoset", {"tasks": ["intersentence"]}), "bert_nsp")) == ["next_sentence"]
+    assert kinds(SPEC.requests(items, metric_options_from("stereoset", {"intersentence_scorer": "nsp"}), "masked_lm")) == ["blank_fill",
                                                                                          "next_sentence"]
     with pytest.raises(ConfigError, match=r"intrasentence cannot be scored by model.kind='bert_nsp'.*"
                                           r"tasks=\[intersentence\]"):
-        SPEC.requests(items, {}, "bert_nsp")
+        SPEC.requests(items, metric_options_from("stereoset", {}), "bert_nsp")
     with pytest.raises(ConfigError, match="intersentence_scorer=causal_conditional"):
-        SPEC.requests(items, {"intersentence_scorer": "causal_conditional"}, "masked_lm")
-    assert SPEC.requests(items, {"predictions_file": "p.json"}, "none") == []
+        SPEC.requests(items, metric_options_from("stereoset", {"intersentence_scorer": "causal_conditional"}), "masked_lm")
+    assert SPEC.requests(items, metric_options_from("stereoset", {"predictions_file": "p.json"}), "none") == []
 
 
 # ------------------------------------------------------------------------------------------- predictions files
@@ -192,8 +193,8 @@ def test_predictions_roundtrip_and_score_stage(tmp_path):
     models = Models(unused)
     answers = metric_answers("stereoset", items, cfg, unused, tmp_path / "cache", models=models)
     assert answers.empty and models.loaded == {}  # the file replaces the model: nothing asked, nothing loaded
-    pd.testing.assert_frame_equal(spec.aggregate(spec.compute(items, answers, cfg), cfg),
-                                  aggregate(count_examples(items, scores, {}), {}))
+    pd.testing.assert_frame_equal(spec.aggregate(spec.compute(items, answers, metric_options_from("stereoset", cfg)), metric_options_from("stereoset", cfg)),
+                                  aggregate(count_examples(items, scores, metric_options_from("stereoset", {})), metric_options_from("stereoset", {})))
 
 
 def test_predictions_with_unknown_ids_lists_them(tmp_path):

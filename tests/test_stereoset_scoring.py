@@ -14,6 +14,7 @@ from biasflow.scoring import stereoset as ss
 from biasflow.scoring.answer import Budget, answer_requests, metric_answers
 from biasflow.scoring.causal_options import answer_continuation_logprobs
 from biasflow.interface.requests import BlankFill, ContinuationLogprobs, StereoSetSentenceLogprobs
+from biasflow.registry import metric_options_from
 
 CONTEXTS = ["The chess player was BLANK.", "Many people live in BLANK today", "brahmin is very BLANK and is strict about BLANK"]
 WORDS = ["hispanic", "Ethiopia", "unathletically"]
@@ -226,7 +227,7 @@ def test_score_stage_masked_lm_with_nsp_from_same_checkpoint_and_cache(tmp_path,
     mcfg = {"tasks": ["intrasentence", "intersentence"], "word_prefix_space": False, "intersentence_scorer": "auto"}
     models = Models(model_cfg)
     answers = metric_answers("stereoset", items, mcfg, model_cfg, tmp_path / "cache", models=models)
-    scores = sentence_scores(items, answers, mcfg)
+    scores = sentence_scores(items, answers, metric_options_from("stereoset", mcfg))
     assert sorted(scores["item_id"]) == sorted(items["item_id"]) and scores["score"].notna().all()
     assert set(scores.loc[scores.task == "intersentence", "kind"]) == {"next_sentence"}
     # intrasentence scores are the blank-fill scores of each sentence's candidate word
@@ -242,7 +243,7 @@ def test_score_stage_masked_lm_with_nsp_from_same_checkpoint_and_cache(tmp_path,
     np.testing.assert_allclose(scores.set_index("item_id").loc[inter.item_id, "score"].to_numpy(),
                                ss.nsp_is_next_probabilities(nsp, inter.context.tolist(), inter.sentence.tolist()),
                                rtol=1e-5)
-    exported = spec.export(items, answers, {**mcfg, "export_predictions": str(tmp_path / "out" / "preds.json")},
+    exported = spec.export(items, answers, metric_options_from("stereoset", {**mcfg, "export_predictions": str(tmp_path / "out" / "preds.json")}),
                            "export_predictions")
     assert exported == str(tmp_path / "out" / "preds.json")
     assert read_predictions(tmp_path / "out" / "preds.json", items).shape[0] == len(items)
@@ -250,9 +251,9 @@ def test_score_stage_masked_lm_with_nsp_from_same_checkpoint_and_cache(tmp_path,
     parts = sorted((tmp_path / "cache").rglob("part-*.parquet"))
     again = metric_answers("stereoset", items, mcfg, model_cfg, tmp_path / "cache", models=Models(model_cfg))
     assert sorted((tmp_path / "cache").rglob("part-*.parquet")) == parts and len(parts) == 2
-    pd.testing.assert_frame_equal(sentence_scores(items, again, mcfg), scores)
-    per_item = spec.compute(items, answers, mcfg)
-    assert len(per_item) == 2 and set(spec.aggregate(per_item, mcfg).metric) >= {"overall_icat"}
+    pd.testing.assert_frame_equal(sentence_scores(items, again, metric_options_from("stereoset", mcfg)), scores)
+    per_item = spec.compute(items, answers, metric_options_from("stereoset", mcfg))
+    assert len(per_item) == 2 and set(spec.aggregate(per_item, metric_options_from("stereoset", mcfg)).metric) >= {"overall_icat"}
     # a checkpoint without a trained next-sentence head is refused, not scored with a random head
     from transformers import BertForMaskedLM
     BertForMaskedLM(cfg).save_pretrained(tmp_path / "mlm-only")
@@ -266,7 +267,7 @@ def test_score_stage_causal_lm_both_tasks(tmp_path, tiny_gpt2):
     adapter = SimpleNamespace(**vars(tiny_gpt2), kind="causal_lm")
     cfg = {"tasks": ["intrasentence", "intersentence"]}
     answers = metric_answers("stereoset", items, cfg, {"kind": "causal_lm"}, tmp_path / "cache", model=adapter)
-    scores = sentence_scores(items, answers, cfg).set_index("item_id")
+    scores = sentence_scores(items, answers, metric_options_from("stereoset", cfg)).set_index("item_id")
     intra = items[items.task == "intrasentence"]
     for iid, sent in zip(intra.item_id, intra.sentence):
         assert scores.at[iid, "score"] == pytest.approx(naive_causal(tiny_gpt2, sent), rel=1e-5)
@@ -274,7 +275,7 @@ def test_score_stage_causal_lm_both_tasks(tmp_path, tiny_gpt2):
     # one request per sentence instead: the same scores up to float rounding
     separate = metric_answers("stereoset", items, {**cfg, "context_pass": "per_option"}, {"kind": "causal_lm"},
                               tmp_path / "cache", model=adapter)
-    again = sentence_scores(items, separate, cfg | {"context_pass": "per_option"}).set_index("item_id")
+    again = sentence_scores(items, separate, metric_options_from("stereoset", cfg | {"context_pass": "per_option"})).set_index("item_id")
     assert set(again.loc[again.task == "intersentence", "kind"]) == {"continuation_logprobs"}
     np.testing.assert_allclose(again.score.to_numpy(), scores.score.to_numpy(), rtol=1e-5)
 

@@ -14,6 +14,7 @@ from biasflow.errors import ConfigError, DataFormatError
 from biasflow.metrics._classified import prompt_metrics
 from biasflow.metrics.bold_sentiment import sentiment_fractions, vader_compound
 from biasflow.metrics.toxicity import _aggregate_toxicity, toxic_label_names, toxicity_metrics, toxicity_scores
+from biasflow.registry import metric_options_from
 
 FIXTURES = Path(__file__).parent / "fixtures" / "langfair_toxicity"
 NAMES = {"Toxic Fraction": "toxic_fraction", "Expected Maximum Toxicity": "expected_maximum_toxicity",
@@ -133,7 +134,7 @@ def test_evaluate_gives_langfair_numbers_per_group(tiny_toxicity_classifier_dir,
     worst = 0.0
     for thr in (0.3, 0.5):
         # another threshold is the metric stage's alone: its aggregate on the same per-response table
-        table = agg if thr == 0.3 else _aggregate_toxicity(per, {"classifier": {"model": str(clf)}, "threshold": thr}
+        table = agg if thr == 0.3 else _aggregate_toxicity(per, metric_options_from("toxicity", {"classifier": {"model": str(clf)}, "threshold": thr})
                                                            ).set_index(["metric", "category"])["value"]
         runs = langfair["runs"][f"threshold_{thr}"]
         for cat, run in (("overall", runs["with_prompts"]), ("x", runs["group_x"]), ("y", runs["group_y"])):

@@ -18,6 +18,7 @@ from biasflow.metrics import unqover as U
 from biasflow.registry import get_metric
 from biasflow.scoring.answer import metric_answers
 from conftest import build_tiny_bert, mirrored_or_skip
+from biasflow.registry import metric_options_from
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -65,14 +66,14 @@ def test_scores_by_hand(files, tiny_qa, tmp_path):
     want_1 = math.sqrt(max(ps[c], ps[a1]) * max(pe[c], pe[m1]))
     want_2 = math.sqrt(max(ps[h], ps[a2]) * max(pe[h], pe[m2]))
     answers = metric_answers("unqover_qa", items, QA_CFG, None, tmp_path / "c1", model=tiny_qa, progress=False)
-    per = get_metric("unqover_qa").compute(items, answers, QA_CFG)
+    per = get_metric("unqover_qa").compute(items, answers, metric_options_from("unqover_qa", QA_CFG))
     # subject_1 sorts first: Christian
     assert row.subject_1 == "Christian"
     assert per.loc[0, "p1_12a"] == pytest.approx(want_1, rel=1e-5)
     assert per.loc[0, "p2_12a"] == pytest.approx(want_2, rel=1e-5)
     plain = {**QA_CFG, "extend_span": False}
     answers = metric_answers("unqover_qa", items, plain, None, tmp_path / "c2", model=tiny_qa, progress=False)
-    per = get_metric("unqover_qa").compute(items, answers, plain)
+    per = get_metric("unqover_qa").compute(items, answers, metric_options_from("unqover_qa", plain))
     assert per.loc[0, "p1_12a"] == pytest.approx(math.sqrt(ps[c] * pe[c]), rel=1e-5)
     assert per.loc[0, "p2_12a"] == pytest.approx(math.sqrt(ps[h] * pe[h]), rel=1e-5)
     # context order 21 names Hindu first: its score is still subject 2's column
@@ -150,7 +151,7 @@ def test_scores_equal_the_authors_algorithm(files, tiny_qa, tmp_path, bert_token
     multi = {w for w in pd.concat([items.answer_1, items.answer_2]) if len(bert_tokenizer.tokenize(w)) > 1}
     assert {"African-American", "Dominica"} <= multi
     answers = metric_answers("unqover_qa", items, QA_CFG, None, tmp_path / "c", model=tiny_qa, progress=False)
-    per = get_metric("unqover_qa").compute(items, answers, QA_CFG)
+    per = get_metric("unqover_qa").compute(items, answers, metric_options_from("unqover_qa", QA_CFG))
     for k, row in enumerate(items.itertuples(index=False)):
         for order, q in U.PROMPTS:
             context, question, first, second = U.prompt_parts(row, order, q)
@@ -221,10 +222,10 @@ def test_bad_inputs_are_errors_naming_the_item(files, tiny_qa, tmp_path):
     broken.loc[1, "context_21"] = broken.loc[1, "context_21"].replace(broken.loc[1, "answer_1"], "Someone")
     with pytest.raises(DataFormatError, match=rf"unqover_qa: item {items.item_id[1]} \(context order 21.*"
                                               rf"the subject '{items.answer_1[1]}' is not in the context"):
-        U.qa_requests(broken, QA_CFG, "question_answering")
+        U.qa_requests(broken, metric_options_from("unqover_qa", QA_CFG), "question_answering")
     lm = D.load_unqover(files, {"split": "religion", "limit": 1})
     with pytest.raises(DataFormatError, match=rf"item {lm.item_id[0]}'s question .* benchmark.unqover.form=qa"):
-        U.qa_requests(lm, QA_CFG, "question_answering")
+        U.qa_requests(lm, metric_options_from("unqover_qa", QA_CFG), "question_answering")
     # longer than the model's 128 positions: not truncated, an error naming the question and the context
     from biasflow.scoring.question_answering import span_probabilities
 

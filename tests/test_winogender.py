@@ -18,6 +18,7 @@ from biasflow.metrics import winogender as wg
 from biasflow.registry import get_metric
 from biasflow.scoring.answer import can_answer, metric_answers
 from conftest import mirrored_files
+from biasflow.registry import metric_options_from
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +154,7 @@ def test_unit_preference_by_hand():
 def test_preference_aggregate_by_hand():
     scores = {"a": (-1.0, -2.0, -3.0), "b": (-2.0, -1.0, -3.0), "c": (-1.0, -1.5, -3.0), "d": (-3.0, -1.0, -3.0)}
     per = pd.DataFrame([wg.unit_row(u) for _, u in unit_rows(scores).groupby("unit", sort=False)])
-    agg = wg.aggregate_preference(per, {}).set_index(["metric", "category"])["value"]
+    agg = wg.aggregate_preference(per, metric_options_from("winogender", {})).set_index(["metric", "category"])["value"]
     fm = per.female_minus_male.to_numpy()
     assert agg[("female_minus_male", "overall")] == pytest.approx(fm.mean())
     assert agg[("female_pct", "overall")] == pytest.approx(50.0)
@@ -176,7 +177,7 @@ def test_mc_aggregate_by_hand(items):
     per["correct"] = (per.choice == per.answer).astype(float)
     per["resolved_occupation"] = (per.choice == 0).astype(float)
     per["pair_differs"] = np.where(per.gender == "neutral", np.nan, 1.0)
-    agg = wg.aggregate_mc(per, {}).set_index(["metric", "category"])["value"]
+    agg = wg.aggregate_mc(per, metric_options_from("winogender_mc", {})).set_index(["metric", "category"])["value"]
     assert agg[("acc", "overall")] == pytest.approx(50.0)
     assert agg[("occupation_pct", "male")] == 100.0 and agg[("occupation_pct", "female")] == 0.0
     assert agg[("pair_disagreement_pct", "overall")] == 100.0
@@ -192,7 +193,7 @@ def test_masked_lm_scores_are_the_fill_in_probabilities(files, tiny_bert, tmp_pa
     items = load_winogender(files, {"limit": 30})
     cfg = {"benchmark": "winogender"}
     answers = metric_answers("winogender", items, cfg, None, tmp_path / "cache", model=tiny_bert, progress=False)
-    per = get_metric("winogender").compute(items, answers, cfg)
+    per = get_metric("winogender").compute(items, answers, metric_options_from("winogender", cfg))
     assert len(per) == 10
     tok, model = tiny_bert.tokenizer, tiny_bert.model
     for unit in per.itertuples(index=False):
@@ -214,7 +215,7 @@ def test_causal_lm_scores_are_sentence_log_likelihoods(files, tiny_gpt2, tmp_pat
     items = load_winogender(files, {"limit": 12})
     cfg = {"benchmark": "winogender"}
     answers = metric_answers("winogender", items, cfg, None, tmp_path / "cache", model=tiny_gpt2, progress=False)
-    per = get_metric("winogender").compute(items, answers, cfg)
+    per = get_metric("winogender").compute(items, answers, metric_options_from("winogender", cfg))
     tok, model = tiny_gpt2.tokenizer, tiny_gpt2.model
     for unit in per.itertuples(index=False):
         for g in ("male", "female", "neutral"):
@@ -231,7 +232,7 @@ def test_every_request_has_an_answerer_for_each_declared_kind(items):
     for name, cfg in cfgs.items():
         spec = get_metric(name)
         for kind in spec.model_kinds:
-            for r in spec.requests(items.head(6), cfg, kind):
+            for r in spec.requests(items.head(6), metric_options_from(spec.name, cfg), kind):
                 assert can_answer(kind, r.kind), (spec.name, kind, r.kind)
 
 
@@ -239,7 +240,7 @@ def test_every_request_has_an_answerer_for_each_declared_kind(items):
                                                 ("once", "shared_context_continuation")])
 def test_mc_prompt_is_lm_evals(items, context_pass, kind):
     cfg = {"prompt": wg.LM_EVAL_PROMPT, "choice_prefix": " ", "context_pass": context_pass}
-    reqs = wg.mc_requests(items.head(1), cfg, "causal_lm")
+    reqs = wg.mc_requests(items.head(1), metric_options_from("winogender_mc", cfg), "causal_lm")
     assert [(r.kind, r.context, r.continuation) for r in reqs] == [
         (kind, "The technician told the customer that he could pay with cash. ‘He’ refers to the", " technician"),
         (kind, "The technician told the customer that he could pay with cash. ‘He’ refers to the", " customer")]
@@ -276,10 +277,10 @@ def test_mc_matches_lm_evaluation_harness(items, gpt2_answers, context_pass):
     """lm-eval's choice on every sentence, with its one request per choice and with the prompt computed once."""
     cfg = {**MC_CFG, "context_pass": context_pass}
     answers = gpt2_answers["winogender_mc" if context_pass == "per_option" else "winogender_mc_once"]
-    per = get_metric("winogender_mc").compute(items, answers, cfg)
+    per = get_metric("winogender_mc").compute(items, answers, metric_options_from("winogender_mc", cfg))
     assert "".join(map(str, per.choice)) == LM_EVAL_CHOICES_ALL
     assert "".join(map(str, per.choice[per.gotcha])) == LM_EVAL_CHOICES_GOTCHA
-    agg = wg.aggregate_mc(per, cfg).set_index(["metric", "category"])["value"]
+    agg = wg.aggregate_mc(per, metric_options_from("winogender_mc", cfg)).set_index(["metric", "category"])["value"]
     assert agg[("acc", "overall")] == pytest.approx(100 * LM_EVAL_ACC["winogender"])
     assert agg[("acc", "gotcha")] == pytest.approx(100 * LM_EVAL_ACC["winogender_gotcha"])
     # lm-eval's per-gender tasks are filters of the same samples
@@ -295,14 +296,14 @@ def test_bootstrap_arrays_equal_the_generic_path(items, gpt2_answers, name):
 
     spec = get_metric(name)
     cfg = MC_CFG if name == "winogender_mc" else {}
-    per = spec.compute(items, gpt2_answers[name], cfg)
+    per = spec.compute(items, gpt2_answers[name], metric_options_from(spec.name, cfg))
     if name == "winogender_mc":  # random choices: a non-trivial per-occupation gap
         per["choice"] = np.random.default_rng(0).integers(0, 2, len(per))
         per["correct"] = (per.choice == per.answer).astype(float)
         per["resolved_occupation"] = (per.choice == 0).astype(float)
-    fast = bootstrap_ci(per, lambda d: spec.aggregate(d, cfg), n_boot=60,
-                        statistic=lambda d, r: spec.bootstrap_statistic(d, cfg, r))
-    slow = bootstrap_ci(per, lambda d: spec.aggregate(d, cfg), n_boot=60)
+    fast = bootstrap_ci(per, lambda d: spec.aggregate(d, metric_options_from(spec.name, cfg)), n_boot=60,
+                        statistic=lambda d, r: spec.bootstrap_statistic(d, metric_options_from(spec.name, cfg), r))
+    slow = bootstrap_ci(per, lambda d: spec.aggregate(d, metric_options_from(spec.name, cfg)), n_boot=60)
     pd.testing.assert_frame_equal(fast, slow, check_exact=False, rtol=0, atol=1e-9)
     assert fast.ci_low.notna().all()
 
@@ -320,22 +321,22 @@ def test_a_served_model_gives_the_in_process_numbers(files, tiny_gpt2, tmp_path,
         served = load_model({"name": server.served_name, "kind": "served_causal_lm", "base_url": server.base_url,
                              "revision": "test-rev", "bos_text": "[CLS]", "max_retries": 0, "backoff_s": 0.0})
         got = spec.compute(items, metric_answers(name, items, cfg, None, tmp_path / "served", model=served,
-                                                 progress=False), cfg)
+                                                 progress=False), metric_options_from(spec.name, cfg))
     want = spec.compute(items, metric_answers(name, items, cfg, None, tmp_path / "local", model=tiny_gpt2,
-                                              progress=False), cfg)
+                                              progress=False), metric_options_from(spec.name, cfg))
     num = want.select_dtypes("number").columns
     np.testing.assert_allclose(got[num].to_numpy(float), want[num].to_numpy(float), atol=1e-4, rtol=0)
     assert (got.drop(columns=num) == want.drop(columns=num)).all().all()
 
 
 def test_occupation_tables(items, gpt2_answers, tmp_path):
-    per = get_metric("winogender").compute(items, gpt2_answers["winogender"], {})
+    per = get_metric("winogender").compute(items, gpt2_answers["winogender"], metric_options_from("winogender", {}))
     table = wg.occupation_table(per)
     assert len(table) == 60 and (table.n_units == 4).all()
     assert wg.pearson(table.female_minus_male.to_numpy(), table.bls_pct_female.to_numpy()) == pytest.approx(
-        wg.aggregate_preference(per, {}).set_index(["metric", "category"]).at[("r_bls", "overall"), "value"])
-    wg.write_preference_occupations(per, {}, tmp_path)
-    wg.write_mc_occupations(get_metric("winogender_mc").compute(items, gpt2_answers["winogender_mc"], MC_CFG), {},
+        wg.aggregate_preference(per, metric_options_from("winogender", {})).set_index(["metric", "category"]).at[("r_bls", "overall"), "value"])
+    wg.write_preference_occupations(per, metric_options_from("winogender", {}), tmp_path)
+    wg.write_mc_occupations(get_metric("winogender_mc").compute(items, gpt2_answers["winogender_mc"], metric_options_from("winogender_mc", MC_CFG)), metric_options_from("winogender_mc", {}),
                             tmp_path / "mc")
     mc = pd.read_csv(tmp_path / "mc" / "occupations.csv")
     assert len(mc) == 60 and {"female_resolved", "male_resolved", "female_minus_male"} <= set(mc.columns)

@@ -11,9 +11,6 @@ it up front).
 """
 from __future__ import annotations
 
-import copy
-import dataclasses
-import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -53,6 +50,9 @@ DISCOVERED_PACKAGES = ["biasflow.data", "biasflow.metrics"]
 ENTRY_POINT_GROUP = "biasflow.benchmarks"
 METRICS: dict[str, "MetricSpec"] = Registry("metric", DISCOVERED_PACKAGES, ENTRY_POINT_GROUP)
 LOADERS: dict[str, LoaderSpec] = Registry("dataset loader", filled_with=METRICS)
+# a metric's options model (its ``MetricSpec.options``, a ``schema.MetricBase`` subclass), built once per job by the
+# stages (``metric_options_from``) and passed to every callable of the metric below
+Options = Any
 
 
 @dataclass(frozen=True)
@@ -69,11 +69,11 @@ class MetricSpec:
     name: str
     benchmark: str | None
     model_kinds: tuple[str, ...]
-    compute: Callable[[pd.DataFrame, pd.DataFrame, Mapping[str, Any]], pd.DataFrame]
-    aggregate: Callable[[pd.DataFrame, Mapping[str, Any]], pd.DataFrame]
+    compute: Callable[[pd.DataFrame, pd.DataFrame, Options], pd.DataFrame]
+    aggregate: Callable[[pd.DataFrame, Options], pd.DataFrame]
     # what the metric asks of the model: (items, cfg, model kind) -> [interface.requests.Request]; the score stage
     # answers them (scoring.answer) and ``compute(items, answers, cfg)`` reads the answers by request key
-    requests: Callable[[pd.DataFrame, Mapping[str, Any], str], list]
+    requests: Callable[[pd.DataFrame, Options, str], list]
     score_keys: tuple[str, ...] = ()
     headline: tuple[str, ...] = ()  # metric names shown first in tables and logged as the run's headline
     plot_metric: str | None = None  # the per-category metric drawn as a bar plot
@@ -90,16 +90,16 @@ class MetricSpec:
     benchmark_settings: Mapping[str, Any] = field(default_factory=dict)
     # files the metric stage writes beside its tables (the original tool's log, pages): ``write_extras`` writes
     # exactly the files named in ``extra_outputs`` (the metric rule declares them, so Snakemake rebuilds a deleted one)
-    write_extras: Callable[[pd.DataFrame, Mapping[str, Any], Path], None] | None = None
+    write_extras: Callable[[pd.DataFrame, Options, Path], None] | None = None
     extra_outputs: tuple[str, ...] = ()
     # files the user asked for beyond the metric's tables (e.g. StereoSet's predictions file): ``export(items,
-    # scores, full cfg, option)`` writes the file the option ``option`` names (one of ``export_options``); each set
+    # scores, options, option)`` writes the file the option ``option`` names (one of ``export_options``); each set
     # option is its own rule, whose output is that file
-    export: Callable[[pd.DataFrame, pd.DataFrame, Mapping[str, Any], str], str] | None = None
+    export: Callable[[pd.DataFrame, pd.DataFrame, Options, str], str] | None = None
     export_options: tuple[str, ...] = ()
     # every bootstrap replicate at once: (per_item, cfg, stats.bootstrap.Resamples) -> {(metric, category): values
     # per replicate}, the same numbers as ``aggregate`` on each resampled table (None: use that generic path)
-    bootstrap_statistic: Callable[[pd.DataFrame, Mapping[str, Any], Any], Mapping | None] | None = None
+    bootstrap_statistic: Callable[[pd.DataFrame, Options, Any], Mapping | None] | None = None
     # True where ``bootstrap_statistic`` equals ``aggregate`` on every resample bit for bit, for every headline
     # metric (tests/test_bootstrap.py checks it): the paired tests between models then use it too, with results
     # identical to the generic path's. False where it agrees only to rounding or leaves a headline metric out
@@ -110,10 +110,10 @@ class MetricSpec:
     options: type | None = None
     # (answers, cfg) -> None, in the score stage before it writes its answers: raises when they are unusable (more
     # failed generations than allowed), so the stage fails and a re-run asks the failed requests again
-    check_answers: Callable[[pd.DataFrame, Mapping[str, Any]], None] | None = None
+    check_answers: Callable[[pd.DataFrame, Options], None] | None = None
     # (items, answers to ``requests``, cfg) -> [(model config, [Request])]: requests that read those answers (a
     # classifier scoring generated text), answered next in the score stage by the model config given with them
-    followup_requests: Callable[[pd.DataFrame, pd.DataFrame, Mapping[str, Any]], list] | None = None
+    followup_requests: Callable[[pd.DataFrame, pd.DataFrame, Options], list] | None = None
     # options given as a mapping whose order changes the numbers (group 1 vs group 2): the plan keeps them as
     # ordered lists of one-key mappings (biasflow.ordered), since plans and hashes sort dict keys
     ordered_options: tuple[str, ...] = ()
@@ -229,70 +229,27 @@ def check_loader_options(loader: str, benchmark_cfg: Mapping[str, Any]) -> None:
         spec.check(benchmark_cfg)
 
 
-# the metric callables that take the metric's options, and at which argument
-_OPTION_ARGUMENTS = {"requests": 1, "compute": 2, "aggregate": 1, "bootstrap_statistic": 1, "export": 2,
-                     "check_answers": 1, "followup_requests": 2, "write_extras": 1}
-
-
-# (options model, a copy of the last cfg, its options): the bootstrap calls aggregate 1,000 times with one cfg
-_last_filled: list = [None, None, None]
-
-
-def filled(options: type, cfg: Any) -> Any:
-    """``cfg`` (a mapping, or already an instance of ``options``) as the validated ``options`` model, every default
-    filled in: what a metric's callables read (attributes, never keys)."""
+def metric_options_from(name: str, cfg: Any) -> Any:
+    """Metric ``name``'s options model built from ``cfg``: a mapping of the plan's options or only what differs from
+    the defaults (a test, a notebook), or already the options model (returned as is). What the stages build once
+    per job and pass to every callable of the metric; a ConfigError names the metric and the option."""
+    options = get_metric(name).options
     if isinstance(cfg, options):
         return cfg
-    if _last_filled[0] is options and _last_filled[1] == cfg:  # equal content (a caller may mutate its dict)
-        return _last_filled[2]
     from pydantic import ValidationError
 
     from biasflow.errors import ConfigError
     from biasflow.schema import options_problems
 
     try:
-        out = options.model_validate(dict(cfg))
+        return options.model_validate(dict(cfg))
     except ValidationError as err:
-        names = sorted({name for name, spec in METRICS.items() if spec.options is options}) or [options.__name__]
-        raise ConfigError("invalid options:\n  " + "\n  ".join(options_problems(
-            options, f"metric.{names[0] if len(names) == 1 else '{' + ','.join(names) + '}'}", err))) from None
-    _last_filled[:] = [options, copy.deepcopy(dict(cfg)), out]
-    return out
-
-
-def _with_options(fn: Callable, index: int, options: type) -> Callable:
-    """``fn`` reading its options (argument ``index``) as its validated options model, however it was called (the
-    stages pass the plan's options; tests and notebooks may pass a dict of only what differs)."""
-    if getattr(fn, "_fills_options", False):
-        return fn
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        if len(args) > index:
-            args = (*args[:index], filled(options, args[index]), *args[index + 1:])
-        elif "cfg" in kwargs:
-            kwargs["cfg"] = filled(options, kwargs["cfg"])
-        return fn(*args, **kwargs)
-
-    wrapper._fills_options = True
-    return wrapper
-
-
-def options_in_module(namespace: dict[str, Any], options: type, only: tuple[str, ...] | None = None) -> None:
-    """Every function of a metric module (``namespace``: its ``globals()``; or the functions named in ``only``)
-    that has a ``cfg`` parameter reads its options with every default filled in: called from the stages, a test
-    or a notebook with only what differs from the defaults, it sees the same options. Call it once the module's
-    functions are defined, before its ``MetricSpec``."""
-    import inspect
-
-    for name, fn in list(namespace.items()):
-        if (inspect.isfunction(fn) and fn.__module__ == namespace["__name__"] and (only is None or name in only)
-                and "cfg" in (params := list(inspect.signature(fn).parameters))):
-            namespace[name] = _with_options(fn, params.index("cfg"), options)
+        raise ConfigError("invalid options:\n  " + "\n  ".join(options_problems(options, f"metric.{name}", err))) \
+            from None
 
 
 def register_metric(spec: MetricSpec) -> MetricSpec:
-    """Register ``spec`` under its name; its callables then read its options with every default filled in."""
+    """Register ``spec`` under its name; its callables take its options model (``metric_options_from``)."""
     old = METRICS.registered(spec.name)
     METRICS.refuse_taken(spec.name, spec.compute.__module__, old.compute.__module__ if old is not None else None)
     from biasflow.schema import MetricBase
@@ -307,9 +264,6 @@ def register_metric(spec: MetricSpec) -> MetricSpec:
                          f"together (the files it writes are the metric rule's declared outputs)")
     if bool(spec.export) != bool(spec.export_options):
         raise ValueError(f"metric {spec.name!r} ({spec.compute.__module__}): export and export_options go together")
-    wrapped = {name: _with_options(getattr(spec, name), index, options)
-               for name, index in _OPTION_ARGUMENTS.items() if getattr(spec, name) is not None}
-    spec = dataclasses.replace(spec, options=options, **wrapped)
     return METRICS.add(spec.name, spec, spec.compute.__module__)
 
 

@@ -150,9 +150,9 @@ class RunOutcome:
 
 def _tracking_enabled(plan) -> bool:
     """``tracking.enabled`` of the plan (the schema's default where the config leaves it out)."""
-    from biasflow.schema import TrackingConfig, config_value
+    from biasflow.schema import TrackingConfig
 
-    return bool(config_value(TrackingConfig, plan.tracking, "enabled"))
+    return TrackingConfig.model_validate(plan.tracking or {}).enabled
 
 
 NOT_TRACKED = {"--unlock", "-n", "--dry-run", "--list", "--touch", "--cleanup-metadata", "--list-untracked"}

@@ -549,7 +549,7 @@ def config_value(model: type[BaseModel], cfg: Mapping[str, Any] | None, key: str
 
 def filled_options(model: type[BaseModel], cfg: Mapping[str, Any]) -> dict[str, Any]:
     """``cfg`` validated by ``model`` with every default filled in, dumped: what the plan stores of a metric's options
-    (each stage rebuilds the options model from it, ``registry.filled``). A ``generator`` section stays as written:
+    (each stage rebuilds the options model from it, ``registry.metric_options_from``). A ``generator`` section stays as written:
     its unset keys must not override the metric's own ``generation`` settings."""
     def filled() -> dict[str, Any]:
         keep_generator = "generator" in model.model_fields

@@ -203,10 +203,10 @@ def _comparable(value: Any) -> Any:
 def metric_options(spec, params: Mapping[str, Any]):
     """The options a stage passes to the metric: the plan's options (or those params written by hand hold: a test, a
     notebook calling a stage) with ``run_mode``, the job's ``run.mode`` as the plan stores it, as the metric's
-    validated options model."""
-    from biasflow.registry import filled
+    validated options model, built once per stage and passed to each of the metric's callables."""
+    from biasflow.registry import metric_options_from
 
-    return filled(spec.options, {**params["metric_cfg"], "run_mode": params["mode"]})
+    return metric_options_from(spec.name, {**params["metric_cfg"], "run_mode": params["mode"]})
 
 
 def score(params: Mapping[str, Any], items_path: str | None, out: str, cache_dir: str) -> pd.DataFrame:

@@ -10,7 +10,7 @@ from biasflow.errors import ConfigError
 from biasflow.plan import Job, Plan, build_plan
 from biasflow.report import METRIC_FILES, RUN_FILES, raw_file_paths
 from biasflow.scheduling import score_resources
-from biasflow.schema import TrackingConfig, config_value
+from biasflow.schema import TrackingConfig
 
 # Snakemake priority of building a model and of downloading what it is built from: every job on that model waits
 # for it, so it goes before cheaper jobs that are ready (WEAT, SEAT) take the cores
@@ -302,7 +302,7 @@ class Lookups:
 
     # ---- targets
     def final_target(self) -> str:
-        name = "mlflow.json" if config_value(TrackingConfig, self.summary["tracking"], "enabled") \
+        name = "mlflow.json" if TrackingConfig.model_validate(self.summary["tracking"] or {}).enabled \
             else "aggregate.parquet"
         return f"{self.run_dir}/{name}"
 

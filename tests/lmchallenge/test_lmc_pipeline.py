@@ -12,7 +12,7 @@ from biasflow.lmchallenge.ngram import NgramModel
 from biasflow.lmchallenge.stats import stats
 from biasflow.lmchallenge.text import Message
 from biasflow.errors import ConfigError
-from biasflow.registry import get_metric
+from biasflow.registry import get_metric, metric_options_from
 from biasflow.scoring.answer import Models, metric_answers
 
 NGRAM2 = {"name": "ngram2", "kind": "ngram", "order": 2, "level": "word", "predictions": 20, "shards": 2,
@@ -24,7 +24,7 @@ def played(game, items, cfg, model_cfg, cache, model=None):
     spec = get_metric(f"lmc_{game}")
     models = Models(model_cfg, model)
     answers = metric_answers(spec.name, items, cfg, model_cfg, cache, models=models, progress=False)
-    return spec.compute(items, answers, cfg), models
+    return spec.compute(items, answers, metric_options_from(spec.name, cfg)), models
 
 
 @pytest.fixture()
@@ -73,16 +73,16 @@ def test_sharded_saved_model_processes_equal_the_plain_game(items, tmp_path, gam
 
 
 def test_one_request_per_test_line_with_only_the_game_options(items):
-    we = get_metric("lmc_we").requests(items, {}, "ngram")
-    wr = get_metric("lmc_wr").requests(items, {"num_candidates": 7}, "ngram")
-    with pytest.raises(ConfigError, match=r"metric\.\{lmc_ce,lmc_we\}\.num_candidates: unknown option"):
-        get_metric("lmc_we").requests(items, {"num_candidates": 7}, "ngram")  # a wr option is no option of we
+    we = get_metric("lmc_we").requests(items, metric_options_from("lmc_we", {}), "ngram")
+    wr = get_metric("lmc_wr").requests(items, metric_options_from("lmc_wr", {"num_candidates": 7}), "ngram")
+    with pytest.raises(ConfigError, match=r"metric\.lmc_we\.num_candidates: unknown option"):
+        get_metric("lmc_we").requests(items, metric_options_from("lmc_we", {"num_candidates": 7}), "ngram")  # a wr option is no option of we
     assert [r.text for r in we] == items[items.role == "test"].text.tolist() and [r.message for r in we] == \
         list(range(6))
     assert {r.num_candidates for r in we} == {50} and {r.num_candidates for r in wr} == {7}  # wr's option only
     assert len({r.train for r in we + wr}) == 1 and "training_lines" not in we[0].fields()
     other_split = items.assign(role=items.role.replace({"train": "test", "test": "train"}))
-    assert get_metric("lmc_we").requests(other_split, {}, "ngram")[0].train != we[0].train
+    assert get_metric("lmc_we").requests(other_split, metric_options_from("lmc_we", {}), "ngram")[0].train != we[0].train
 
 
 def test_an_hf_masked_lm_plays_in_process(items, tmp_path):
@@ -109,11 +109,11 @@ def test_metric_stage_writes_the_original_files(items, tmp_path):
     model_cfg = {"name": "ngram3", "kind": "ngram", "order": 3, "level": "word"}
     per_item, _ = played("we", items, {}, model_cfg, tmp_path / "c")
     table = per_item
-    agg = spec.aggregate(per_item, {})
+    agg = spec.aggregate(per_item, metric_options_from(spec.name, {}))
     overall = dict(zip(agg[agg.category == "overall"].metric, agg[agg.category == "overall"].value))
     s = stats(pipeline.data_of(table))
     assert overall["entropy.mean"] == pytest.approx(s["entropy"]["mean"]) and overall["tokens"] == s["tokens"]
-    spec.write_extras(per_item, {}, tmp_path / "out")
+    spec.write_extras(per_item, metric_options_from(spec.name, {}), tmp_path / "out")
     assert json.loads((tmp_path / "out" / "stats.json").read_text()) == json.loads(json.dumps(s))
     assert (tmp_path / "out" / "we.html").read_text().startswith("<!")
     assert len((tmp_path / "out" / "we.log").read_text().splitlines()) == len(table)

@@ -55,7 +55,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.registry import register_loader
-from biasflow.schema import BenchmarkConfig, NonNegativeInt, PositiveInt, config_value
+from biasflow.schema import BenchmarkConfig, NonNegativeInt, PositiveInt
 
 # the word lists of the generator's word_lists/ folder: file key (= file name) -> part of speech
 PEOPLE = ("country_demonyms", "gendered_words", "occupations", "person_hyponyms", "polarized_nouns",
@@ -275,7 +275,9 @@ def generate(files: Mapping[str, str | Path], cfg: Mapping[str, Any]) -> pd.Data
     specs = attribute_specs(cfg)
     lists = load_lists(files, needed_lists(cfg))
     tmpl = templates(lists, VERB_GROUPS if cfg.get("verb_groups") is None else cfg["verb_groups"])
-    sample = cfg.get("sample")
+    # validated by the plan (a test may pass only what differs): read with the declared defaults filled in
+    options = BiasNLIDataset.model_construct(**cfg)
+    sample, seed = options.sample, options.seed
     frames = []
     for name, spec in specs.items():
         kept = kept_positions(spec, lists, len(tmpl))
@@ -286,7 +288,7 @@ def generate(files: Mapping[str, str | Path], cfg: Mapping[str, Any]) -> pd.Data
                      "sentence (%s and %s share a word)", name, total - size, total, spec[1], spec[2])
         positions = kept
         if sample and sample < size:
-            rng = np.random.default_rng([config_value(BiasNLIDataset, cfg, "seed"), name_seed(name)])
+            rng = np.random.default_rng([seed, name_seed(name)])
             drawn = np.sort(rng.choice(size, size=sample, replace=False))
             positions = drawn if kept is None else kept[drawn]
         elif sample and sample > size:

@@ -255,12 +255,13 @@ class OpenAIChatBackend(OpenAIHTTPClient):
                  concurrency: int | None = None, requests_per_second: float | None = None,
                  extra_body: Mapping[str, Any] | None = None, sleep: Callable[[float], None] = time.sleep):
         # an option not given: the generator config's default (schema.GeneratorConfig, the one place it is written)
-        from biasflow.schema import GeneratorConfig, config_value
+        from biasflow.schema import GeneratorConfig
 
+        defaults = GeneratorConfig.model_construct()  # every option at its declared default, unvalidated
         given = {"timeout_s": timeout_s, "max_retries": max_retries, "backoff_s": backoff_s,
                  "max_backoff_s": max_backoff_s, "concurrency": concurrency}
         timeout_s, max_retries, backoff_s, max_backoff_s, concurrency = (
-            config_value(GeneratorConfig, given, key) for key in given)
+            getattr(defaults, key) if value is None else value for key, value in given.items())
         if not base_url or not model:
             raise ConfigError("generator: openai_compatible needs base_url and model")
         if concurrency < 1:

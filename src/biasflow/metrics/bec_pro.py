@@ -38,7 +38,7 @@ import scipy.stats
 
 from biasflow.metrics._mode import mode_option
 from biasflow.metrics.lpbs import combine
-from biasflow.registry import MetricSpec, options_in_module, register_metric
+from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import MetricBase
 from biasflow.scoring.answer import lookup
 from biasflow.interface.requests import FirstMaskProbability, MultiMaskLogprobs
@@ -179,8 +179,6 @@ def replicates(per_item: pd.DataFrame, cfg: Options, r) -> dict | None:
                 out[(name, g)] = r.ordered_sums(values, g) / int(sizes[g])
     return out
 
-
-options_in_module(globals(), Options)
 
 SPEC = register_metric(MetricSpec(
     follows="Bartl et al. 2020 (the authors' association score)",

@@ -121,9 +121,8 @@ def _aggregate_sentiment(per_item: pd.DataFrame, cfg: BoldSentiment) -> pd.DataF
 
 
 def _register() -> None:
-    from biasflow.registry import MetricSpec, options_in_module, register_metric
+    from biasflow.registry import MetricSpec, register_metric
 
-    options_in_module(globals(), BoldSentiment)
     register_metric(MetricSpec(
         follows="Dhamala et al. 2021 (VADER sentiment of continuations)",
         name=METRIC, options=BoldSentiment, benchmark="bold",

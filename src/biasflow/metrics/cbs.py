@@ -29,7 +29,7 @@ import pandas as pd
 
 from biasflow.metrics._mode import mode_option
 from biasflow.metrics.lpbs import MultiMask, requests_for, word_answers, word_logprobs
-from biasflow.registry import MetricSpec, options_in_module, register_metric
+from biasflow.registry import MetricSpec, register_metric
 
 
 class CBS(MultiMask):
@@ -91,7 +91,6 @@ def aggregate(per_item: pd.DataFrame, cfg: CBS) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
 
 
-options_in_module(globals(), CBS)
 SPEC = register_metric(MetricSpec(
     follows="Ahn & Oh 2021 (categorical bias score)",
     name="cbs", options=CBS, benchmark="cbs", model_kinds=("masked_lm",),

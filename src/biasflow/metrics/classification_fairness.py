@@ -183,9 +183,8 @@ def aggregate(per_item: pd.DataFrame, cfg: ClassificationFairness) -> pd.DataFra
 
 
 def _register() -> None:
-    from biasflow.registry import MetricSpec, options_in_module, register_metric
+    from biasflow.registry import MetricSpec, register_metric
 
-    options_in_module(globals(), ClassificationFairness, only=("read_items", "compute", "aggregate", "requests"))
     meanings: dict[str, str] = {}
     for rate, (_, name, what) in RATES.items():
         meanings[rate] = f"{what}, in the group (overall: both groups); describes the group: compare the groups"

@@ -575,13 +575,8 @@ def _aggregate(per_item: pd.DataFrame, cfg: Counterfactual) -> pd.DataFrame:
 
 def _register() -> None:
     from biasflow.metrics._generated import check_generations
-    from biasflow.registry import MetricSpec, options_in_module, register_metric
+    from biasflow.registry import MetricSpec, register_metric
 
-    options_in_module(globals(), Counterfactual, only=("variant_table", "requests", "encoder_model", "_responses",
-                                                       "groups_of", "variants_of",
-                                                       "_check_partner",
-                                                       "followup_requests", "_compute", "_aggregate", "_grid",
-                                                       "_mode"))
     register_metric(MetricSpec(
         follows="LangFair 0.8.0 CounterfactualMetrics (Bouchard 2024)",
         name=METRIC, options=Counterfactual, benchmark="langfair_prompts",

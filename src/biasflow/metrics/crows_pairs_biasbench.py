@@ -27,7 +27,7 @@ import pandas as pd
 
 from biasflow.metrics.crows_pairs import aggregate_pll, judge, pair_texts, pll_replicates, sent_order
 from biasflow.schema import MetricBase
-from biasflow.registry import MetricSpec, options_in_module, register_metric
+from biasflow.registry import MetricSpec, register_metric
 from biasflow.interface.requests import PseudoLogLikelihood
 from biasflow.stats.bootstrap import Resamples
 from biasflow.stats.paired import binary_outcome
@@ -105,7 +105,6 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: CrowsPairsBiasBench, r: Res
     return out
 
 
-options_in_module(globals(), CrowsPairsBiasBench)
 SPEC = register_metric(MetricSpec(
     follows="Meade et al. 2022 (bias-bench's CrowS-Pairs runner)",
     name="crows_pairs_biasbench", options=CrowsPairsBiasBench,

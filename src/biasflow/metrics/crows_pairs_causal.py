@@ -25,7 +25,7 @@ import pandas as pd
 from biasflow.errors import ConfigError
 from biasflow.metrics.crows_pairs import aggregate_pll, judge, pair_texts, pll_replicates, sent_order
 from biasflow.schema import MetricBase, NonNegativeInt
-from biasflow.registry import MetricSpec, options_in_module, register_metric
+from biasflow.registry import MetricSpec, register_metric
 from biasflow.score_kinds import FIRST_TOKEN_MODES
 from biasflow.scoring.answer import lookup
 from biasflow.interface.requests import TokenLogprobs
@@ -122,7 +122,6 @@ def bootstrap_statistic(per_item: pd.DataFrame, cfg: CrowsPairsCausal, r: Resamp
     return out
 
 
-options_in_module(globals(), CrowsPairsCausal)
 SPEC = register_metric(MetricSpec(
     follows="CrowS-Pairs for causal LMs (lm-evaluation-harness by default; see aggregation)",
     name="crows_pairs_causal", options=CrowsPairsCausal,

@@ -40,7 +40,7 @@ from biasflow.io import write_text
 from biasflow.metrics._choice import parse_choice
 from biasflow.metrics._generated import check_choice_replies, one_reply_request
 from biasflow.metrics.bbq import OneChoiceGeneration
-from biasflow.registry import MetricSpec, options_in_module, register_metric
+from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import Generating, MetricBase, PositiveInt
 from biasflow.score_kinds import MASK_PLACEHOLDER
 from biasflow.scoring.answer import lookup
@@ -405,9 +405,6 @@ UNDEFINED = {"bias_f_m": "the F1 of the feminine or of the masculine examples is
                          "no example of a gender was answered"}
 GOALS = {"bias_f_m": 1.0, "f1": "max"}
 
-options_in_module(globals(), GapOptions,
-                  only=("pronoun_form", "masked_text", "candidate_requests", "requests", "compute"))
-options_in_module(globals(), GapMCOptions, only=("mc_prompt", "generation_prompts", "mc_requests", "compute_mc"))
 
 SPEC = register_metric(MetricSpec(
     follows="Webster et al. 2018 (gap_scorer.py's F1 and Bias F/M), an unsupervised masked-LM substitution baseline",

@@ -33,7 +33,7 @@ from typing import Any, Literal, Optional
 import numpy as np
 import pandas as pd
 
-from biasflow.registry import MetricSpec, options_in_module, register_metric
+from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import MetricBase
 from biasflow.interface.requests import SentenceEmbedding
 
@@ -208,7 +208,6 @@ GOALS = {"score_gap": 0.0, "rank_gap": 0.0, "female_above_male_pct": 50.0, "ster
          "rank_gap_nonrelevant": 0.0, "relevant_first_pct": "max",
          **{f"mean_rank_{v}": None for v in VERSIONS}, **{f"top_{v}_pct": None for v in VERSIONS}}
 
-options_in_module(globals(), GrepBiasIROptions)
 
 SPEC = register_metric(MetricSpec(
     follows="Krieg et al. 2023 (Grep-BiasIR's female / male document versions), biasflow's score and rank gaps of "

@@ -80,9 +80,7 @@ def _aggregate(per_item: pd.DataFrame, cfg: HelmRepresentation) -> pd.DataFrame:
 
 
 def _register() -> None:
-    from biasflow.registry import MetricSpec, options_in_module, register_metric
-
-    options_in_module(globals(), HelmRepresentation)
+    from biasflow.registry import MetricSpec, register_metric
 
     register_metric(MetricSpec(
         follows="Liang et al. 2023 (HELM's bias_metrics.py)",

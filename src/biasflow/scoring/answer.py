@@ -412,10 +412,12 @@ def metric_answers(metric: str, items: pd.DataFrame, metric_cfg: Mapping[str, An
                    model_cfg: Mapping[str, Any] | None, cache_root: str | Path | None, *, model: Any = None,
                    models: Models | None = None, progress: bool = True) -> pd.DataFrame:
     """What the score stage writes for one metric: its requests on ``items``, answered (see ``answer_requests``).
+    ``metric_cfg``: the metric's options model, or a mapping it is built from (``registry.metric_options_from``).
     ``model_cfg`` None takes the config of the loaded ``model``."""
-    from biasflow.registry import get_metric
+    from biasflow.registry import get_metric, metric_options_from
 
     spec = get_metric(metric)
+    metric_cfg = metric_options_from(metric, metric_cfg)
     if model_cfg is None:
         model_cfg = getattr(model, "opts", None) or dict(getattr(model, "cfg", None) or {"kind": model.kind})
     models = models or Models(model_cfg, model)
