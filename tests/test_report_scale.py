@@ -48,7 +48,7 @@ def per_item_table(family: str, model: int, n: int, stereo: float = 0.6) -> pd.D
 
 
 def synthetic_run(n_models: int, families=("crows_pairs", "winobias"), n_items: int = 48, n_boot: int = 40,
-                  stats: dict | None = None, stereo=None):
+                  stats: dict | None = None, stereo=None, mode: str = "parity"):
     """plan, aggregate and per-item tables of ``n_models`` models as the aggregate stage reads them."""
     from biasflow.registry import metric_options
     from biasflow.schema import filled_options
@@ -62,10 +62,10 @@ def synthetic_run(n_models: int, families=("crows_pairs", "winobias"), n_items: 
             cfg_hash = f"{family[:4]}{m:08d}"
             jobs.append({"metric": family, "model": {"name": name, "kind": "masked_lm"}, "model_key": key,
                          "cfg_hash": cfg_hash, "metric_cfg": cfg, "benchmark": family, "benchmark_cfg": {},
-                         "mode": "parity", "stats": {"n_boot": n_boot, "seed": 0, "level": 0.95, **(stats or {})},
+                         "mode": mode, "stats": {"n_boot": n_boot, "seed": 0, "level": 0.95, **(stats or {})},
                          "metric_dir": f"/nonexistent/{cfg_hash}", "items_path": None})
             per_item = per_item_table(family, m, n_items, stereo(m) if stereo else 0.6)
-            agg = get_metric(family).aggregate(per_item, metric_options_from(family, {**cfg, "run_mode": "parity"}))
+            agg = get_metric(family).aggregate(per_item, metric_options_from(family, {**cfg, "run_mode": mode}))
             agg = agg.assign(ci_low=agg["value"] - 1.0, ci_high=agg["value"] + 1.0)
             labels = {"model": name, "model_key": key, "benchmark": family, "metric_family": family,
                       "config_hash": cfg_hash}
@@ -316,6 +316,21 @@ def test_values_the_same_distance_from_the_goal_tie():
     tests = paired_tests(plan, agg, per_item)
     got = tests[tests.metric == "metric_score"]
     assert list(zip(got.model_a, got.model_b)) == [("model_02", "model_00"), ("model_00", "model_01")]
+
+
+def test_paired_tests_compute_under_the_runs_mode():
+    """Under run.mode=corrected WinoBias' pass rate counts the kept examples only (parity: all): the paired tests'
+    values are the leaderboard's, computed in the job's mode, not in the default one."""
+    from biasflow.report.compare import paired_tests
+
+    plan, agg, per_item = synthetic_run(3, families=("winobias",), n_items=60, mode="corrected")
+    tests = paired_tests(plan, agg, per_item)
+    overall = agg[agg.category == "overall"].set_index(["model", "metric"])["value"]
+    assert len(tests)
+    for r in tests.itertuples():
+        assert (r.value_a, r.value_b) == (overall[(r.model_a, r.metric)], overall[(r.model_b, r.metric)]), r
+    parity = synthetic_run(3, families=("winobias",), n_items=60)[1]
+    assert not np.allclose(parity["value"].fillna(0), agg["value"].fillna(0))  # the mode changes these numbers
 
 
 def scattered(m: int) -> float:
