@@ -229,13 +229,17 @@ def check_loader_options(loader: str, benchmark_cfg: Mapping[str, Any]) -> None:
         spec.check(benchmark_cfg)
 
 
-def metric_options_from(name: str, cfg: Any) -> Any:
+def metric_options_from(name: str, cfg: Any, mode: str | None = None) -> Any:
     """Metric ``name``'s options model built from ``cfg``: a mapping of the plan's options or only what differs from
-    the defaults (a test, a notebook), or already the options model (returned as is). What the stages build once
-    per job and pass to every callable of the metric; a ConfigError names the metric and the option."""
+    the defaults (a test, a notebook), or already the options model (returned as is); ``mode``: the job's run.mode,
+    given to the metric as its ``run_mode`` (it decides what some options default to). What the stages and the
+    report's paired tests build once per job and pass to every callable of the metric; a ConfigError names the
+    metric and the option."""
     options = get_metric(name).options
     if isinstance(cfg, options):
         return cfg
+    if mode is not None:
+        cfg = {**cfg, "run_mode": mode}
     from pydantic import ValidationError
 
     from biasflow.errors import ConfigError

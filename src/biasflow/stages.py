@@ -206,7 +206,7 @@ def metric_options(spec, params: Mapping[str, Any]):
     validated options model, built once per stage and passed to each of the metric's callables."""
     from biasflow.registry import metric_options_from
 
-    return metric_options_from(spec.name, {**params["metric_cfg"], "run_mode": params["mode"]})
+    return metric_options_from(spec.name, params["metric_cfg"], mode=params["mode"])
 
 
 def score(params: Mapping[str, Any], items_path: str | None, out: str, cache_dir: str) -> pd.DataFrame:

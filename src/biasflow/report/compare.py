@@ -177,7 +177,7 @@ def paired_tests(plan: Mapping[str, Any], agg: pd.DataFrame, per_item: pd.DataFr
             tables[job.model] = per_item.iloc[rows_of.get(job.config_hash, [])]
             # built once per job as the metric stage builds them, in the job's run.mode (a mode changes what some
             # options default to: WinoBias' pass-rate denominator)
-            options = metric_options_from(family, {**job.cfg, **({"run_mode": job.mode} if job.mode else {})})
+            options = metric_options_from(family, job.cfg, mode=job.mode or None)
             aggregates[job.model] = lambda df, agg=spec.aggregate, cfg=options: agg(df, cfg)
             # every replicate at once where the metric's array path is exact: the same numbers, in seconds
             statistics[job.model] = (lambda df, r, st=fast, cfg=options: st(df, cfg, r)) if fast else None

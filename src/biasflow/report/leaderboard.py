@@ -119,7 +119,8 @@ def _significance_marks(df: pd.DataFrame, family: str, tests: pd.DataFrame | Non
     for _, g in df.groupby(["setting_key", "metric"], sort=False):
         ranked = g[g["distance"].notna()]
         ranked = ranked.loc[ranked_index(ranked)]
-        if len(ranked) < 2 or tie_key(ranked["distance"]).iloc[0] == tie_key(ranked["distance"]).iloc[-1]:
+        ends = tie_key(ranked["distance"]).iloc[[0, -1]] if len(ranked) else None
+        if len(ranked) < 2 or ends.iloc[0] == ends.iloc[1]:
             continue
         metric = ranked["metric"].iloc[0]
         p_best = _paired_p(tests, family, metric, ranked.iloc[0], ranked.iloc[1])
